@@ -1,0 +1,1 @@
+"""The batcher worker: reads partitions, forms batches, calls Triton, writes results."""

@@ -1,0 +1,176 @@
+"""Running one batch to a final answer for every request in it.
+
+Transient failures (Triton unreachable, overloaded, timed out) retry the whole batch with backoff.
+A permanent failure of a batch of several splits it in halves until the request that causes it is
+alone, so its batch-mates still succeed. A request that fails ``max_attempts`` times is FAILED with
+the last error and copied to the dead-letter stream. Results are written before entries are
+acknowledged: a crash in between re-runs the task, never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ferry.backoff import backoff_delay
+from ferry.batching.policy import is_expired
+from ferry.codec import outputs_to_json
+from ferry.errors import (
+    BackendError,
+    ModelContractError,
+    PermanentBackendError,
+    TransientBackendError,
+    UnknownModelError,
+)
+from ferry.queue.base import Delivery, TaskQueue
+from ferry.results.base import ResultRecord, ResultStore, Status
+from ferry.settings import BatcherSettings
+from ferry.telemetry.metrics import BatcherMetrics
+from ferry.triton.base import InferenceBackend, ModelSpec
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The final answer for one delivery."""
+
+    delivery: Delivery
+    status: Status
+    output: Any = None
+    error: str | None = None
+    model_version: str = ""
+
+    def record(self, finished_at: float) -> ResultRecord | None:
+        task = self.delivery.task
+        if task is None:
+            return None
+        return ResultRecord(
+            task_id=task.task_id, status=self.status, model=task.model,
+            created_at=task.enqueued_at_ms / 1000.0, model_version=self.model_version,
+            finished_at=finished_at, output=self.output, error=self.error)
+
+
+def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
+    return [Outcome(d, Status.FAILED, error=error) for d in deliveries]
+
+
+class BatchExecutor:
+    """Infers, isolates, retries, then settles: results, dead letters, acknowledgements."""
+
+    def __init__(
+        self,
+        settings: BatcherSettings,
+        backend: InferenceBackend,
+        queue: TaskQueue,
+        results: ResultStore,
+        metrics: BatcherMetrics,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.queue = queue
+        self.results = results
+        self.metrics = metrics
+        self.sleep = sleep
+        self.jitter = jitter
+
+    async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
+        """Give every delivery a final status and settle it."""
+        now_ms = int(time.time() * 1000)
+        expired, live = [], []
+        for d in deliveries:
+            (expired if d.task and is_expired(d.task.deadline_ms, now_ms) else live).append(d)
+        self._observe_wait(model, live, now_ms)
+        outcomes = [Outcome(d, Status.EXPIRED, error="deadline passed before inference")
+                    for d in expired]
+        if live:
+            outcomes += await self._attempt(model, live, attempt=1)
+        await self.settle(outcomes)
+
+    async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int) -> list[Outcome]:
+        try:
+            spec = await self.backend.model_spec(model)
+            if len(items) > spec.max_batch_size:
+                return await self._split(model, items, attempt, spec.max_batch_size)
+            return await self._infer(spec, items)
+        except (UnknownModelError, ModelContractError) as exc:
+            return failed(items, str(exc))  # no retry or split can help
+        except TransientBackendError as exc:
+            self.metrics.infer_failures.labels(model, "transient").inc()
+            return await self._retry_or_fail(model, items, attempt, exc)
+        except PermanentBackendError as exc:
+            self.metrics.infer_failures.labels(model, "permanent").inc()
+            if len(items) > 1:
+                return await self._split(model, items, attempt, (len(items) + 1) // 2)
+            return await self._retry_or_fail(model, items, attempt, exc)
+
+    async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
+        payloads = [d.task.payload if d.task else b"" for d in items]
+        started = time.monotonic()
+        rows = await self.backend.infer(spec, payloads)
+        self.metrics.infer_seconds.labels(spec.name).observe(time.monotonic() - started)
+        self.metrics.batch_size.labels(spec.name).observe(len(items))
+        return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row), model_version=spec.version)
+                for d, row in zip(items, rows, strict=True)]
+
+    async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
+                     size: int) -> list[Outcome]:
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        parts = await asyncio.gather(*(self._attempt(model, c, attempt) for c in chunks))
+        return [outcome for part in parts for outcome in part]
+
+    async def _retry_or_fail(self, model: str, items: Sequence[Delivery], attempt: int,
+                             exc: BackendError) -> list[Outcome]:
+        if attempt >= self.settings.max_attempts:
+            log.warning("giving up on %d task(s) of %s after %d attempts: %s",
+                        len(items), model, attempt, exc)
+            return failed(items, f"failed after {attempt} attempt(s): {exc}")
+        await self.sleep(backoff_delay(attempt, self.settings.backoff_base_ms / 1000.0,
+                                       self.settings.backoff_max_ms / 1000.0, self.jitter()))
+        return await self._attempt(model, items, attempt + 1)
+
+    async def settle(self, outcomes: Sequence[Outcome]) -> bool:
+        """Write results, dead-letter failures, then acknowledge; False if Redis would not.
+
+        Unsettled entries stay pending in their stream, and a batcher reclaims them later.
+        """
+        finished_at = time.time()
+        records = [r for r in (o.record(finished_at) for o in outcomes) if r is not None]
+        dead = [(o.delivery, o.error or o.status.value) for o in outcomes
+                if o.status is Status.FAILED]
+        for attempt in range(1, self.settings.max_attempts + 1):
+            try:
+                await self.results.complete(records)
+                await self.queue.dead_letter(dead)
+                await self.queue.ack([o.delivery for o in outcomes])
+            except (RedisError, OSError) as exc:
+                log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
+                await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
+                continue
+            self._count(outcomes, len(dead))
+            return True
+        return False
+
+    def _count(self, outcomes: Sequence[Outcome], dead: int) -> None:
+        for outcome in outcomes:
+            model = outcome.delivery.task.model if outcome.delivery.task else ""
+            self.metrics.finished.labels(model, outcome.status.value).inc()
+        self.metrics.dead_lettered.inc(dead)
+
+    def _observe_wait(self, model: str, items: Sequence[Delivery], now_ms: int) -> None:
+        for delivery in items:
+            if delivery.task is not None:
+                waited = max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
+                self.metrics.queue_wait.labels(model).observe(waited)

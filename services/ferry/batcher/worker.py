@@ -1,0 +1,266 @@
+"""The batcher worker: one class with ``start()`` and ``stop()``.
+
+Three tasks share a boarding buffer: the reader fills it from the owned partitions (all of them in
+one XREADGROUP), the claimer adds entries that dead consumers left behind, and the dispatcher asks
+the pure batching policy what to send and sends each batch as its own task, at most
+``max_inflight_batches`` at a time. ``stop()`` is two-phase: stop reading and send what has boarded,
+give batches ``shutdown_grace_s`` to finish, then cancel; anything unfinished stays pending in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from prometheus_client import start_http_server
+from redis.exceptions import RedisError
+
+from ferry.batcher.executor import BatchExecutor, Outcome
+from ferry.batching.buffer import BoardingBuffer
+from ferry.batching.policy import BatchPolicy
+from ferry.errors import BackendError
+from ferry.queue.base import Delivery
+from ferry.queue.redis_streams import RedisStreamQueue
+from ferry.results.base import Status
+from ferry.results.redis_store import RedisResultStore
+from ferry.settings import BatcherSettings, parse_partitions
+from ferry.telemetry.metrics import BatcherMetrics
+from ferry.triton.base import InferenceBackend
+from ferry.triton.grpc_backend import TritonGrpcBackend
+
+log = logging.getLogger(__name__)
+
+
+def consumer_name() -> str:
+    """Unique per process, readable in XINFO CONSUMERS."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Batcher:
+    """Owns a set of partitions and turns their tasks into batches for Triton."""
+
+    def __init__(
+        self,
+        settings: BatcherSettings,
+        *,
+        backend: InferenceBackend | None = None,
+        metrics: BatcherMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.metrics = metrics or BatcherMetrics()
+        self.policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0)
+        self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
+        self.backend: InferenceBackend = backend or TritonGrpcBackend(
+            settings.triton_grpc_target, infer_timeout_s=settings.infer_timeout_s)
+        self.consumer = consumer_name()
+        self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
+        self._redis: aioredis.Redis | None = None
+        self._capacity: dict[str, int] = {}
+        self._held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
+        self._batches: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._metrics_server: Any = None
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, create the consumer groups, start the loops (and /metrics if configured)."""
+        s = self.settings
+        self._redis = aioredis.Redis.from_url(s.redis_url, decode_responses=False)
+        self.queue = RedisStreamQueue(
+            self._redis, partitions=s.partitions, owned=self.partitions, consumer=self.consumer,
+            result_ttl_s=s.result_ttl_s, dead_letter_maxlen=s.dead_letter_maxlen)
+        self.results = RedisResultStore(self._redis, s.result_ttl_s)
+        self.executor = BatchExecutor(s, self.backend, self.queue, self.results, self.metrics)
+        await self.backend.start()
+        await self.queue.ensure_groups()
+        if s.metrics_port:
+            self._metrics_server, _ = start_http_server(
+                s.metrics_port, s.metrics_host, registry=self.metrics.registry)
+        self._loops = [
+            asyncio.create_task(self._read_loop(), name="ferry-reader"),
+            asyncio.create_task(self._claim_loop(), name="ferry-claimer"),
+            asyncio.create_task(self._dispatch_loop(), name="ferry-dispatcher"),
+        ]
+        log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms",
+                 self.consumer, ",".join(map(str, self.partitions)), s.max_batch, s.max_wait_ms)
+
+    async def stop(self) -> None:
+        """Stop reading, send what has boarded, wait for batches, then cancel. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        self._changed.set()
+        grace = self.settings.shutdown_grace_s
+        done, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
+        if self._batches:
+            await asyncio.wait(list(self._batches), timeout=max(0.1, grace / 2))
+        for task in [*pending, *self._batches]:
+            task.cancel()
+        await asyncio.gather(*pending, *self._batches, return_exceptions=True)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("%s ended with %r", task.get_name(), task.exception())
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+        await self.backend.close()
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
+    async def run(self) -> None:
+        """Run until SIGINT or SIGTERM, then stop cleanly."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, wake.set)
+        await self.start()
+        try:
+            await wake.wait()
+        finally:
+            log.info("batcher stopping")
+            await self.stop()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def room(self) -> int:
+        """How many more tasks may board before reading pauses."""
+        return self.settings.max_batch * (self.settings.max_inflight_batches + 1) - len(self.buffer)
+
+    async def _read_loop(self) -> None:
+        per_stream = max(1, math.ceil(self.settings.max_batch / len(self.partitions)))
+        failures = 0
+        while not self._stopping.is_set():
+            if self.room <= 0:
+                await self._wait_changed(self.settings.read_block_ms / 1000.0)
+                continue
+            try:
+                deliveries = await self.queue.read(min(self.room, per_stream),
+                                                   self.settings.read_block_ms)
+                failures = 0
+            except (RedisError, OSError) as exc:
+                failures += 1
+                log.warning("reading the queue failed (%s); retrying", exc)
+                await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failures, 5)))
+                continue
+            await self._board(deliveries)
+
+    async def _claim_loop(self) -> None:
+        interval = self.settings.claim_interval_ms / 1000.0
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval)
+            if self._stopping.is_set():
+                return
+            try:
+                claimed = await self.queue.claim_stale(self.settings.claim_idle_ms,
+                                                       self.settings.max_batch)
+            except (RedisError, OSError) as exc:
+                log.warning("reclaiming idle tasks failed: %s", exc)
+                continue
+            fresh = [d for d in claimed if (d.stream, d.entry_id) not in self._held]
+            if fresh:
+                log.info("reclaimed %d idle task(s)", len(fresh))
+                self.metrics.reclaimed.inc(len(fresh))
+                await self._board(fresh)
+
+    async def _board(self, deliveries: Sequence[Delivery]) -> None:
+        """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
+        now = self.clock()
+        rejected: list[Outcome] = []
+        for delivery in deliveries:
+            problem = self._rejection(delivery)
+            if problem:
+                rejected.append(Outcome(delivery, Status.FAILED, error=problem))
+                continue
+            assert delivery.task is not None
+            await self._learn_capacity(delivery.task.model)
+            self._held.add((delivery.stream, delivery.entry_id))
+            self.buffer.add(delivery.task.model, delivery, now)
+        if rejected:
+            await self.executor.settle(rejected)
+        self.metrics.buffered.set(len(self.buffer))
+        self._changed.set()
+
+    def _rejection(self, delivery: Delivery) -> str:
+        if delivery.task is None:
+            return delivery.problem or "unreadable task"
+        if delivery.deliveries > self.settings.max_deliveries:
+            return (f"delivered {delivery.deliveries} times without finishing "
+                    f"(limit {self.settings.max_deliveries}); a batcher may crash on it")
+        return ""
+
+    async def _learn_capacity(self, model: str) -> None:
+        if model in self._capacity:
+            return
+        try:
+            self._capacity[model] = (await self.backend.model_spec(model)).max_batch_size
+        except BackendError:
+            pass  # the executor reports the error with the batch; chunking still applies there
+
+    # -- dispatching ----------------------------------------------------------------------------
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            self._changed.clear()
+            draining = self._stopping.is_set()
+            now = math.inf if draining else self.clock()  # draining: every queue is due
+            free = self.settings.max_inflight_batches - len(self._batches)
+            plan = self.policy.plan(self.buffer.views(self._capacity, self.settings.max_batch),
+                                    now, free)
+            for model, size in plan.flush:
+                self._launch(model, self.buffer.take(model, size))
+            self.metrics.buffered.set(len(self.buffer))
+            if draining and not self.buffer and self._reader_done():
+                return
+            # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
+            await self._wait_changed(None if plan.wake_in == 0 else plan.wake_in)
+
+    def _reader_done(self) -> bool:
+        return all(t.done() for t in self._loops if t.get_name() != "ferry-dispatcher")
+
+    async def _wait_changed(self, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _launch(self, model: str, deliveries: list[Delivery]) -> None:
+        task = asyncio.create_task(self._run_batch(model, deliveries), name=f"ferry-batch-{model}")
+        self._batches.add(task)
+        self.metrics.inflight.set(len(self._batches))
+        task.add_done_callback(self._batch_done)
+
+    async def _run_batch(self, model: str, deliveries: list[Delivery]) -> None:
+        try:
+            await self.executor.run(model, deliveries)
+        except Exception:
+            log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
+                          len(deliveries), model)
+        finally:
+            for delivery in deliveries:
+                self._held.discard((delivery.stream, delivery.entry_id))
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._batches.discard(task)
+        self.metrics.inflight.set(len(self._batches))
+        self._changed.set()

@@ -1,0 +1,74 @@
+"""The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+
+from ferry import __version__
+from ferry.errors import ConfigError
+from ferry.settings import (
+    BatcherSettings,
+    CommonSettings,
+    GatewaySettings,
+    UpSettings,
+    add_arguments,
+    load,
+    reference_table,
+)
+from ferry.telemetry.logs import configure
+
+COMMANDS: dict[str, tuple[type[CommonSettings], str]] = {
+    "up": (UpSettings, "run the whole stack locally: Redis, Triton, gateway, batcher"),
+    "gateway": (GatewaySettings, "run the HTTP gateway"),
+    "batcher": (BatcherSettings, "run a batcher worker"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferry", description="Batch inference requests for NVIDIA Triton. Every flag is "
+        "also a FERRY_* environment variable; flags win.")
+    parser.add_argument("--version", action="version", version=f"ferry {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, (cls, help_text) in COMMANDS.items():
+        add_arguments(commands.add_parser(name, help=help_text, description=help_text), cls)
+    commands.add_parser("settings", help="print every setting as a Markdown table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "settings":
+        print(reference_table())
+        return 0
+    cls, _ = COMMANDS[args.command]
+    try:
+        settings = load(cls, args)
+    except ConfigError as exc:
+        print(f"ferry {args.command}: {exc}")
+        return 2
+    configure(settings.log_level)
+    return run(args.command, settings)
+
+
+def run(command: str, settings: CommonSettings) -> int:
+    if isinstance(settings, UpSettings):
+        from ferry.stack.up import LocalStack
+
+        return LocalStack(settings).run()
+    if isinstance(settings, GatewaySettings):
+        import uvicorn
+
+        from ferry.gateway.app import create_app
+
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
+                    log_level=settings.log_level.lower(), timeout_graceful_shutdown=10)
+        return 0
+    if isinstance(settings, BatcherSettings):
+        from ferry.batcher.worker import Batcher
+
+        asyncio.run(Batcher(settings).run())
+        return 0
+    raise ConfigError(f"unknown command {command}")

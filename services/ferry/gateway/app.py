@@ -1,0 +1,202 @@
+"""The FastAPI application: routes stay thin, the work is in intake, catalog, queue and results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ferry import __version__, keys
+from ferry.errors import BackendError, BadRequestError, DependencyUnavailableError
+from ferry.gateway.catalog import ModelCatalog
+from ferry.gateway.intake import check_payload, media_type, parse_submission, read_body
+from ferry.gateway.schemas import ERRORS, RAW_BODY_DOC, Accepted, TaskResult
+from ferry.queue.redis_streams import RedisStreamQueue
+from ferry.results.base import ResultRecord, Status
+from ferry.results.redis_store import RedisResultStore
+from ferry.settings import GatewaySettings
+from ferry.telemetry.metrics import GatewayMetrics
+from ferry.triton.base import InferenceBackend
+from ferry.triton.grpc_backend import TritonGrpcBackend
+from ferry.v1.task_pb2 import Task
+
+
+def error_response(status: int, code: str, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+class Gateway:
+    """The gateway's connections and the operations its routes call."""
+
+    def __init__(self, settings: GatewaySettings, backend: InferenceBackend | None = None) -> None:
+        self.settings = settings
+        self.metrics = GatewayMetrics()
+        self.backend: InferenceBackend = backend or TritonGrpcBackend(settings.triton_grpc_target)
+        self.catalog = ModelCatalog(self.backend, settings.catalog_refresh_s)
+        self.redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=False)
+        self.queue = RedisStreamQueue(self.redis, partitions=settings.partitions,
+                                      result_ttl_s=settings.result_ttl_s)
+        self.results = RedisResultStore(self.redis, settings.result_ttl_s)
+
+    async def start(self) -> None:
+        await self.backend.start()
+        await self.results.start_listener()
+
+    async def stop(self) -> None:
+        await self.results.stop_listener()
+        await self.backend.close()
+        await self.redis.aclose()
+
+    async def submit(self, request: Request, model_param: str | None) -> Accepted:
+        body = await read_body(request.stream(), request.headers.get("content-length"),
+                               self.settings.max_body_bytes)
+        submission = parse_submission(body, media_type(request.headers.get("content-type")),
+                                      model_param)
+        spec = await self.catalog.resolve(submission.model or self.settings.default_model)
+        if spec.input_kind == "image":
+            await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
+        else:
+            check_payload(spec.input_kind, submission.payload)
+        task_id = keys.new_task_id()
+        now = time.time()
+        task = Task(task_id=task_id, model=spec.name, payload=submission.payload,
+                    content_type=submission.content_type, enqueued_at_ms=int(now * 1000),
+                    client_id=submission.client_id)
+        pending = ResultRecord(task_id=task_id, status=Status.PENDING, model=spec.name,
+                               created_at=now)
+        await self.queue.enqueue(task, pending)
+        self.metrics.accepted.labels(spec.name).inc()
+        return Accepted(task_id=task_id, status_url=f"/v1/result/{task_id}")
+
+    async def result(self, task_id: str, wait: float) -> ResultRecord:
+        if not 0 <= wait <= self.settings.max_poll_s:
+            raise BadRequestError("invalid_wait", f"'wait' must be between 0 and "
+                                  f"{self.settings.max_poll_s:g} seconds, got {wait:g}")
+        record = None
+        if keys.is_task_id(task_id):
+            if wait > 0:
+                record = await self.results.wait(task_id, wait)
+            else:
+                record = await self.results.get(task_id)
+        if record is None:
+            raise BadRequestError("unknown_task", f"no task {task_id!r}: it never existed, or its "
+                                  f"result expired ({self.settings.result_ttl_s} s after "
+                                  "it finished)", 404)
+        return record
+
+    async def readiness(self) -> tuple[bool, dict[str, str]]:
+        checks: dict[str, str] = {}
+        try:
+            await self.redis.ping()
+            checks["redis"] = "ok"
+        except (RedisError, OSError) as exc:
+            checks["redis"] = f"unreachable: {exc}"
+        checks["triton"] = "ok" if await self.backend.server_ready() else "not ready"
+        try:
+            models = await self.backend.ready_models()
+            ok = self.settings.default_model in models
+            checks["default_model"] = "ok" if ok else f"{self.settings.default_model!r} not ready"
+        except BackendError as exc:
+            checks["default_model"] = f"unknown: {exc}"
+        return all(v == "ok" for v in checks.values()), checks
+
+
+def create_app(settings: GatewaySettings, backend: InferenceBackend | None = None) -> FastAPI:
+    """The gateway app; connections open in its lifespan, never at import."""
+    gateway = Gateway(settings, backend)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(title="Ferry", version=__version__, lifespan=lifespan,
+                  description="Batches inference requests that arrive one at a time for Triton.")
+    app.state.gateway = gateway
+    _install_error_handlers(app)
+    _install_metrics_middleware(app, gateway.metrics)
+    _add_routes(app, gateway)
+    return app
+
+
+def _add_routes(app: FastAPI, gateway: Gateway) -> None:
+    @app.post("/v1/inference", status_code=202, response_model=Accepted, responses=ERRORS,
+              openapi_extra=RAW_BODY_DOC, summary="Submit one request; returns a task id at once")
+    async def submit(request: Request, response: Response,
+                     model: str | None = Query(None, description="model, for raw bodies")
+                     ) -> Accepted:
+        accepted = await gateway.submit(request, model)
+        response.headers["Location"] = accepted.status_url
+        return accepted
+
+    @app.get("/v1/result/{task_id}", response_model=TaskResult, response_model_exclude_none=True,
+             responses=ERRORS, summary="A task's status and result; ?wait= long-polls")
+    async def result(task_id: str,
+                     wait: float = Query(0.0, description="seconds to wait for a final status")
+                     ) -> dict[str, Any]:
+        return (await gateway.result(task_id, wait)).to_json()
+
+    @app.get("/healthz", summary="The process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Redis and Triton reachable, default model ready")
+    async def readyz() -> JSONResponse:
+        ready, checks = await gateway.readiness()
+        return JSONResponse({"ready": ready, "checks": checks}, 200 if ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(BadRequestError)
+    async def bad_request(request: Request, exc: BadRequestError) -> JSONResponse:
+        request.app.state.gateway.metrics.rejected.labels(exc.code).inc()
+        return error_response(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        return error_response(400, "invalid_parameter", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(503, "unavailable", f"a dependency is unavailable: {exc}",
+                              {"Retry-After": "1"})
+
+    for kind in (DependencyUnavailableError, RedisError, ConnectionError):
+        app.add_exception_handler(kind, unavailable)
+
+
+def _install_metrics_middleware(app: FastAPI, metrics: GatewayMetrics) -> None:
+    @app.middleware("http")
+    async def measure(request: Request,
+                      call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
+        metrics.latency.labels(path, request.method).observe(time.perf_counter() - started)
+        return response

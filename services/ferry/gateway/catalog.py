@@ -1,0 +1,62 @@
+"""Which models the gateway accepts requests for, from Triton, cached for a few seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from ferry.errors import (
+    BackendError,
+    BadRequestError,
+    DependencyUnavailableError,
+    ModelContractError,
+    UnknownModelError,
+)
+from ferry.triton.base import InferenceBackend, ModelSpec
+
+
+class ModelCatalog:
+    """Ready models by name; a stale list is used while Triton cannot be asked."""
+
+    def __init__(self, backend: InferenceBackend, refresh_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self._names: list[str] | None = None
+        self._fetched_at = -float("inf")
+        self._lock = asyncio.Lock()
+
+    async def names(self) -> list[str]:
+        if self.clock() - self._fetched_at < self.refresh_s and self._names is not None:
+            return self._names
+        async with self._lock:
+            if self.clock() - self._fetched_at >= self.refresh_s or self._names is None:
+                await self._refresh()
+        assert self._names is not None
+        return self._names
+
+    async def _refresh(self) -> None:
+        try:
+            self._names = await self.backend.ready_models()
+            self._fetched_at = self.clock()
+        except BackendError as exc:
+            if self._names is None:
+                raise DependencyUnavailableError(f"cannot list Triton's models: {exc}") from exc
+
+    async def resolve(self, name: str) -> ModelSpec:
+        """The spec of a ready model, or a 4xx naming the problem."""
+        names = await self.names()
+        if name not in names:
+            known = ", ".join(names) or "none"
+            raise BadRequestError("unknown_model", f"unknown model {name!r}; ready models: {known}",
+                                  404)
+        try:
+            return await self.backend.model_spec(name)
+        except ModelContractError as exc:
+            raise BadRequestError("unsupported_model", str(exc), 422) from exc
+        except UnknownModelError as exc:
+            raise BadRequestError("unknown_model", str(exc), 404) from exc
+        except BackendError as exc:
+            raise DependencyUnavailableError(f"cannot read model {name!r}: {exc}") from exc

@@ -1,0 +1,161 @@
+"""Turning an HTTP request body into a payload for a model, or a 4xx that says what is wrong."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import warnings
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+from ferry.errors import BadRequestError
+
+JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id"})
+RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
+                       "application/octet-stream", "text/plain"})
+# Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
+IMAGE_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
+MAX_IMAGE_PIXELS = 50_000_000
+MAX_ID_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a client asked for, checked for form but not yet against the model."""
+
+    model: str | None
+    payload: bytes
+    content_type: str
+    client_id: str = ""
+
+
+def media_type(header: str | None) -> str:
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
+    """The whole body, refusing (413) as soon as it is known to exceed ``limit`` bytes."""
+    too_big = BadRequestError("body_too_large", f"request body exceeds the limit of {limit} bytes",
+                              413)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    body = bytearray()
+    async for chunk in chunks:
+        body.extend(chunk)
+        if len(body) > limit:
+            raise too_big
+    return bytes(body)
+
+
+def parse_submission(body: bytes, content_type: str, model_param: str | None) -> Submission:
+    """A JSON document or a raw payload, by ``Content-Type``."""
+    if content_type == "application/json" or content_type.endswith("+json"):
+        return _from_json(body, model_param)
+    if content_type in RAW_TYPES:
+        return _from_raw(body, content_type, model_param)
+    if not content_type:
+        raise BadRequestError("unsupported_media_type",
+                              "missing Content-Type: send application/json or a raw payload "
+                              f"({', '.join(sorted(RAW_TYPES))})", 415)
+    raise BadRequestError("unsupported_media_type",
+                          f"Content-Type {content_type!r} is not accepted; use application/json "
+                          f"or one of {', '.join(sorted(RAW_TYPES))}", 415)
+
+
+def _from_raw(body: bytes, content_type: str, model: str | None) -> Submission:
+    if not body:
+        raise BadRequestError("empty_input", "the request body is empty: send the payload bytes")
+    return Submission(model=_clean_name(model, "model"), payload=body, content_type=content_type)
+
+
+def _from_json(body: bytes, model_param: str | None) -> Submission:
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequestError("malformed_json", "the JSON body must be an object")
+    unknown = sorted(set(doc) - JSON_FIELDS)
+    if unknown:
+        raise BadRequestError("unknown_field", f"unknown field(s) {unknown}; allowed: "
+                              f"{sorted(JSON_FIELDS)}")
+    model = _clean_name(_optional_str(doc, "model") or model_param, "model")
+    client_id = _clean_name(_optional_str(doc, "client_id"), "client_id") or ""
+    payload, content_type = _json_payload(doc)
+    return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id)
+
+
+def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:
+    text, encoded = _optional_str(doc, "input"), _optional_str(doc, "input_base64")
+    if text is not None and encoded is not None:
+        raise BadRequestError("ambiguous_input", "send either 'input' or 'input_base64', not both")
+    if text is None and encoded is None:
+        raise BadRequestError("missing_input", "the request has no 'input' (text) or "
+                              "'input_base64' (binary payload)")
+    if text is not None:
+        if not text:
+            raise BadRequestError("empty_input", "'input' is empty")
+        return text.encode("utf-8"), "text/plain"
+    assert encoded is not None
+    try:
+        payload = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequestError("invalid_base64", "'input_base64' is not valid base64") from None
+    if not payload:
+        raise BadRequestError("empty_input", "'input_base64' decodes to nothing")
+    return payload, "application/octet-stream"
+
+
+def _optional_str(doc: dict[str, Any], key: str) -> str | None:
+    value = doc.get(key)
+    if value is not None and not isinstance(value, str):
+        raise BadRequestError("invalid_field", f"'{key}' must be a string, "
+                              f"not {type(value).__name__}")
+    return value
+
+
+def _clean_name(value: str | None, what: str) -> str | None:
+    if value is None:
+        return None
+    if not value or len(value) > MAX_ID_LENGTH or not value.isprintable():
+        raise BadRequestError("invalid_field", f"'{what}' must be 1 to {MAX_ID_LENGTH} "
+                              "printable characters")
+    return value
+
+
+def check_payload(kind: str, payload: bytes) -> None:
+    """Refuse what the model cannot take, by the model's declared input kind."""
+    if kind == "text":
+        try:
+            payload.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequestError("invalid_text", "this model takes UTF-8 text") from None
+    elif kind == "image":
+        check_image(payload)
+
+
+def check_image(payload: bytes) -> None:
+    """Decode the image fully (CPU work: call it in a thread)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(payload)) as image:
+                if image.format not in IMAGE_FORMATS:
+                    raise BadRequestError(
+                        "undecodable_image", f"{image.format} images are not accepted; send "
+                        f"one of {', '.join(sorted(IMAGE_FORMATS))}")
+                if image.width * image.height > MAX_IMAGE_PIXELS:
+                    raise BadRequestError("image_too_large", f"the image has more than "
+                                          f"{MAX_IMAGE_PIXELS} pixels", 413)
+                image.load()
+    except BadRequestError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError,
+            Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise BadRequestError("undecodable_image",
+                              f"the payload is not a decodable image: {exc}") from None

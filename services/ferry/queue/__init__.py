@@ -1,0 +1,1 @@
+"""The task queue: interface (base) beside its Redis Streams implementation."""

@@ -1,0 +1,38 @@
+"""What the batcher and gateway need from a partitioned, at-least-once task queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ferry.results.base import ResultRecord
+from ferry.v1.task_pb2 import Task
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One queue entry handed to a batcher; it stays pending until acknowledged."""
+
+    stream: str
+    entry_id: str
+    raw: bytes
+    task: Task | None  # None when the entry did not decode
+    problem: str = ""  # why it did not decode
+    deliveries: int = 1  # how often the queue has handed it out (reclaims included)
+
+
+class TaskQueue(Protocol):
+    async def ensure_groups(self) -> None: ...
+
+    async def enqueue(self, task: Task, pending: ResultRecord) -> None: ...
+
+    async def read(self, count: int, block_ms: int) -> list[Delivery]: ...
+
+    async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]: ...
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None: ...
+
+    async def dead_letter(self, deliveries: Sequence[tuple[Delivery, str]]) -> None: ...
+
+    async def depth(self) -> int: ...

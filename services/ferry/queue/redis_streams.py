@@ -1,0 +1,167 @@
+"""Tasks in N Redis Streams read through one consumer group (at-least-once).
+
+An entry is read with XREADGROUP (it becomes pending for this consumer), its result is written,
+and only then is it acknowledged and deleted (XACK + XDEL), so the streams hold only work that is
+not finished. Entries of a consumer that died are taken over with XAUTOCLAIM after an idle time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from ferry import keys
+from ferry.codec import EnvelopeError, decode_task, encode_task
+from ferry.queue.base import Delivery
+from ferry.results.base import ResultRecord
+from ferry.v1.task_pb2 import Task
+
+log = logging.getLogger(__name__)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _delivery(stream: str, entry_id: Any, fields: Any, deliveries: int = 1) -> Delivery:
+    raw = (fields or {}).get(keys.TASK_FIELD.encode(), b"")
+    try:
+        return Delivery(stream, _text(entry_id), raw, decode_task(raw), deliveries=deliveries)
+    except EnvelopeError as exc:
+        return Delivery(stream, _text(entry_id), raw, None, str(exc), deliveries)
+
+
+class RedisStreamQueue:
+    """The partition streams, seen by one producer or one consumer of the group."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        partitions: int,
+        owned: Sequence[int] = (),
+        consumer: str = "",
+        result_ttl_s: int = 600,
+        dead_letter_maxlen: int = 100_000,
+    ) -> None:
+        self.redis = redis
+        self.partitions = partitions
+        self.streams = [keys.partition_stream(p) for p in owned]
+        self.consumer = consumer
+        self.result_ttl_s = result_ttl_s
+        self.dead_letter_maxlen = dead_letter_maxlen
+        self._claim_cursor = {stream: "0-0" for stream in self.streams}
+
+    async def ensure_groups(self) -> None:
+        """Create the consumer group on every owned stream (and the stream itself) if missing."""
+        for stream in self.streams:
+            try:
+                await self.redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def enqueue(self, task: Task, pending: ResultRecord) -> None:
+        """Record the task as PENDING and append it to its partition, atomically."""
+        stream = keys.partition_stream(keys.partition_of(task.task_id, self.partitions))
+        result_key = keys.result_key(task.task_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(result_key, mapping=pending.to_fields())  # type: ignore[arg-type]
+            pipe.expire(result_key, self.result_ttl_s)
+            pipe.xadd(stream, {keys.TASK_FIELD: encode_task(task)})
+            await pipe.execute()
+
+    async def read(self, count: int, block_ms: int) -> list[Delivery]:
+        """Up to ``count`` new entries per owned stream, blocking up to ``block_ms`` for any."""
+        if count <= 0 or not self.streams:
+            return []
+        try:
+            reply = await self.redis.xreadgroup(
+                keys.CONSUMER_GROUP, self.consumer, dict.fromkeys(self.streams, ">"),
+                count=count, block=max(1, block_ms))
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.warning("consumer group missing (Redis flushed?); recreating it")
+            await self.ensure_groups()
+            return []
+        return [_delivery(_text(stream), entry_id, fields)
+                for stream, entries in reply or [] for entry_id, fields in entries]
+
+    async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]:
+        """Take over entries other consumers left pending for ``min_idle_ms`` or more."""
+        claimed: list[Delivery] = []
+        for stream in self.streams:
+            claimed.extend(await self._claim_stream(stream, min_idle_ms, count))
+        return claimed
+
+    async def _claim_stream(self, stream: str, min_idle_ms: int, count: int) -> list[Delivery]:
+        try:
+            cursor, entries, deleted = await self.redis.xautoclaim(
+                stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
+                start_id=self._claim_cursor[stream], count=count)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                return []
+            raise
+        self._claim_cursor[stream] = _text(cursor)
+        if deleted:  # pending ids whose entries are gone: nothing left to do for them
+            await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)
+        entries = [(entry_id, fields) for entry_id, fields in entries if fields]
+        if not entries:
+            return []
+        counts = await self._delivery_counts(stream, [_text(e[0]) for e in entries])
+        return [_delivery(stream, entry_id, fields, counts.get(_text(entry_id), 1))
+                for entry_id, fields in entries]
+
+    async def _delivery_counts(self, stream: str, entry_ids: list[str]) -> dict[str, int]:
+        rows = await self.redis.xpending_range(
+            stream, keys.CONSUMER_GROUP, min=entry_ids[0], max=entry_ids[-1],
+            count=len(entry_ids) * 2, consumername=self.consumer)
+        return {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge and delete finished entries (one round trip)."""
+        by_stream = _group_ids(deliveries)
+        if not by_stream:
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for stream, ids in by_stream.items():
+                pipe.xack(stream, keys.CONSUMER_GROUP, *ids)
+                pipe.xdel(stream, *ids)
+            await pipe.execute()
+
+    async def dead_letter(self, failures: Sequence[tuple[Delivery, str]]) -> None:
+        """Copy failed entries, with their last error, to the dead-letter stream."""
+        if not failures:
+            return
+        now = repr(time.time())
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for delivery, error in failures:
+                task = delivery.task
+                pipe.xadd(keys.DEAD_LETTER_STREAM, {
+                    keys.TASK_FIELD: delivery.raw, "error": error, "stream": delivery.stream,
+                    "entry_id": delivery.entry_id, "failed_at": now,
+                    "task_id": task.task_id if task else "", "model": task.model if task else "",
+                    "deliveries": str(delivery.deliveries),
+                }, maxlen=self.dead_letter_maxlen, approximate=True)
+            await pipe.execute()
+
+    async def depth(self) -> int:
+        """Entries not yet finished, over all partitions (new and pending)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for partition in range(self.partitions):
+                pipe.xlen(keys.partition_stream(partition))
+            return sum(int(n) for n in await pipe.execute())
+
+
+def _group_ids(deliveries: Iterable[Delivery]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for delivery in deliveries:
+        grouped.setdefault(delivery.stream, []).append(delivery.entry_id)
+    return grouped

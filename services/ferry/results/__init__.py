@@ -1,0 +1,1 @@
+"""Where results live until the client reads them: interface (base) and Redis implementation."""

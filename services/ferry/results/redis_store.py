@@ -1,0 +1,131 @@
+"""Results as Redis hashes with a TTL; completion is announced on one pub/sub channel.
+
+Long-polling clients do not poll Redis: each gateway process keeps one subscription to
+``RESULT_CHANNEL`` and wakes exactly the waiters of the task ids it hears about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from ferry import keys
+from ferry.results.base import ResultRecord
+
+log = logging.getLogger(__name__)
+
+# Write a final record unless one is there already (at-least-once delivery may run a task twice;
+# the first final answer stands), refresh the TTL, then announce the task id.
+_COMPLETE = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and status ~= 'PENDING' then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisResultStore:
+    """Task records in Redis; ``start_listener`` enables ``wait`` (gateways only)."""
+
+    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self._complete = redis.register_script(_COMPLETE)
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._listener: asyncio.Task[None] | None = None
+
+    async def get(self, task_id: str) -> ResultRecord | None:
+        raw = await self.redis.hgetall(keys.result_key(task_id))
+        if not raw:
+            return None
+        return ResultRecord.from_fields(task_id, {_text(k): _text(v) for k, v in raw.items()})
+
+    async def complete(self, records: Sequence[ResultRecord]) -> int:
+        """Write final records (one round trip); returns how many were new."""
+        if not records:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                flat = [item for pair in record.to_fields().items() for item in pair]
+                await self._complete(keys=[keys.result_key(record.task_id)],
+                                     args=[self.ttl_s, keys.RESULT_CHANNEL, record.task_id, *flat],
+                                     client=pipe)
+            written = await pipe.execute()
+        return sum(int(w) for w in written)
+
+    async def wait(self, task_id: str, timeout_s: float) -> ResultRecord | None:
+        """The record once final, or as it stands after ``timeout_s``.
+
+        The waiter is registered before the record is read, so a completion announced between the
+        read and the wait is not missed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.setdefault(task_id, set()).add(waiter)
+            try:
+                record = await self.get(task_id)
+                remaining = deadline - loop.time()
+                if record is None or record.status.final or remaining <= 0:
+                    return record
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, remaining)
+            finally:
+                self._discard(task_id, waiter)
+
+    def _discard(self, task_id: str, waiter: asyncio.Future[None]) -> None:
+        futures = self._waiters.get(task_id)
+        if futures is not None:
+            futures.discard(waiter)
+            if not futures:
+                del self._waiters[task_id]
+
+    def _wake(self, task_id: str) -> None:
+        for future in self._waiters.get(task_id, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def _wake_all(self) -> None:
+        for task_id in list(self._waiters):
+            self._wake(task_id)
+
+    async def start_listener(self) -> None:
+        if self._listener is None:
+            self._listener = asyncio.create_task(self._listen(), name="ferry-result-listener")
+
+    async def stop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        self._wake_all()
+
+    async def _listen(self) -> None:
+        """Subscribe, dispatch, and on any Redis error resubscribe (waking everyone to re-check)."""
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(keys.RESULT_CHANNEL)
+                    self._wake_all()  # anything finished while we were not subscribed
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            self._wake(_text(message["data"]))
+            except (RedisError, OSError) as exc:
+                log.warning("result listener lost Redis (%s); resubscribing", exc)
+                self._wake_all()
+                await asyncio.sleep(0.5)

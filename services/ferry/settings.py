@@ -1,0 +1,197 @@
+"""Typed settings, one object per service, read once at the entry point.
+
+Every field is a command-line flag (``--max-batch``) and an environment variable with the one
+prefix ``FERRY_`` (``FERRY_MAX_BATCH``); the flag wins, then the variable, then the default written
+here. ``ferry <command> --help`` prints them all with their defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ferry.errors import ConfigError
+
+ENV_PREFIX = "FERRY_"
+S = TypeVar("S", bound="CommonSettings")
+
+
+def setting(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
+    """A settings field with its documentation."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class CommonSettings:
+    """Settings every Ferry service shares."""
+
+    redis_url: str = setting("redis://127.0.0.1:6379/0", "Redis URL (queue and result store)")
+    partitions: int = setting(16, "number of partition streams tasks are spread over")
+    result_ttl_s: int = setting(600, "seconds a result (and a pending record) is kept")
+    triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
+    log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ConfigError("partitions must be at least 1")
+        if self.result_ttl_s < 1:
+            raise ConfigError("result_ttl_s must be at least 1")
+
+    @property
+    def triton_grpc_target(self) -> str:
+        """``triton_url`` without a ``grpc://`` scheme, as tritonclient wants it."""
+        return self.triton_url.removeprefix("grpc://")
+
+
+@dataclass(frozen=True)
+class GatewaySettings(CommonSettings):
+    """The HTTP gateway."""
+
+    host: str = setting("127.0.0.1", "address the gateway listens on")
+    port: int = setting(8000, "port the gateway listens on")
+    default_model: str = setting("moderation", "model used when a request names none")
+    max_body_bytes: int = setting(8 * 1024 * 1024, "largest accepted request body, in bytes")
+    max_poll_s: float = setting(30.0, "longest long-poll a client may ask for with ?wait=")
+    catalog_refresh_s: float = setting(5.0, "seconds the gateway trusts its cached model list")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes must be positive")
+
+
+@dataclass(frozen=True)
+class BatcherSettings(CommonSettings):
+    """A batcher worker."""
+
+    max_batch: int = setting(64, "a batch leaves when it holds this many requests")
+    max_wait_ms: float = setting(50.0, "... or this long after its first request arrived")
+    owned_partitions: str = setting("all", "partitions this batcher reads: 'all' or e.g. '0-7,12'")
+    max_inflight_batches: int = setting(2, "batches that may be at Triton at once")
+    max_attempts: int = setting(3, "inference attempts per request before it is dead-lettered")
+    backoff_base_ms: float = setting(100.0, "first retry delay; doubles on each attempt")
+    backoff_max_ms: float = setting(2000.0, "longest retry delay")
+    infer_timeout_s: float = setting(30.0, "deadline of one Triton infer call")
+    claim_idle_ms: int = setting(30000, "a pending task idle this long is reclaimed by a batcher")
+    claim_interval_ms: int = setting(5000, "how often a batcher looks for such tasks")
+    max_deliveries: int = setting(5, "deliveries of one task (crashes included) before dead-letter")
+    dead_letter_maxlen: int = setting(100000, "approximate length cap of the dead-letter stream")
+    read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")
+    shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
+    metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")
+    metrics_port: int = setting(9400, "port of the batcher's /metrics endpoint (0: off)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_batch < 1 or self.max_wait_ms < 0:
+            raise ConfigError("max_batch must be >= 1 and max_wait_ms >= 0")
+        if self.max_attempts < 1 or self.max_inflight_batches < 1:
+            raise ConfigError("max_attempts and max_inflight_batches must be >= 1")
+        parse_partitions(self.owned_partitions, self.partitions)
+
+
+@dataclass(frozen=True)
+class UpSettings(GatewaySettings, BatcherSettings):
+    """``ferry up``: the whole local stack. Empty URLs mean 'start a private server'."""
+
+    redis_url: str = setting("", "use this Redis instead of starting a private one")
+    triton_url: str = setting("", "use this Triton (gRPC host:port) instead of starting one")
+    model_repository: str = setting("", "Triton model repository to serve (default: bundled)")
+    state_dir: str = setting(".ferry", "where logs and Redis data of the local stack go")
+    metrics_port: int = setting(0, "batcher /metrics port (0: pick a free one)")
+
+
+def parse_partitions(spec: str, total: int) -> tuple[int, ...]:
+    """Parse 'all' or a list of indices and ranges ('0-3,7') into sorted partition numbers."""
+    if spec.strip().lower() == "all":
+        return tuple(range(total))
+    chosen: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
+        chosen.update(range(first, last + 1))
+    if not chosen or min(chosen) < 0 or max(chosen) >= total:
+        raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
+    return tuple(sorted(chosen))
+
+
+def _base_type(annotation: Any) -> type:
+    hint = typing.get_origin(annotation)
+    if hint in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(annotation) if a is not type(None))  # type: ignore[no-any-return]
+    return annotation  # type: ignore[no-any-return]
+
+
+def _convert(kind: type, raw: str, name: str) -> Any:
+    try:
+        if kind is bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[CommonSettings]) -> None:
+    """One flag per field, each help line naming its variable and default."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        env = ENV_PREFIX + f.name.upper()
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            default=None,
+            metavar=_base_type(hints[f.name]).__name__.upper(),
+            help=f"{f.metadata.get('help', '')} [env {env}, default {f.default!r}]",
+        )
+
+
+def load(cls: type[S], args: argparse.Namespace | None = None,
+         environ: Mapping[str, str] | None = None) -> S:
+    """Build ``cls`` from flags, then ``FERRY_*`` variables, then defaults."""
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        raw = getattr(args, f.name, None) if args is not None else None
+        if raw is None:
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+        if raw is not None:
+            values[f.name] = _convert(_base_type(hints[f.name]), str(raw), f.name)
+    return cls(**values)
+
+
+def to_env(settings: CommonSettings, cls: type[CommonSettings]) -> dict[str, str]:
+    """The ``FERRY_*`` variables that rebuild the ``cls`` part of ``settings`` in a child."""
+    return {
+        ENV_PREFIX + f.name.upper(): str(getattr(settings, f.name))
+        for f in dataclasses.fields(cls)
+    }
+
+
+def reference_table() -> str:
+    """Markdown table of every setting, for the README."""
+    rows = ["| variable | flag | default | meaning | used by |", "|---|---|---|---|---|"]
+    seen: dict[str, list[str]] = {}
+    docs: dict[str, dataclasses.Field[Any]] = {}
+    for cls in (GatewaySettings, BatcherSettings, UpSettings):
+        for f in dataclasses.fields(cls):
+            seen.setdefault(f.name, []).append(cls.__name__.removesuffix("Settings").lower())
+            docs.setdefault(f.name, f)
+    for name, f in docs.items():
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `--{name.replace('_', '-')}` | "
+                    f"`{f.default!r}` | {f.metadata['help']} | {', '.join(seen[name])} |")
+    return "\n".join(rows)
+
+
+def as_path(value: str) -> Path | None:
+    return Path(value) if value else None

@@ -1,0 +1,147 @@
+"""``ferry up``: Redis, Triton, a gateway and a batcher on loopback, stopped together."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+from types import FrameType
+
+from ferry.errors import StartupError
+from ferry.settings import BatcherSettings, GatewaySettings, UpSettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port, is_listening
+from ferry.stack.process import ManagedProcess, env_with
+from ferry.stack.redis_server import start_redis
+from ferry.stack.triton_server import start_triton
+
+
+def bundled_repository() -> Path:
+    """The model repository that ships with Ferry (moderation, sim)."""
+    return Path(str(resources.files("ferry") / "model_repository"))
+
+
+def sample_image() -> Path:
+    return Path(str(resources.files("ferry") / "samples" / "grace_hopper.jpg"))
+
+
+def repository_models(repository: Path) -> list[str]:
+    return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as response:  # noqa: S310 - loopback URL
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class LocalStack:
+    """Starts the pieces in order, stops them in reverse, and watches them in between."""
+
+    def __init__(self, settings: UpSettings) -> None:
+        self.settings = settings
+        self.state = Path(settings.state_dir).resolve()
+        self.logs = self.state / "logs"
+        self.processes: list[ManagedProcess] = []
+        self._stop = threading.Event()
+
+    def run(self) -> int:
+        """Start everything, print how to use it, wait for Ctrl-C or a crash, stop everything."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        try:
+            settings = self._start_all()
+            print(self._banner(settings), flush=True)
+            return self._watch()
+        except StartupError as exc:
+            print(f"ferry up: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            self.stop()
+
+    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
+        self._stop.set()
+
+    def _start_all(self) -> UpSettings:
+        s = self.settings
+        if is_listening(s.host, s.port):
+            raise StartupError(f"port {s.port} on {s.host} is in use; pick another with --port")
+        repository = Path(s.model_repository) if s.model_repository else bundled_repository()
+        redis_url = s.redis_url or self._start_redis()
+        triton_url = s.triton_url or self._start_triton(repository)
+        default_model = self._default_model(repository)
+        resolved = dataclasses.replace(
+            s, redis_url=redis_url, triton_url=triton_url, default_model=default_model,
+            metrics_port=s.metrics_port or free_port())
+        self._start_service("batcher", to_env(resolved, BatcherSettings))
+        gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
+        gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120)
+        return resolved
+
+    def _default_model(self, repository: Path) -> str:
+        models = repository_models(repository) if repository.is_dir() else []
+        if self.settings.triton_url or self.settings.default_model in models or not models:
+            return self.settings.default_model
+        return models[0]
+
+    def _start_redis(self) -> str:
+        print("starting redis-server ...", flush=True)
+        proc, url = start_redis(self.state / "redis", persist=True)
+        self.processes.append(proc)
+        return url
+
+    def _start_triton(self, repository: Path) -> str:
+        print(f"starting tritonserver on {repository} ...", flush=True)
+        proc, ports = start_triton(repository.resolve(), self.state / "triton")
+        self.processes.append(proc)
+        return f"{LOOPBACK}:{ports.grpc}"
+
+    def _start_service(self, name: str, env: dict[str, str]) -> ManagedProcess:
+        print(f"starting {name} ...", flush=True)
+        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
+                              log_path=self.logs / f"{name}.log")
+        proc.start()
+        self.processes.append(proc)
+        return proc
+
+    def _watch(self) -> int:
+        while not self._stop.wait(0.5):
+            for proc in self.processes:
+                if not proc.running():
+                    print(f"ferry up: {proc.name} exited with code {proc.returncode()}; "
+                          f"see {proc.log_path}; stopping", file=sys.stderr)
+                    return 1
+        print("\nstopping ...", flush=True)
+        return 0
+
+    def stop(self) -> None:
+        """Stop in reverse start order: gateway, batcher (drains), Triton, Redis."""
+        while self.processes:
+            proc = self.processes.pop()
+            proc.stop(grace_s=15.0)
+
+    def _banner(self, s: UpSettings) -> str:
+        base = f"http://{s.host}:{s.port}"
+        image = sample_image()
+        return "\n".join([
+            "",
+            f"Ferry is up: gateway {base}  (API docs {base}/docs, metrics {base}/metrics)",
+            f"  default model  {s.default_model}",
+            f"  redis          {s.redis_url}",
+            f"  triton (gRPC)  {s.triton_url}",
+            f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",
+            f"  logs           {self.logs}",
+            "",
+            "Try it (an image to the moderation model, then its result):",
+            f"  curl -s -H 'Content-Type: image/jpeg' --data-binary @{image} "
+            f"'{base}/v1/inference?model=moderation'",
+            f"  curl -s '{base}/v1/result/<task_id>?wait=10'",
+            "",
+            "Ctrl-C stops everything.",
+        ])

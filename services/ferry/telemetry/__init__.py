@@ -1,0 +1,1 @@
+"""What Ferry shows of itself: Prometheus metrics and logging set-up."""

@@ -1,0 +1,1 @@
+"""The inference backend: the interface (base) beside its Triton gRPC implementation."""
