@@ -37,6 +37,8 @@ class CommonSettings:
     result_ttl_s: int = setting(600, "seconds a result (and a pending record) is kept")
     triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
     log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
+    redis_max_connections: int = setting(64, "size of each process's Redis connection pool")
+    redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

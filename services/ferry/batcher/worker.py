@@ -31,6 +31,7 @@ from ferry.batching.policy import BatchPolicy
 from ferry.errors import BackendError
 from ferry.queue.base import Delivery
 from ferry.queue.redis_streams import RedisStreamQueue
+from ferry.redis_conn import connect
 from ferry.results.base import Status
 from ferry.results.redis_store import RedisResultStore
 from ferry.settings import BatcherSettings, parse_partitions
@@ -81,7 +82,7 @@ class Batcher:
     async def start(self) -> None:
         """Connect, create the consumer groups, start the loops (and /metrics if configured)."""
         s = self.settings
-        self._redis = aioredis.Redis.from_url(s.redis_url, decode_responses=False)
+        self._redis = connect(s)
         self.queue = RedisStreamQueue(
             self._redis, partitions=s.partitions, owned=self.partitions, consumer=self.consumer,
             result_ttl_s=s.result_ttl_s, dead_letter_maxlen=s.dead_letter_maxlen)

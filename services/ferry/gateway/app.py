@@ -22,6 +22,7 @@ from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import check_payload, media_type, parse_submission, read_body
 from ferry.gateway.schemas import ERRORS, RAW_BODY_DOC, Accepted, TaskResult
 from ferry.queue.redis_streams import RedisStreamQueue
+from ferry.redis_conn import connect
 from ferry.results.base import ResultRecord, Status
 from ferry.results.redis_store import RedisResultStore
 from ferry.settings import GatewaySettings
@@ -44,7 +45,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.backend: InferenceBackend = backend or TritonGrpcBackend(settings.triton_grpc_target)
         self.catalog = ModelCatalog(self.backend, settings.catalog_refresh_s)
-        self.redis = aioredis.Redis.from_url(settings.redis_url, decode_responses=False)
+        self.redis = connect(settings)
         self.queue = RedisStreamQueue(self.redis, partitions=settings.partitions,
                                       result_ttl_s=settings.result_ttl_s)
         self.results = RedisResultStore(self.redis, settings.result_ttl_s)

@@ -13,12 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from ferry import keys
 from ferry.results.base import ResultRecord
 
 log = logging.getLogger(__name__)
+
+LISTEN_TICK_S = 0.25  # how often the listener looks up from the socket to see if it must stop
 
 # Write a final record unless one is there already (at-least-once delivery may run a task twice;
 # the first final answer stands), refresh the TTL, then announce the task id.
@@ -46,6 +49,7 @@ class RedisResultStore:
         self._complete = redis.register_script(_COMPLETE)
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
 
     async def get(self, task_id: str) -> ResultRecord | None:
         raw = await self.redis.hgetall(keys.result_key(task_id))
@@ -107,25 +111,36 @@ class RedisResultStore:
         if self._listener is None:
             self._listener = asyncio.create_task(self._listen(), name="ferry-result-listener")
 
-    async def stop_listener(self) -> None:
+    async def stop_listener(self, timeout_s: float = 2.0) -> None:
+        """Ask the listener to finish (it checks every ``LISTEN_TICK_S``); cancel if it won't."""
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+            self._closing.set()
+            done, _ = await asyncio.wait({self._listener}, timeout=timeout_s)
+            if not done:
+                self._listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._listener
             self._listener = None
         self._wake_all()
 
     async def _listen(self) -> None:
         """Subscribe, dispatch, and on any Redis error resubscribe (waking everyone to re-check)."""
-        while True:
+        while not self._closing.is_set():
             try:
-                async with self.redis.pubsub() as pubsub:
+                async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(keys.RESULT_CHANNEL)
                     self._wake_all()  # anything finished while we were not subscribed
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self._wake(_text(message["data"]))
+                    await self._dispatch(pubsub)
             except (RedisError, OSError) as exc:
                 log.warning("result listener lost Redis (%s); resubscribing", exc)
                 self._wake_all()
-                await asyncio.sleep(0.5)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), 0.5)
+
+    async def _dispatch(self, pubsub: PubSub) -> None:
+        # A blocking read with a short timeout rather than cancellation of listen(): redis-py's
+        # reader does not always honour a cancel, and a gateway must stop on time.
+        while not self._closing.is_set():
+            message = await pubsub.get_message(timeout=LISTEN_TICK_S)
+            if message is not None and message.get("type") == "message":
+                self._wake(_text(message["data"]))

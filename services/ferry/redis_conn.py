@@ -1,0 +1,19 @@
+"""The one way Ferry's services open Redis: a bounded pool that makes callers wait, not fail."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from ferry.settings import CommonSettings
+
+
+def connect(settings: CommonSettings) -> aioredis.Redis:
+    """A client over a blocking pool of ``redis_max_connections`` (bytes in, bytes out).
+
+    Under a burst, callers queue for a connection (up to ``redis_pool_timeout_s``) instead of
+    each opening one until Redis refuses.
+    """
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=settings.redis_max_connections,
+        timeout=settings.redis_pool_timeout_s, health_check_interval=30)
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()

@@ -1,0 +1,74 @@
+"""Real servers for the integration tests: a redis-server and a tritonserver on free loopback ports.
+
+Both start once per session; every test starts with an empty Redis. Triton serves the bundled model
+repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for crash tests.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from ferry.stack.process import ManagedProcess
+from ferry.stack.redis_server import start_redis
+from ferry.stack.triton_server import TritonPorts, start_triton
+from ferry.stack.up import bundled_repository
+
+
+@dataclass(frozen=True)
+class TritonServer:
+    grpc_url: str
+    ports: TritonPorts
+    repository: Path
+    process: ManagedProcess
+
+
+def build_test_repository(target: Path) -> Path:
+    """The bundled models plus ``sim_slow``, a copy of ``sim`` that takes 1.5 s per batch."""
+    shutil.copytree(bundled_repository(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    slow = target / "sim_slow"
+    shutil.copytree(target / "sim", slow)
+    config = (slow / "config.pbtxt").read_text()
+    config = config.replace('name: "sim"', 'name: "sim_slow"')
+    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
+                    'key: "fixed_ms" value: { string_value: "1500" }', config)
+    (slow / "config.pbtxt").write_text(config)
+    return target
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    yield url
+    proc.stop(grace_s=5)
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    state = tmp_path_factory.mktemp("triton")
+    repository = build_test_repository(state / "models")
+    proc, ports = start_triton(repository, state)
+    yield TritonServer(f"127.0.0.1:{ports.grpc}", ports, repository, proc)
+    proc.stop(grace_s=20)
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """A clean Redis for each test."""
+    client = redis.Redis.from_url(redis_server)
+    client.flushall()
+    yield redis_server
+    client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()

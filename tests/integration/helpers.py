@@ -1,0 +1,114 @@
+"""A gateway and a batcher running in the test's own event loop, against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import redis
+import tritonclient.grpc as triton_grpc
+
+from ferry import keys
+from ferry.batcher.worker import Batcher
+from ferry.gateway.app import create_app
+from ferry.settings import BatcherSettings, GatewaySettings
+
+
+def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
+    values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
+                              "default_model": "sim"}
+    values.update(overrides)
+    return GatewaySettings(**values)
+
+
+def batcher_settings(redis_url: str, triton_url: str, **overrides: Any) -> BatcherSettings:
+    values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
+                              "metrics_port": 0, "backoff_base_ms": 10.0, "backoff_max_ms": 50.0}
+    values.update(overrides)
+    return BatcherSettings(**values)
+
+
+@dataclass
+class Stack:
+    client: httpx.AsyncClient
+    batchers: list[Batcher] = field(default_factory=list)
+
+    async def submit(self, payload: bytes | str, model: str = "sim",
+                     content_type: str = "application/octet-stream") -> str:
+        data = payload.encode() if isinstance(payload, str) else payload
+        response = await self.client.post(f"/v1/inference?model={model}", content=data,
+                                          headers={"Content-Type": content_type})
+        assert response.status_code == 202, response.text
+        return str(response.json()["task_id"])
+
+    async def result(self, task_id: str, wait: float = 20.0) -> dict[str, Any]:
+        response = await self.client.get(f"/v1/result/{task_id}", params={"wait": wait})
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def results(self, task_ids: Sequence[str], wait: float = 20.0) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(self.result(t, wait) for t in task_ids)))
+
+
+@asynccontextmanager
+async def running_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ferry.test",
+                                     timeout=60) as client:
+            yield client
+
+
+@asynccontextmanager
+async def running_stack(gateway: GatewaySettings,
+                        *batchers: BatcherSettings) -> AsyncIterator[Stack]:
+    async with running_gateway(gateway) as client:
+        stack = Stack(client)
+        try:
+            for settings in batchers:
+                batcher = Batcher(settings)
+                await batcher.start()
+                stack.batchers.append(batcher)
+            yield stack
+        finally:
+            for batcher in stack.batchers:
+                await batcher.stop()
+
+
+def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
+    return sum(int(client.xlen(keys.partition_stream(p))) for p in range(partitions))
+
+
+def result_keys(client: redis.Redis) -> list[bytes]:
+    return list(client.scan_iter(match=keys.result_key("*")))
+
+
+def batch_executions(triton_url: str, model: str) -> dict[int, int]:
+    """Triton's own count of executions per batch size for ``model`` (cumulative)."""
+    with triton_grpc.InferenceServerClient(triton_url) as client:
+        stats = client.get_inference_statistics(model, as_json=True)
+    counts: dict[int, int] = {}
+    for model_stats in stats.get("model_stats", []):
+        for row in model_stats.get("batch_stats", []):
+            counts[int(row["batch_size"])] = int(row["compute_infer"]["count"])
+    return counts
+
+
+def executions_since(before: dict[int, int], after: dict[int, int]) -> dict[int, int]:
+    return {size: n - before.get(size, 0) for size, n in after.items() if n > before.get(size, 0)}
+
+
+async def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval_s)
+    return bool(predicate())
