@@ -9,5 +9,5 @@ def backoff_delay(attempt: int, base_s: float, max_s: float, jitter: float) -> f
     """
     if attempt < 1:
         raise ValueError("attempt counts from 1")
-    ceiling = min(max_s, base_s * (2 ** (attempt - 1)))
+    ceiling = min(max_s, base_s * 2.0 ** (attempt - 1))
     return ceiling * (0.5 + 0.5 * min(max(jitter, 0.0), 1.0))

@@ -6,8 +6,12 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
+import uvicorn
+
 from ferry import __version__
+from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
+from ferry.gateway.app import create_app
 from ferry.settings import (
     BatcherSettings,
     CommonSettings,
@@ -17,6 +21,7 @@ from ferry.settings import (
     load,
     reference_table,
 )
+from ferry.stack.up import LocalStack
 from ferry.telemetry.logs import configure
 
 COMMANDS: dict[str, tuple[type[CommonSettings], str]] = {
@@ -55,20 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(command: str, settings: CommonSettings) -> int:
     if isinstance(settings, UpSettings):
-        from ferry.stack.up import LocalStack
-
         return LocalStack(settings).run()
     if isinstance(settings, GatewaySettings):
-        import uvicorn
-
-        from ferry.gateway.app import create_app
-
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
                     log_level=settings.log_level.lower(), timeout_graceful_shutdown=10)
         return 0
     if isinstance(settings, BatcherSettings):
-        from ferry.batcher.worker import Batcher
-
         asyncio.run(Batcher(settings).run())
         return 0
     raise ConfigError(f"unknown command {command}")

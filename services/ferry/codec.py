@@ -51,7 +51,8 @@ def bytes_to_json(value: bytes) -> JSON:
 def tensor_to_json(row: npt.NDArray[Any]) -> JSON:
     """One request's slice of an output tensor (batch dimension removed)."""
     if row.dtype == np.object_ or row.dtype.kind in ("S", "U"):
-        items = [bytes_to_json(v if isinstance(v, bytes) else str(v).encode()) for v in row.reshape(-1)]
+        items = [bytes_to_json(v if isinstance(v, bytes) else str(v).encode())
+                 for v in row.reshape(-1)]
         return items[0] if len(items) == 1 else items
     return {"shape": list(row.shape), "data": row.tolist()}
 

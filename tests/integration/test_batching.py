@@ -1,4 +1,4 @@
-"""End to end through real Redis and real Triton: batches form, and every answer is the right one."""
+"""End to end through real Redis and real Triton: batches form, every answer is the right one."""
 
 from __future__ import annotations
 

@@ -138,6 +138,7 @@ def test_help_names_every_setting() -> None:
     for flag, env in [("--model-repository", ""), ("--port", "FERRY_PORT"),
                       ("--triton-url", "FERRY_TRITON_URL"), ("--redis-url", "FERRY_REDIS_URL"),
                       ("--max-batch", "FERRY_MAX_BATCH"), ("--max-wait-ms", "FERRY_MAX_WAIT_MS"),
-                      ("--partitions", "FERRY_PARTITIONS"), ("--result-ttl-s", "FERRY_RESULT_TTL_S"),
+                      ("--partitions", "FERRY_PARTITIONS"),
+                      ("--result-ttl-s", "FERRY_RESULT_TTL_S"),
                       ("--default-model", "FERRY_DEFAULT_MODEL")]:
         assert flag in text and env in text.replace("\n", " ").replace("  ", " ")

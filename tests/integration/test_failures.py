@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.integration
 
 
 def dead_letters(client: redis.Redis) -> list[dict[bytes, bytes]]:
-    return [fields for _, fields in client.xrange(keys.DEAD_LETTER_STREAM)]
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(keys.DEAD_LETTER_STREAM)  # type: ignore[assignment]
+    return [fields for _, fields in entries]
 
 
 async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(
@@ -51,8 +53,9 @@ async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(
     assert all(r["status"] == "SUCCESS" for r in by_payload.values())
     # Successful infer calls carried the 15 good requests, each once, the first in one batch.
     assert registry.get_sample_value("ferry_batch_size_sum", {"model": "sim"}) == 15
-    assert registry.get_sample_value("ferry_infer_failures_total",
-                                     {"model": "sim", "kind": "permanent"}) >= 5
+    failures = registry.get_sample_value("ferry_infer_failures_total",
+                                         {"model": "sim", "kind": "permanent"})
+    assert failures is not None and failures >= 5
     letters = dead_letters(redis_client)
     assert len(letters) == 1
     assert letters[0][b"task_id"].decode() == task_ids[payloads.index("poison-pill")]
@@ -132,7 +135,7 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
 async def test_a_task_that_keeps_killing_batchers_is_dead_lettered(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
-    """Delivered more than max_deliveries times (each reclaim counts): FAILED, not retried forever."""
+    """Delivered over max_deliveries times (each reclaim counts): FAILED, not retried forever."""
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url)) as stack:
         task_id = await stack.submit("crashes-everyone")
@@ -175,9 +178,7 @@ async def test_two_batchers_share_partitions_without_duplicates(
 def _pending_count(client: redis.Redis) -> int:
     total = 0
     for partition in range(16):
-        try:
+        with contextlib.suppress(redis.ResponseError):
             total += int(client.xpending(keys.partition_stream(partition),
                                          keys.CONSUMER_GROUP)["pending"])
-        except redis.ResponseError:
-            pass
     return total

@@ -89,7 +89,8 @@ class BatchExecutor:
     async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
         """Give every delivery a final status and settle it."""
         now_ms = int(time.time() * 1000)
-        expired, live = [], []
+        expired: list[Delivery] = []
+        live: list[Delivery] = []
         for d in deliveries:
             (expired if d.task and is_expired(d.task.deadline_ms, now_ms) else live).append(d)
         self._observe_wait(model, live, now_ms)

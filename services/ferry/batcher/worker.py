@@ -3,8 +3,9 @@
 Three tasks share a boarding buffer: the reader fills it from the owned partitions (all of them in
 one XREADGROUP), the claimer adds entries that dead consumers left behind, and the dispatcher asks
 the pure batching policy what to send and sends each batch as its own task, at most
-``max_inflight_batches`` at a time. ``stop()`` is two-phase: stop reading and send what has boarded,
-give batches ``shutdown_grace_s`` to finish, then cancel; anything unfinished stays pending in Redis.
+``max_inflight_batches`` at a time. ``stop()`` is two-phase: stop reading and send what has
+boarded, give batches ``shutdown_grace_s`` to finish, then cancel; anything unfinished stays
+pending in Redis.
 """
 
 from __future__ import annotations
@@ -215,10 +216,9 @@ class Batcher:
     async def _learn_capacity(self, model: str) -> None:
         if model in self._capacity:
             return
-        try:
+        # On failure the executor reports the error with the batch; chunking still applies there.
+        with contextlib.suppress(BackendError):
             self._capacity[model] = (await self.backend.model_spec(model)).max_batch_size
-        except BackendError:
-            pass  # the executor reports the error with the batch; chunking still applies there
 
     # -- dispatching ----------------------------------------------------------------------------
 

@@ -43,7 +43,8 @@ class BoardingBuffer(Generic[T]):
     def views(self, capacity: dict[str, int], default_capacity: int) -> Iterator[Waiting]:
         """What each model's queue looks like to the policy."""
         for model, queue in self._queues.items():
-            yield Waiting(model, len(queue), queue[0].arrived, capacity.get(model, default_capacity))
+            cap = capacity.get(model, default_capacity)
+            yield Waiting(model, len(queue), queue[0].arrived, cap)
 
     def models(self) -> list[str]:
         return list(self._queues)

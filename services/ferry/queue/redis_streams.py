@@ -81,7 +81,7 @@ class RedisStreamQueue:
         if count <= 0 or not self.streams:
             return []
         try:
-            reply = await self.redis.xreadgroup(
+            reply: Any = await self.redis.xreadgroup(
                 keys.CONSUMER_GROUP, self.consumer, dict.fromkeys(self.streams, ">"),
                 count=count, block=max(1, block_ms))
         except ResponseError as exc:
@@ -102,13 +102,14 @@ class RedisStreamQueue:
 
     async def _claim_stream(self, stream: str, min_idle_ms: int, count: int) -> list[Delivery]:
         try:
-            cursor, entries, deleted = await self.redis.xautoclaim(
+            reply: Any = await self.redis.xautoclaim(
                 stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
                 start_id=self._claim_cursor[stream], count=count)
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
                 return []
             raise
+        cursor, entries, deleted = reply  # Redis 7: the third item lists deleted entries
         self._claim_cursor[stream] = _text(cursor)
         if deleted:  # pending ids whose entries are gone: nothing left to do for them
             await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)

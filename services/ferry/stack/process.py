@@ -75,7 +75,8 @@ class ManagedProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.running():
-                raise StartupError(f"{self.name} exited with code {self.returncode()}{self._tail()}")
+                code = self.returncode()
+                raise StartupError(f"{self.name} exited with code {code}{self._tail()}")
             if check():
                 return
             time.sleep(0.1)

@@ -62,7 +62,8 @@ def prepare_backends(state_dir: Path) -> Path:
 def triton_env() -> dict[str, str]:
     """Environment for tritonserver: this interpreter's libpython and venv come first.
 
-    The copied stub loses its ``$ORIGIN`` rpath, so the wheel's bundled libraries go on the path too.
+    The copied stub loses its ``$ORIGIN`` rpath, so the wheel's bundled libraries go on the path
+    too.
     """
     libdir = str(sysconfig.get_config_var("LIBDIR") or "")
     bundled = str(pytriton_root().parent.parent / "nvidia_pytriton.libs")
@@ -90,7 +91,7 @@ def http_ready(http_port: int) -> bool:
     """Whether Triton's ``/v2/health/ready`` answers 200 (all models loaded)."""
     url = f"http://{LOOPBACK}:{http_port}/v2/health/ready"
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:  # noqa: S310 - loopback URL
+        with urllib.request.urlopen(url, timeout=1.0) as response:
             return int(response.status) == 200
     except (urllib.error.URLError, OSError):
         return False

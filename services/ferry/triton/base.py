@@ -68,7 +68,8 @@ def split_rows(outputs: Mapping[str, npt.NDArray[Any]], batch: int) -> list[Rows
     """Per-request rows of batched output tensors."""
     for name, tensor in outputs.items():
         if tensor.shape[0] != batch:
-            raise ModelContractError(f"output {name!r} has {tensor.shape[0]} rows for {batch} inputs")
+            rows = tensor.shape[0]
+            raise ModelContractError(f"output {name!r} has {rows} rows for {batch} inputs")
     return [{name: tensor[i] for name, tensor in outputs.items()} for i in range(batch)]
 
 
