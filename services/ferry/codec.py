@@ -43,9 +43,14 @@ def bytes_to_json(value: bytes) -> JSON:
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(value).decode("ascii")}
     try:
-        return json.loads(text)
+        # NaN and Infinity are not JSON: such a document is passed on as text.
+        return json.loads(text, parse_constant=_refuse_constant)
     except ValueError:
         return text
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def tensor_to_json(row: npt.NDArray[Any]) -> JSON:
@@ -54,6 +59,12 @@ def tensor_to_json(row: npt.NDArray[Any]) -> JSON:
         items = [bytes_to_json(v if isinstance(v, bytes) else str(v).encode())
                  for v in row.reshape(-1)]
         return items[0] if len(items) == 1 else items
+    if row.dtype.kind in ("f", "c"):
+        finite = np.isfinite(row)
+        if not finite.all():  # JSON has no NaN or Infinity: they become null
+            cleaned = row.astype(np.object_)
+            cleaned[~finite] = None
+            return {"shape": list(row.shape), "data": cleaned.tolist()}
     return {"shape": list(row.shape), "data": row.tolist()}
 
 

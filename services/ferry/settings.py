@@ -121,8 +121,10 @@ def parse_partitions(spec: str, total: int) -> tuple[int, ...]:
             first, last = int(low), int(high or low)
         except ValueError:
             raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
+        if not 0 <= first <= last < total:
+            raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
         chosen.update(range(first, last + 1))
-    if not chosen or min(chosen) < 0 or max(chosen) >= total:
+    if not chosen:
         raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
     return tuple(sorted(chosen))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-# isort: split
 from ferry.backoff import backoff_delay
 
 

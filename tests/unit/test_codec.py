@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-# isort: split
 from ferry.codec import (
     EnvelopeError,
     bytes_to_json,
@@ -136,3 +135,12 @@ def test_outputs_to_json_keys_by_output_name() -> None:
             "SCORES": np.array([0.25, 0.75], dtype=np.float32)}
     assert outputs_to_json(rows) == {"OUTPUT": {"ok": True},
                                      "SCORES": {"shape": [2], "data": [0.25, 0.75]}}
+
+
+def test_non_finite_numbers_become_null() -> None:
+    row = np.array([1.5, np.nan, np.inf], dtype=np.float32)
+    assert tensor_to_json(row) == {"shape": [3], "data": [1.5, None, None]}
+
+
+def test_json_with_nan_is_passed_on_as_text() -> None:
+    assert bytes_to_json(b'{"score": NaN}') == '{"score": NaN}'

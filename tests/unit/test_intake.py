@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 import pytest
 from PIL import Image
 
-# isort: split
 from ferry.errors import BadRequestError
 from ferry.gateway.intake import (
     MAX_ID_LENGTH,
@@ -361,3 +360,39 @@ def test_check_image_directly() -> None:
     with pytest.raises(BadRequestError) as info:
         check_image(b"")
     assert info.value.code == "undecodable_image"
+
+
+# -- regressions: each of these once produced a 5xx or the wrong answer ---------------------------
+
+
+def test_unpaired_surrogate_in_text_is_a_400() -> None:
+    with pytest.raises(BadRequestError) as info:
+        parse_submission(b'{"input": "\\ud800"}', "application/json", None)
+    assert (info.value.code, info.value.status) == ("invalid_text", 400)
+
+
+def test_deeply_nested_json_is_a_400() -> None:
+    with pytest.raises(BadRequestError) as info:
+        parse_submission(b"[" * 100_000, "application/json", None)
+    assert (info.value.code, info.value.status) == ("malformed_json", 400)
+
+
+def test_empty_model_in_json_is_refused_not_replaced() -> None:
+    with pytest.raises(BadRequestError) as info:
+        parse_submission(b'{"model": "", "input": "x"}', "application/json", "sim")
+    assert info.value.code == "invalid_field"
+
+
+def test_multi_frame_jpeg_is_accepted() -> None:
+    frames = [Image.new("RGB", (16, 16), colour) for colour in ("red", "blue")]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="MPO", save_all=True, append_images=frames[1:])
+    check_payload("image", buffer.getvalue())
+
+
+def test_image_past_pillows_own_bomb_limit_is_a_413() -> None:
+    buffer = io.BytesIO()
+    Image.new("1", (12_000, 10_000)).save(buffer, format="PNG")  # 120 M pixels, tiny file
+    with pytest.raises(BadRequestError) as info:
+        check_payload("image", buffer.getvalue())
+    assert (info.value.code, info.value.status) == ("image_too_large", 413)

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-# isort: split
 from ferry import keys
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# isort: split
 from ferry.errors import ModelContractError, PermanentBackendError
 from ferry.triton.base import ModelSpec, split_rows, stack_payloads
 

@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-# isort: split
 from ferry.batching.policy import BatchPolicy, Plan, Waiting, is_expired
 
 POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05)

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-# isort: split
 from ferry.results.base import ResultRecord, Status
 
 TASK_ID = "0123456789abcdef0123456789abcdef"

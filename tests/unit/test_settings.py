@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-# isort: split
 from ferry.errors import ConfigError
 from ferry.settings import (
     BatcherSettings,

@@ -19,7 +19,7 @@ JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id"})
 RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                        "application/octet-stream", "text/plain"})
 # Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
-IMAGE_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
+IMAGE_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "BMP", "TIFF"})  # MPO: multi-frame JPEG
 MAX_IMAGE_PIXELS = 50_000_000
 MAX_ID_LENGTH = 256
 
@@ -78,13 +78,16 @@ def _from_json(body: bytes, model_param: str | None) -> Submission:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequestError("malformed_json", "the JSON body is nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequestError("malformed_json", "the JSON body must be an object")
     unknown = sorted(set(doc) - JSON_FIELDS)
     if unknown:
         raise BadRequestError("unknown_field", f"unknown field(s) {unknown}; allowed: "
                               f"{sorted(JSON_FIELDS)}")
-    model = _clean_name(_optional_str(doc, "model") or model_param, "model")
+    named = _optional_str(doc, "model")
+    model = _clean_name(named if named is not None else model_param, "model")
     client_id = _clean_name(_optional_str(doc, "client_id"), "client_id") or ""
     payload, content_type = _json_payload(doc)
     return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id)
@@ -100,7 +103,11 @@ def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:
     if text is not None:
         if not text:
             raise BadRequestError("empty_input", "'input' is empty")
-        return text.encode("utf-8"), "text/plain"
+        try:
+            return text.encode("utf-8"), "text/plain"
+        except UnicodeEncodeError:
+            raise BadRequestError("invalid_text", "'input' holds characters that are not valid "
+                                  "Unicode (unpaired surrogates)") from None
     assert encoded is not None
     try:
         payload = base64.b64decode(encoded, validate=True)
@@ -155,7 +162,12 @@ def check_image(payload: bytes) -> None:
                 image.load()
     except BadRequestError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError,
-            Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise BadRequestError("image_too_large", f"the image has more than {MAX_IMAGE_PIXELS} "
+                              "pixels", 413) from None
+    except UnidentifiedImageError:
+        raise BadRequestError("undecodable_image", "the payload is not a decodable image in a "
+                              f"known format ({', '.join(sorted(IMAGE_FORMATS))})") from None
+    except (OSError, ValueError, SyntaxError) as exc:
         raise BadRequestError("undecodable_image",
                               f"the payload is not a decodable image: {exc}") from None
