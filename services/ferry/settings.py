@@ -191,9 +191,13 @@ def reference_table() -> str:
         for f in dataclasses.fields(cls):
             seen.setdefault(f.name, []).append(cls.__name__.removesuffix("Settings").lower())
             docs.setdefault(f.name, f)
+    up_defaults = {f.name: f.default for f in dataclasses.fields(UpSettings)}
     for name, f in docs.items():
+        default = f"`{f.default!r}`"
+        if name in up_defaults and up_defaults[name] != f.default:
+            default += f" (`ferry up`: `{up_defaults[name]!r}`)"
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `--{name.replace('_', '-')}` | "
-                    f"`{f.default!r}` | {f.metadata['help']} | {', '.join(seen[name])} |")
+                    f"{default} | {f.metadata['help']} | {', '.join(seen[name])} |")
     return "\n".join(rows)
 
 
