@@ -68,6 +68,5 @@ def run(command: str, settings: CommonSettings) -> int:
                     timeout_graceful_shutdown=3)
         return 0
     if isinstance(settings, BatcherSettings):
-        asyncio.run(Batcher(settings).run())
-        return 0
+        return asyncio.run(Batcher(settings).run())
     raise ConfigError(f"unknown command {command}")

@@ -15,5 +15,7 @@ def connect(settings: CommonSettings) -> aioredis.Redis:
     """
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.redis_max_connections,
-        timeout=settings.redis_pool_timeout_s, health_check_interval=30)
+        timeout=settings.redis_pool_timeout_s, health_check_interval=30,
+        socket_timeout=settings.redis_socket_timeout_s,
+        socket_connect_timeout=settings.redis_socket_timeout_s)
     return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()

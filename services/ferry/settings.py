@@ -34,17 +34,19 @@ class CommonSettings:
 
     redis_url: str = setting("redis://127.0.0.1:6379/0", "Redis URL (queue and result store)")
     partitions: int = setting(16, "number of partition streams tasks are spread over")
-    result_ttl_s: int = setting(600, "seconds a result (and a pending record) is kept")
+    result_ttl_s: int = setting(600, "seconds a finished task's result is kept")
+    pending_ttl_s: int = setting(86400, "seconds an accepted task's PENDING record is kept")
     triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
     log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
     redis_max_connections: int = setting(64, "size of each process's Redis connection pool")
     redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
+    redis_socket_timeout_s: float = setting(10.0, "longest wait for any one Redis reply")
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
-        if self.result_ttl_s < 1:
-            raise ConfigError("result_ttl_s must be at least 1")
+        if self.result_ttl_s < 1 or self.pending_ttl_s < 1:
+            raise ConfigError("result_ttl_s and pending_ttl_s must be at least 1")
 
     @property
     def triton_grpc_target(self) -> str:
@@ -78,6 +80,8 @@ class BatcherSettings(CommonSettings):
     owned_partitions: str = setting("all", "partitions this batcher reads: 'all' or e.g. '0-7,12'")
     max_inflight_batches: int = setting(2, "batches that may be at Triton at once")
     max_attempts: int = setting(3, "inference attempts per request before it is dead-lettered")
+    outage_budget_s: float = setting(300.0, "how long a batch waits for an unreachable Triton "
+                                     "(not counted as attempts) before its tasks fail")
     backoff_base_ms: float = setting(100.0, "first retry delay; doubles on each attempt")
     backoff_max_ms: float = setting(2000.0, "longest retry delay")
     infer_timeout_s: float = setting(30.0, "deadline of one Triton infer call")
@@ -97,6 +101,8 @@ class BatcherSettings(CommonSettings):
         if self.max_attempts < 1 or self.max_inflight_batches < 1:
             raise ConfigError("max_attempts and max_inflight_batches must be >= 1")
         parse_partitions(self.owned_partitions, self.partitions)
+        if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:
+            raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -15,7 +17,8 @@ import redis
 from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.settings import BatcherSettings, to_env
-from tests.conftest import TritonServer
+from ferry.stack.triton_server import TritonPorts, start_triton
+from tests.conftest import TritonServer, build_test_repository
 from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
@@ -86,18 +89,49 @@ async def test_undecodable_image_fails_with_the_models_reason(
     assert len(dead_letters(redis_client)) == 1
 
 
-async def test_triton_unreachable_ends_failed_after_retries(
+async def test_triton_unreachable_past_the_outage_budget_ends_failed(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url),
-                             batcher_settings(redis_url, "127.0.0.1:9", max_attempts=2,
+                             batcher_settings(redis_url, "127.0.0.1:9", outage_budget_s=1.0,
                                               max_wait_ms=5, infer_timeout_s=2)) as stack:
         task_id = await stack.submit("nobody home")
+        started = time.monotonic()
         result = await stack.result(task_id)
+        waited = time.monotonic() - started
     assert result["status"] == "FAILED"
-    assert "UNAVAILABLE" in result["error"] and "2 attempt" in result["error"]
+    assert "Triton unreachable for 1 s" in result["error"] and "UNAVAILABLE" in result["error"]
+    assert waited >= 1.0  # it waited for Triton rather than spend its attempts at once
     assert len(dead_letters(redis_client)) == 1
+    assert stream_lengths(redis_client) == 0
+
+
+async def test_a_triton_restart_loses_nothing(
+    redis_url: str, tmp_path: Path, redis_client: redis.Redis,
+) -> None:
+    """Triton goes away under load and comes back: every accepted request still succeeds."""
+    repository = build_test_repository(tmp_path / "models")
+    ports = TritonPorts.free()
+    triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
+    url = f"127.0.0.1:{ports.grpc}"
+    try:
+        async with running_stack(gateway_settings(redis_url, url),
+                                 batcher_settings(redis_url, url, max_wait_ms=10,
+                                                  claim_idle_ms=1000,
+                                                  claim_interval_ms=200)) as stack:
+            first = await asyncio.gather(*(stack.submit(f"before-{i}") for i in range(30)))
+            assert all(r["status"] == "SUCCESS" for r in await stack.results(first))
+            triton.stop(grace_s=10)  # Triton is gone; the gateway still accepts (cached catalog)
+            during = await asyncio.gather(*(stack.submit(f"during-{i}") for i in range(30)))
+            await asyncio.sleep(1.5)  # the batcher notices and holds the work
+            assert not stack.batchers[0].gate.is_open
+            triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
+            results = await stack.results(during, wait=30)
+    finally:
+        triton.stop(grace_s=10)
+    assert [r["status"] for r in results] == ["SUCCESS"] * 30
+    assert dead_letters(redis_client) == []
     assert stream_lengths(redis_client) == 0
 
 
@@ -110,6 +144,7 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
     env = {**os.environ, **to_env(doomed, BatcherSettings)}
     async with running_stack(gateway_settings(redis_url, url)) as stack:
         task_ids = [await stack.submit(f"orphan-{i}", model="sim_slow") for i in range(6)]
+        before = batch_executions(url, "sim_slow")
         proc = subprocess.Popen([sys.executable, "-m", "ferry", "batcher"], env=env)
         try:
             # sim_slow takes 1.5 s a batch: kill the batcher while its batch is at Triton.
@@ -121,7 +156,8 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
         statuses = [(await stack.result(t, wait=0))["status"] for t in task_ids]
         assert statuses == ["PENDING"] * 6
         rescuer = Batcher(batcher_settings(redis_url, url, claim_idle_ms=500,
-                                           claim_interval_ms=200, max_wait_ms=5))
+                                           claim_interval_ms=200, max_wait_ms=5,
+                                           max_inflight_batches=6))
         await rescuer.start()
         try:
             results = await stack.results(task_ids, wait=25)
@@ -129,6 +165,11 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
             await rescuer.stop()
     assert [r["status"] for r in results] == ["SUCCESS"] * 6
     assert rescuer.metrics.reclaimed._value.get() == 6
+    # Tasks that were at a batcher when it died are suspects: each goes to Triton alone, so one
+    # that crashes batchers cannot take its batch-mates down with it.
+    executed = executions_since(before, batch_executions(url, "sim_slow"))
+    assert executed.pop(1) == 6  # the rescuer's six single calls
+    assert sum(size * n for size, n in executed.items()) == 6, executed  # the killed batcher's
     assert stream_lengths(redis_client) == 0 and _pending_count(redis_client) == 0
 
 
@@ -182,3 +223,22 @@ def _pending_count(client: redis.Redis) -> int:
             total += int(client.xpending(keys.partition_stream(partition),
                                          keys.CONSUMER_GROUP)["pending"])
     return total
+
+
+async def test_a_slow_batch_is_not_taken_over_while_its_batcher_lives(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """A batch at Triton for longer than claim_idle_ms stays with its batcher: no double work."""
+    url = triton_server.grpc_url
+    before = batch_executions(url, "sim_slow")
+    eager = {"claim_idle_ms": 300, "claim_interval_ms": 100, "max_wait_ms": 5}
+    async with running_stack(gateway_settings(redis_url, url), batcher_settings(redis_url, url,
+                             **eager), batcher_settings(redis_url, url, **eager)) as stack:
+        task_ids = await asyncio.gather(*(stack.submit(f"slow-{i}", model="sim_slow")
+                                          for i in range(4)))
+        results = await stack.results(task_ids)
+        reclaimed = [b.metrics.reclaimed._value.get() for b in stack.batchers]
+    assert all(r["status"] == "SUCCESS" for r in results)
+    executed = executions_since(before, batch_executions(url, "sim_slow"))
+    assert sum(size * n for size, n in executed.items()) == 4, executed
+    assert reclaimed == [0, 0]

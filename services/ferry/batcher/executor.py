@@ -1,9 +1,11 @@
 """Running one batch to a final answer for every request in it.
 
-Transient failures (Triton unreachable, overloaded, timed out) retry the whole batch with backoff.
-A permanent failure of a batch of several splits it in halves until the request that causes it is
-alone, so its batch-mates still succeed. A request that fails ``max_attempts`` times is FAILED with
-the last error and copied to the dead-letter stream. Results are written before entries are
+While Triton cannot be reached at all, a batch waits for it (up to ``outage_budget_s``) and the
+batcher reads no new work: an outage is not the requests' fault and uses none of their attempts.
+Other transient failures (overloaded, timed out) retry the whole batch with backoff. A permanent
+failure of a batch of several splits it in halves until the request that causes it is alone, so
+its batch-mates still succeed. A request that fails ``max_attempts`` times is FAILED with the last
+error and copied to the dead-letter stream. Results are written before entries are
 acknowledged: a crash in between re-runs the task, never loses it.
 """
 
@@ -20,13 +22,13 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ferry.backoff import backoff_delay
+from ferry.batcher.gate import BackendGate
 from ferry.batching.policy import is_expired
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
     ModelContractError,
     PermanentBackendError,
-    TransientBackendError,
     UnknownModelError,
 )
 from ferry.queue.base import Delivery, TaskQueue
@@ -75,6 +77,7 @@ class BatchExecutor:
         results: ResultStore,
         metrics: BatcherMetrics,
         *,
+        gate: BackendGate,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
@@ -83,6 +86,7 @@ class BatchExecutor:
         self.queue = queue
         self.results = results
         self.metrics = metrics
+        self.gate = gate
         self.sleep = sleep
         self.jitter = jitter
 
@@ -100,31 +104,51 @@ class BatchExecutor:
             outcomes += await self._attempt(model, live, attempt=1)
         await self.settle(outcomes)
 
-    async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int) -> list[Outcome]:
+    async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
+                       outage_deadline: float | None = None) -> list[Outcome]:
         try:
             spec = await self.backend.model_spec(model)
             if len(items) > spec.max_batch_size:
                 return await self._split(model, items, attempt, spec.max_batch_size)
             return await self._infer(spec, items)
-        except (UnknownModelError, ModelContractError) as exc:
+        except BackendError as exc:
+            return await self._recover(model, items, attempt, exc, outage_deadline)
+
+    async def _recover(self, model: str, items: Sequence[Delivery], attempt: int,
+                       exc: BackendError, outage_deadline: float | None) -> list[Outcome]:
+        """What happens to a batch after a failure, by the kind of failure."""
+        if isinstance(exc, ModelContractError):
             return failed(items, str(exc))  # no retry or split can help
-        except TransientBackendError as exc:
-            self.metrics.infer_failures.labels(model, "transient").inc()
-            return await self._retry_or_fail(model, items, attempt, exc)
-        except PermanentBackendError as exc:
-            self.metrics.infer_failures.labels(model, "permanent").inc()
-            if len(items) > 1:
-                return await self._split(model, items, attempt, (len(items) + 1) // 2)
-            return await self._retry_or_fail(model, items, attempt, exc)
+        kind = "transient" if exc.transient else "permanent"
+        self.metrics.infer_failures.labels(model, kind).inc()
+        if exc.transient and not await self.backend.server_ready():
+            return await self._outage(model, items, attempt, exc, outage_deadline)
+        # An unknown model may be (re)loading: retry it whole, since splitting cannot help.
+        splittable = isinstance(exc, PermanentBackendError) and not isinstance(
+            exc, UnknownModelError)
+        if splittable and len(items) > 1:
+            return await self._split(model, items, attempt, (len(items) + 1) // 2)
+        return await self._retry_or_fail(model, items, attempt, exc)
+
+    async def _outage(self, model: str, items: Sequence[Delivery], attempt: int,
+                      exc: BackendError, deadline: float | None) -> list[Outcome]:
+        """Triton is unreachable: wait for it without spending the requests' attempts."""
+        deadline = deadline or time.monotonic() + self.settings.outage_budget_s
+        self.gate.close_for_outage(str(exc))
+        if await self.gate.wait_open(deadline - time.monotonic()):
+            return await self._attempt(model, items, attempt, deadline)
+        budget = self.settings.outage_budget_s
+        return failed(items, f"Triton unreachable for {budget:g} s: {exc}")
 
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
         started = time.monotonic()
-        rows = await self.backend.infer(spec, payloads)
+        inferred = await self.backend.infer(spec, payloads)
         self.metrics.infer_seconds.labels(spec.name).observe(time.monotonic() - started)
         self.metrics.batch_size.labels(spec.name).observe(len(items))
-        return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row), model_version=spec.version)
-                for d, row in zip(items, rows, strict=True)]
+        return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
+                        model_version=inferred.model_version)
+                for d, row in zip(items, inferred.rows, strict=True)]
 
     async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
                      size: int) -> list[Outcome]:
@@ -148,27 +172,38 @@ class BatchExecutor:
         Unsettled entries stay pending in their stream, and a batcher reclaims them later.
         """
         finished_at = time.time()
-        records = [r for r in (o.record(finished_at) for o in outcomes) if r is not None]
-        dead = [(o.delivery, o.error or o.status.value) for o in outcomes
-                if o.status is Status.FAILED]
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
-                await self.results.complete(records)
-                await self.queue.dead_letter(dead)
+                settled = await self._write(outcomes, finished_at)
                 await self.queue.ack([o.delivery for o in outcomes])
             except (RedisError, OSError) as exc:
                 log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
                 await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
                 continue
-            self._count(outcomes, len(dead))
+            self._count(settled)
             return True
         return False
 
-    def _count(self, outcomes: Sequence[Outcome], dead: int) -> None:
-        for outcome in outcomes:
+    async def _write(self, outcomes: Sequence[Outcome], finished_at: float) -> list[Outcome]:
+        """Write results, then dead-letter the failures whose result was new; return those new.
+
+        A duplicate delivery whose task already has a final answer writes nothing and leaves no
+        dead letter: the first answer stands.
+        """
+        pairs = [(o, o.record(finished_at)) for o in outcomes]
+        records = [r for _, r in pairs if r is not None]
+        fresh = iter(await self.results.complete(records))
+        settled = [o for o, r in pairs if r is None or next(fresh)]
+        await self.queue.dead_letter([(o.delivery, o.error or o.status.value) for o in settled
+                                      if o.status is Status.FAILED])
+        return settled
+
+    def _count(self, settled: Sequence[Outcome]) -> None:
+        for outcome in settled:
             model = outcome.delivery.task.model if outcome.delivery.task else ""
             self.metrics.finished.labels(model, outcome.status.value).inc()
-        self.metrics.dead_lettered.inc(dead)
+            if outcome.status is Status.FAILED:
+                self.metrics.dead_lettered.inc()
 
     def _observe_wait(self, model: str, items: Sequence[Delivery], now_ms: int) -> None:
         for delivery in items:

@@ -27,6 +27,7 @@ from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from ferry.batcher.executor import BatchExecutor, Outcome
+from ferry.batcher.gate import BackendGate
 from ferry.batching.buffer import BoardingBuffer
 from ferry.batching.policy import BatchPolicy
 from ferry.errors import BackendError
@@ -48,6 +49,15 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+SUSPECT = "#suspect"  # lane suffix: reclaimed tasks that may have crashed a batcher go alone
+
+
+def lane_of(delivery: Delivery) -> str:
+    """The boarding lane: the model, or its one-at-a-time lane for a task delivered before."""
+    assert delivery.task is not None
+    return delivery.task.model + (SUSPECT if delivery.deliveries > 1 else "")
+
+
 class Batcher:
     """Owns a set of partitions and turns their tasks into batches for Triton."""
 
@@ -66,8 +76,10 @@ class Batcher:
         self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
         self.backend: InferenceBackend = backend or TritonGrpcBackend(
             settings.triton_grpc_target, infer_timeout_s=settings.infer_timeout_s)
+        self.gate = BackendGate(self.backend)
         self.consumer = consumer_name()
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
+        self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self._redis: aioredis.Redis | None = None
         self._capacity: dict[str, int] = {}
         self._held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
@@ -86,9 +98,10 @@ class Batcher:
         self._redis = connect(s)
         self.queue = RedisStreamQueue(
             self._redis, partitions=s.partitions, owned=self.partitions, consumer=self.consumer,
-            result_ttl_s=s.result_ttl_s, dead_letter_maxlen=s.dead_letter_maxlen)
+            dead_letter_maxlen=s.dead_letter_maxlen)
         self.results = RedisResultStore(self._redis, s.result_ttl_s)
-        self.executor = BatchExecutor(s, self.backend, self.queue, self.results, self.metrics)
+        self.executor = BatchExecutor(s, self.backend, self.queue, self.results, self.metrics,
+                                      gate=self.gate)
         await self.backend.start()
         await self.queue.ensure_groups()
         if s.metrics_port:
@@ -99,49 +112,64 @@ class Batcher:
             asyncio.create_task(self._claim_loop(), name="ferry-claimer"),
             asyncio.create_task(self._dispatch_loop(), name="ferry-dispatcher"),
         ]
+        for loop_task in self._loops:
+            loop_task.add_done_callback(self._loop_done)
         log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms",
                  self.consumer, ",".join(map(str, self.partitions)), s.max_batch, s.max_wait_ms)
 
+    def _loop_done(self, task: asyncio.Task[None]) -> None:
+        self._changed.set()  # the dispatcher re-checks whether the reader is done
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s died: %r; the batcher stops", task.get_name(), task.exception())
+            self.failed.set()
+
     async def stop(self) -> None:
-        """Stop reading, send what has boarded, wait for batches, then cancel. Idempotent."""
+        """Stop reading, send what has boarded, wait for batches, then cancel. Idempotent.
+
+        Takes at most ``shutdown_grace_s`` for the loops and half of it again for batches.
+        """
         if self._stopped:
             return
         self._stopped = True
         self._stopping.set()
         self._changed.set()
         grace = self.settings.shutdown_grace_s
-        done, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
+        _, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
         if self._batches:
             await asyncio.wait(list(self._batches), timeout=max(0.1, grace / 2))
         for task in [*pending, *self._batches]:
             task.cancel()
         await asyncio.gather(*pending, *self._batches, return_exceptions=True)
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                log.error("%s ended with %r", task.get_name(), task.exception())
         await self._close()
 
     async def _close(self) -> None:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
+        await self.gate.close()
         await self.backend.close()
         if self._redis is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.queue.forget_consumer()
             await self._redis.aclose()
             self._redis = None
 
-    async def run(self) -> None:
-        """Run until SIGINT or SIGTERM, then stop cleanly."""
+    async def run(self) -> int:
+        """Run until SIGINT or SIGTERM (0) or until a loop dies (1), then stop cleanly."""
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, wake.set)
         await self.start()
+        waits = [asyncio.create_task(wake.wait()), asyncio.create_task(self.failed.wait())]
         try:
-            await wake.wait()
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for waiter in waits:
+                waiter.cancel()
             log.info("batcher stopping")
             await self.stop()
+        return 1 if self.failed.is_set() else 0
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -152,10 +180,11 @@ class Batcher:
 
     async def _read_loop(self) -> None:
         per_stream = max(1, math.ceil(self.settings.max_batch / len(self.partitions)))
+        block_s = self.settings.read_block_ms / 1000.0
         failures = 0
         while not self._stopping.is_set():
-            if self.room <= 0:
-                await self._wait_changed(self.settings.read_block_ms / 1000.0)
+            if self.room <= 0 or not self.gate.is_open:  # full, or Triton is down: leave it queued
+                await self._wait_changed(block_s)
                 continue
             try:
                 deliveries = await self.queue.read(min(self.room, per_stream),
@@ -176,16 +205,22 @@ class Batcher:
             if self._stopping.is_set():
                 return
             try:
-                claimed = await self.queue.claim_stale(self.settings.claim_idle_ms,
-                                                       self.settings.max_batch)
+                await self.queue.touch(list(self._held))  # ours are alive: nobody takes them
+                await self._reclaim()
             except (RedisError, OSError) as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
-                continue
-            fresh = [d for d in claimed if (d.stream, d.entry_id) not in self._held]
-            if fresh:
-                log.info("reclaimed %d idle task(s)", len(fresh))
-                self.metrics.reclaimed.inc(len(fresh))
-                await self._board(fresh)
+
+    async def _reclaim(self) -> None:
+        """Take over tasks that dead consumers left, as many as there is room for."""
+        if self.room <= 0 or not self.gate.is_open:
+            return
+        per_stream = max(1, self.room // len(self.partitions))
+        claimed = await self.queue.claim_stale(self.settings.claim_idle_ms, per_stream)
+        fresh = [d for d in claimed if (d.stream, d.entry_id) not in self._held]
+        if fresh:
+            log.info("reclaimed %d idle task(s)", len(fresh))
+            self.metrics.reclaimed.inc(len(fresh))
+            await self._board(fresh)
 
     async def _board(self, deliveries: Sequence[Delivery]) -> None:
         """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
@@ -199,7 +234,7 @@ class Batcher:
             assert delivery.task is not None
             await self._learn_capacity(delivery.task.model)
             self._held.add((delivery.stream, delivery.entry_id))
-            self.buffer.add(delivery.task.model, delivery, now)
+            self.buffer.add(lane_of(delivery), delivery, now)
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(self.buffer))
@@ -219,6 +254,7 @@ class Batcher:
         # On failure the executor reports the error with the batch; chunking still applies there.
         with contextlib.suppress(BackendError):
             self._capacity[model] = (await self.backend.model_spec(model)).max_batch_size
+            self._capacity[model + SUSPECT] = 1
 
     # -- dispatching ----------------------------------------------------------------------------
 
@@ -228,15 +264,20 @@ class Batcher:
             draining = self._stopping.is_set()
             now = math.inf if draining else self.clock()  # draining: every queue is due
             free = self.settings.max_inflight_batches - len(self._batches)
+            if not self.gate.is_open and not draining:
+                free = 0  # Triton is down: hold boarded work rather than fail it
             plan = self.policy.plan(self.buffer.views(self._capacity, self.settings.max_batch),
                                     now, free)
-            for model, size in plan.flush:
-                self._launch(model, self.buffer.take(model, size))
+            for lane, size in plan.flush:
+                self._launch(lane, self.buffer.take(lane, size))
             self.metrics.buffered.set(len(self.buffer))
             if draining and not self.buffer and self._reader_done():
                 return
             # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
-            await self._wait_changed(None if plan.wake_in == 0 else plan.wake_in)
+            timeout = None if plan.wake_in == 0 else plan.wake_in
+            if not self.gate.is_open:
+                timeout = self.settings.read_block_ms / 1000.0  # look again for Triton's return
+            await self._wait_changed(timeout)
 
     def _reader_done(self) -> bool:
         return all(t.done() for t in self._loops if t.get_name() != "ferry-dispatcher")
@@ -245,13 +286,14 @@ class Batcher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
-    def _launch(self, model: str, deliveries: list[Delivery]) -> None:
-        task = asyncio.create_task(self._run_batch(model, deliveries), name=f"ferry-batch-{model}")
+    def _launch(self, lane: str, deliveries: list[Delivery]) -> None:
+        task = asyncio.create_task(self._run_batch(deliveries), name=f"ferry-batch-{lane}")
         self._batches.add(task)
         self.metrics.inflight.set(len(self._batches))
         task.add_done_callback(self._batch_done)
 
-    async def _run_batch(self, model: str, deliveries: list[Delivery]) -> None:
+    async def _run_batch(self, deliveries: list[Delivery]) -> None:
+        model = deliveries[0].task.model if deliveries[0].task else ""
         try:
             await self.executor.run(model, deliveries)
         except Exception:

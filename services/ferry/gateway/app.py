@@ -46,7 +46,7 @@ class Gateway:
         self.catalog = ModelCatalog(self.backend, settings.catalog_refresh_s)
         self.redis = connect(settings)
         self.queue = RedisStreamQueue(self.redis, partitions=settings.partitions,
-                                      result_ttl_s=settings.result_ttl_s)
+                                      pending_ttl_s=settings.pending_ttl_s)
         self.results = RedisResultStore(self.redis, settings.result_ttl_s)
 
     async def start(self) -> None:

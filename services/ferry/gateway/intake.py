@@ -76,7 +76,7 @@ def _from_raw(body: bytes, content_type: str, model: str | None) -> Submission:
 def _from_json(body: bytes, model_param: str | None) -> Submission:
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
         raise BadRequestError("malformed_json", "the JSON body is nested too deeply") from None

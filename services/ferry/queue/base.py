@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,10 @@ class TaskQueue(Protocol):
     async def read(self, count: int, block_ms: int) -> list[Delivery]: ...
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]: ...
+
+    async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None: ...
+
+    async def forget_consumer(self) -> bool: ...
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None: ...
 

@@ -7,6 +7,7 @@ not finished. Entries of a consumer that died are taken over with XAUTOCLAIM aft
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -46,14 +47,14 @@ class RedisStreamQueue:
         partitions: int,
         owned: Sequence[int] = (),
         consumer: str = "",
-        result_ttl_s: int = 600,
+        pending_ttl_s: int = 86400,
         dead_letter_maxlen: int = 100_000,
     ) -> None:
         self.redis = redis
         self.partitions = partitions
         self.streams = [keys.partition_stream(p) for p in owned]
         self.consumer = consumer
-        self.result_ttl_s = result_ttl_s
+        self.pending_ttl_s = pending_ttl_s
         self.dead_letter_maxlen = dead_letter_maxlen
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
 
@@ -72,7 +73,7 @@ class RedisStreamQueue:
         result_key = keys.result_key(task.task_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(result_key, mapping=pending.to_fields())  # type: ignore[arg-type]
-            pipe.expire(result_key, self.result_ttl_s)
+            pipe.expire(result_key, self.pending_ttl_s)
             pipe.xadd(stream, {keys.TASK_FIELD: encode_task(task)})
             await pipe.execute()
 
@@ -125,6 +126,35 @@ class RedisStreamQueue:
             stream, keys.CONSUMER_GROUP, min=entry_ids[0], max=entry_ids[-1],
             count=len(entry_ids) * 2, consumername=self.consumer)
         return {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+
+    async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None:
+        """Reset the idle time of entries this consumer still works on (XCLAIM ... JUSTID).
+
+        A batch may wait at Triton, or for Triton, longer than ``claim_idle_ms``; without this,
+        another batcher would take over work that is alive. JUSTID leaves delivery counts alone.
+        """
+        by_stream: dict[str, list[str]] = {}
+        for stream, entry_id in deliveries:
+            by_stream.setdefault(stream, []).append(entry_id)
+        if not by_stream:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream, ids in by_stream.items():
+                entry_ids: list[Any] = list(ids)
+                pipe.xclaim(stream, keys.CONSUMER_GROUP, self.consumer, 0, entry_ids, justid=True)
+            await pipe.execute()
+
+    async def forget_consumer(self) -> bool:
+        """Remove this consumer from the group if it holds nothing (else its entries would go)."""
+        for stream in self.streams:
+            rows = await self.redis.xpending_range(stream, keys.CONSUMER_GROUP, min="-",
+                                                   max="+", count=1, consumername=self.consumer)
+            if rows:
+                return False
+        for stream in self.streams:
+            with contextlib.suppress(ResponseError):
+                await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, self.consumer)
+        return True
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:
         """Acknowledge and delete finished entries (one round trip)."""

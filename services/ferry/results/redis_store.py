@@ -57,10 +57,13 @@ class RedisResultStore:
             return None
         return ResultRecord.from_fields(task_id, {_text(k): _text(v) for k, v in raw.items()})
 
-    async def complete(self, records: Sequence[ResultRecord]) -> int:
-        """Write final records (one round trip); returns how many were new."""
+    async def complete(self, records: Sequence[ResultRecord]) -> list[bool]:
+        """Write final records (one round trip); for each, whether it was new.
+
+        False means a final record was there already (a duplicate delivery ran the task again).
+        """
         if not records:
-            return 0
+            return []
         async with self.redis.pipeline(transaction=False) as pipe:
             for record in records:
                 flat = [item for pair in record.to_fields().items() for item in pair]
@@ -68,7 +71,7 @@ class RedisResultStore:
                                      args=[self.ttl_s, keys.RESULT_CHANNEL, record.task_id, *flat],
                                      client=pipe)
             written = await pipe.execute()
-        return sum(int(w) for w in written)
+        return [bool(int(w)) for w in written]
 
     async def wait(self, task_id: str, timeout_s: float) -> ResultRecord | None:
         """The record once final, or as it stands after ``timeout_s``.

@@ -70,10 +70,13 @@ class ManagedProcess:
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc else None
 
-    def wait_ready(self, check: Callable[[], bool], timeout_s: float) -> None:
-        """Poll ``check`` until it passes; fail fast if the process exits first."""
+    def wait_ready(self, check: Callable[[], bool], timeout_s: float,
+                   interrupted: Callable[[], bool] = lambda: False) -> None:
+        """Poll ``check`` until it passes; fail fast if the process exits or we are interrupted."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if interrupted():
+                raise StartupError(f"interrupted while {self.name} was starting")
             if not self.running():
                 code = self.returncode()
                 raise StartupError(f"{self.name} exited with code {code}{self._tail()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from ferry.errors import StartupError
@@ -25,7 +26,8 @@ def redis_argv(port: int, data_dir: Path, *, persist: bool) -> list[str]:
 
 
 def start_redis(
-    data_dir: Path, *, port: int | None = None, persist: bool = False, timeout_s: float = 15.0
+    data_dir: Path, *, port: int | None = None, persist: bool = False, timeout_s: float = 15.0,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> tuple[ManagedProcess, str]:
     """Start redis-server and wait until it accepts connections; returns it and its URL."""
     port = port or free_port()
@@ -35,5 +37,9 @@ def start_redis(
         log_path=data_dir / "redis.log",
     )
     proc.start()
-    proc.wait_ready(lambda: is_listening(LOOPBACK, port), timeout_s)
+    try:
+        proc.wait_ready(lambda: is_listening(LOOPBACK, port), timeout_s, interrupted)
+    except StartupError:
+        proc.stop(grace_s=5)
+        raise
     return proc, f"redis://{LOOPBACK}:{port}/0"

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,7 @@ def start_triton(
     *,
     ports: TritonPorts | None = None,
     timeout_s: float = 180.0,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> tuple[ManagedProcess, TritonPorts]:
     """Start tritonserver on ``model_repository`` and wait until every model is ready."""
     if not (model_repository / "").is_dir():
@@ -115,5 +117,9 @@ def start_triton(
         env=triton_env(), log_path=state_dir / "triton.log",
     )
     proc.start()
-    proc.wait_ready(lambda: http_ready(ports.http), timeout_s)
+    try:
+        proc.wait_ready(lambda: http_ready(ports.http), timeout_s, interrupted)
+    except StartupError:
+        proc.stop(grace_s=10)
+        raise
     return proc, ports

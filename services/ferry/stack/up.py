@@ -81,7 +81,8 @@ class LocalStack:
             metrics_port=s.metrics_port or free_port())
         self._start_service("batcher", to_env(resolved, BatcherSettings))
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
-        gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120)
+        gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,
+                           self._stop.is_set)
         return resolved
 
     def _default_model(self, repository: Path) -> str:
@@ -92,13 +93,15 @@ class LocalStack:
 
     def _start_redis(self) -> str:
         print("starting redis-server ...", flush=True)
-        proc, url = start_redis(self.state / "redis", persist=True)
+        proc, url = start_redis(self.state / "redis", persist=True,
+                                interrupted=self._stop.is_set)
         self.processes.append(proc)
         return url
 
     def _start_triton(self, repository: Path) -> str:
         print(f"starting tritonserver on {repository} ...", flush=True)
-        proc, ports = start_triton(repository.resolve(), self.state / "triton")
+        proc, ports = start_triton(repository.resolve(), self.state / "triton",
+                                   interrupted=self._stop.is_set)
         self.processes.append(proc)
         return f"{LOOPBACK}:{ports.grpc}"
 
@@ -122,9 +125,11 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop in reverse start order: gateway, batcher (drains), Triton, Redis."""
+        # A batcher may take its grace for the loops and half again for batches.
+        grace = max(15.0, 2 * self.settings.shutdown_grace_s)
         while self.processes:
             proc = self.processes.pop()
-            proc.stop(grace_s=15.0)
+            proc.stop(grace_s=grace)
 
     def _banner(self, s: UpSettings) -> str:
         base = f"http://{s.host}:{s.port}"

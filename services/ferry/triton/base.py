@@ -22,7 +22,7 @@ class ModelSpec:
     """A model as Ferry uses it: where its one BYTES input goes, what comes out, how big a batch."""
 
     name: str
-    version: str
+    version: str  # newest version when read; infer calls let Triton's version policy choose
     input_name: str
     outputs: tuple[str, ...]
     max_batch_size: int
@@ -78,6 +78,14 @@ def stack_payloads(payloads: Sequence[bytes]) -> npt.NDArray[np.object_]:
     return np.array(list(payloads), dtype=np.object_).reshape(len(payloads), 1)
 
 
+@dataclass(frozen=True)
+class Inferred:
+    """A batch's outputs, per request, and the model version that produced them."""
+
+    rows: list[Rows]
+    model_version: str
+
+
 class InferenceBackend(Protocol):
     """An inference server that takes whole batches."""
 
@@ -91,4 +99,4 @@ class InferenceBackend(Protocol):
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec: ...
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> list[Rows]: ...
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred: ...

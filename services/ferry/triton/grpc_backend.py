@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -15,7 +16,7 @@ from ferry.errors import (
     TransientBackendError,
     UnknownModelError,
 )
-from ferry.triton.base import ModelSpec, Rows, split_rows, stack_payloads
+from ferry.triton.base import Inferred, ModelSpec, split_rows, stack_payloads
 
 # gRPC codes after which the same call may well succeed.
 _TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED",
@@ -40,13 +41,17 @@ def translate(exc: Exception, what: str) -> BackendError:
 
 
 class TritonGrpcBackend:
-    """Whole batches to Triton, one gRPC infer call each; model specs cached by name."""
+    """Whole batches to Triton, one gRPC infer call each; model specs cached for ``spec_ttl_s``."""
 
-    def __init__(self, url: str, *, infer_timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, *, infer_timeout_s: float = 30.0, control_timeout_s: float = 5.0,
+                 spec_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.url = url
         self.infer_timeout_s = infer_timeout_s
+        self.control_timeout_s = control_timeout_s
+        self.spec_ttl_s = spec_ttl_s
+        self.clock = clock
         self._client: triton.InferenceServerClient | None = None
-        self._specs: dict[str, ModelSpec] = {}
+        self._specs: dict[str, tuple[float, ModelSpec]] = {}
 
     @property
     def client(self) -> triton.InferenceServerClient:
@@ -65,33 +70,38 @@ class TritonGrpcBackend:
 
     async def server_ready(self) -> bool:
         try:
-            return bool(await self.client.is_server_ready(client_timeout=2.0))
+            return bool(await self.client.is_server_ready(client_timeout=self.control_timeout_s))
         except (InferenceServerException, grpc.aio.AioRpcError, OSError):
             return False
 
     async def ready_models(self) -> list[str]:
         """Names of the models Triton reports READY."""
         try:
-            index = await self.client.get_model_repository_index(as_json=True)
+            index = await self.client.get_model_repository_index(
+                as_json=True, client_timeout=self.control_timeout_s)
         except (InferenceServerException, grpc.aio.AioRpcError) as exc:
             raise translate(exc, "model index") from exc
         return sorted({str(m["name"]) for m in index.get("models", [])
                        if m.get("state") == "READY"})
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
-        if refresh or model not in self._specs:
-            self._specs[model] = await self._fetch_spec(model)
-        return self._specs[model]
+        cached = self._specs.get(model)
+        if refresh or cached is None or self.clock() - cached[0] > self.spec_ttl_s:
+            cached = (self.clock(), await self._fetch_spec(model))
+            self._specs[model] = cached
+        return cached[1]
 
     async def _fetch_spec(self, model: str) -> ModelSpec:
         try:
-            metadata: Any = await self.client.get_model_metadata(model, as_json=True)
-            config: Any = await self.client.get_model_config(model, as_json=True)
+            metadata: Any = await self.client.get_model_metadata(
+                model, as_json=True, client_timeout=self.control_timeout_s)
+            config: Any = await self.client.get_model_config(
+                model, as_json=True, client_timeout=self.control_timeout_s)
         except (InferenceServerException, grpc.aio.AioRpcError) as exc:
             raise translate(exc, f"model {model!r}") from exc
         return ModelSpec.from_triton(metadata, config.get("config", config))
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> list[Rows]:
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         """One infer call for the whole batch; per-request output rows in input order."""
         tensor = stack_payloads(payloads)
         infer_input = triton.InferInput(spec.input_name, list(tensor.shape), "BYTES")
@@ -99,8 +109,7 @@ class TritonGrpcBackend:
         outputs = [triton.InferRequestedOutput(name) for name in spec.outputs]
         try:
             result = await self.client.infer(
-                spec.name, [infer_input], model_version=spec.version, outputs=outputs,
-                client_timeout=self.infer_timeout_s)
+                spec.name, [infer_input], outputs=outputs, client_timeout=self.infer_timeout_s)
         except (InferenceServerException, grpc.aio.AioRpcError) as exc:
             if isinstance(translate(exc, ""), UnknownModelError):
                 self._specs.pop(spec.name, None)
@@ -109,4 +118,5 @@ class TritonGrpcBackend:
         missing = [name for name, array in arrays.items() if array is None]
         if missing:
             raise PermanentBackendError(f"infer {spec.name!r}: outputs {missing} missing")
-        return split_rows({k: v for k, v in arrays.items() if v is not None}, len(payloads))
+        rows = split_rows({k: v for k, v in arrays.items() if v is not None}, len(payloads))
+        return Inferred(rows, str(result.get_response().model_version or spec.version))
