@@ -36,7 +36,7 @@ unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check services tests
+	$(BIN)/ruff check services tests loadtest
 
 typecheck: install
 	$(BIN)/mypy

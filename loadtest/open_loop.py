@@ -4,7 +4,7 @@ Requests are sent on a fixed schedule (constant rate), whatever the server does,
 latency counts from its *scheduled* send time, so a slow server cannot hide queueing (no
 coordinated omission). Each request then long-polls its own result.
 
-    .venv/bin/python loadtest/open_loop.py --url http://127.0.0.1:8000 --rate 200 --count 2000
+    .venv/bin/python -m loadtest.open_loop --url http://127.0.0.1:8000 --rate 200 --count 2000
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-import httpx
+from loadtest.rawhttp import Pool
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -28,24 +28,26 @@ class Outcome:
     latency_s: float
 
 
-async def one(client: httpx.AsyncClient, scheduled: float, model: str, index: int) -> Outcome:
+async def one(pool: Pool, scheduled: float, model: str, index: int) -> Outcome:
     try:
-        accepted = await client.post("/v1/inference", json={"model": model, "input": f"load-{index}"})
-        if accepted.status_code != 202:
-            return Outcome(f"HTTP {accepted.status_code}", time.perf_counter() - scheduled)
+        body = json.dumps({"model": model, "input": f"load-{index}"}).encode()
+        accepted = await pool.request("POST", "/v1/inference", body)
+        if accepted.status != 202:
+            return Outcome(f"HTTP {accepted.status}", time.perf_counter() - scheduled)
         url = accepted.json()["status_url"]
         for _ in range(10):  # 10 long-polls of up to 30 s: bounded
-            body = (await client.get(url, params={"wait": 30})).json()
-            if body["status"] != "PENDING":
-                return Outcome(body["status"], time.perf_counter() - scheduled)
+            result = (await pool.request("GET", f"{url}?wait=30")).json()
+            if result["status"] != "PENDING":
+                return Outcome(result["status"], time.perf_counter() - scheduled)
         return Outcome("PENDING", time.perf_counter() - scheduled)
-    except httpx.HTTPError as exc:
+    except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
         return Outcome(type(exc).__name__, time.perf_counter() - scheduled)
 
 
 async def run(url: str, rate: float, count: int, model: str) -> dict[str, object]:
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+    parsed = urlparse(url)
+    pool = Pool(parsed.hostname or "127.0.0.1", parsed.port or 80)
+    try:
         start = time.perf_counter() + 0.1
         tasks = []
         for i in range(count):
@@ -53,9 +55,11 @@ async def run(url: str, rate: float, count: int, model: str) -> dict[str, object
             delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(client, scheduled, model, i)))
+            tasks.append(asyncio.create_task(one(pool, scheduled, model, i)))
         outcomes = await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
+    finally:
+        await pool.close()
     latencies = sorted(o.latency_s * 1000 for o in outcomes if o.status == "SUCCESS")
     statuses: dict[str, int] = {}
     for o in outcomes:

@@ -63,7 +63,7 @@ def run(command: str, settings: CommonSettings) -> int:
         return LocalStack(settings).run()
     if isinstance(settings, GatewaySettings):
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=settings.log_level.lower(),
+                    log_level=settings.log_level.lower(), access_log=settings.access_log,
                     # open long-polls must not hold a stop for their whole ?wait=
                     timeout_graceful_shutdown=3)
         return 0

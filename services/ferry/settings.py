@@ -64,6 +64,7 @@ class GatewaySettings(CommonSettings):
     max_body_bytes: int = setting(8 * 1024 * 1024, "largest accepted request body, in bytes")
     max_poll_s: float = setting(30.0, "longest long-poll a client may ask for with ?wait=")
     catalog_refresh_s: float = setting(5.0, "seconds the gateway trusts its cached model list")
+    access_log: bool = setting(False, "log every HTTP request (metrics count them anyway)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from ferry.stack.ports import free_port
 from ferry.stack.up import bundled_repository, sample_image
+from loadtest import open_loop
 from tests.conftest import TritonServer
 
 pytestmark = pytest.mark.integration
@@ -112,6 +114,10 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
             accepted = client.post("/v1/inference", json={"input": "hello"})
             result = client.get(accepted.json()["status_url"], params={"wait": 20}).json()
         assert result["status"] == "SUCCESS" and result["model"] == "sim"
+        # The open-loop load generator, briefly, through the real HTTP server.
+        report = asyncio.run(open_loop.run(base, rate=100, count=100, model="sim"))
+        assert report["statuses"] == {"SUCCESS": 100}
+        assert isinstance(report["p99_ms"], float) and report["p99_ms"] > 0
         stop_and_check(proc, state)
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +13,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__, keys
 from ferry.errors import BackendError, BadRequestError, DependencyUnavailableError
@@ -128,7 +128,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
                   description="Batches inference requests that arrive one at a time for Triton.")
     app.state.gateway = gateway
     _install_error_handlers(app)
-    _install_metrics_middleware(app, gateway.metrics)
+    app.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
     _add_routes(app, gateway)
     return app
 
@@ -147,8 +147,10 @@ def _add_routes(app: FastAPI, gateway: Gateway) -> None:
              responses=ERRORS, summary="A task's status and result; ?wait= long-polls")
     async def result(task_id: str,
                      wait: float = Query(0.0, description="seconds to wait for a final status")
-                     ) -> dict[str, Any]:
-        return (await gateway.result(task_id, wait)).to_json()
+                     ) -> JSONResponse:
+        # A Response skips re-validation against TaskResult (documentation only): the record
+        # already has that shape, and this route carries every long-poll.
+        return JSONResponse((await gateway.result(task_id, wait)).to_json())
 
     @app.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
@@ -189,14 +191,30 @@ def _install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, unavailable)
 
 
-def _install_metrics_middleware(app: FastAPI, metrics: GatewayMetrics) -> None:
-    @app.middleware("http")
-    async def measure(request: Request,
-                      call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+class MetricsMiddleware:
+    """Counts and times requests by route template (a plain ASGI middleware: no body copying)."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
-        metrics.latency.labels(path, request.method).observe(time.perf_counter() - started)
-        return response
+        status = 500
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(path, method, str(status)).inc()
+            self.metrics.latency.labels(path, method).observe(time.perf_counter() - started)
