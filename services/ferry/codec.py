@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,14 +44,21 @@ def bytes_to_json(value: bytes) -> JSON:
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(value).decode("ascii")}
     try:
-        # NaN and Infinity are not JSON: such a document is passed on as text.
-        return json.loads(text, parse_constant=_refuse_constant)
+        # NaN and Infinity (also 1e999, which overflows) are not JSON: pass such text on as text.
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except ValueError:
         return text
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{literal} overflows")
+    return value
 
 
 def tensor_to_json(row: npt.NDArray[Any]) -> JSON:

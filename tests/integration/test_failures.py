@@ -242,3 +242,29 @@ async def test_a_slow_batch_is_not_taken_over_while_its_batcher_lives(
     executed = executions_since(before, batch_executions(url, "sim_slow"))
     assert sum(size * n for size, n in executed.items()) == 4, executed
     assert reclaimed == [0, 0]
+
+
+async def test_stopping_during_an_outage_hands_work_back_for_others(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    """Held work goes back to the queue as new on stop: no reclaim wait, no delivery counted."""
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url)) as stack:
+        stranded = Batcher(batcher_settings(redis_url, "127.0.0.1:9", max_wait_ms=5,
+                                            outage_budget_s=60))
+        await stranded.start()
+        task_ids = [await stack.submit(f"held-{i}") for i in range(3)]
+        assert await wait_until(lambda: not stranded.gate.is_open, 10)
+        assert await wait_until(lambda: len(stranded._held) == 3, 10)
+        await stranded.stop()
+        assert _pending_count(redis_client) == 0 and stream_lengths(redis_client) == 3
+        healthy = Batcher(batcher_settings(redis_url, url, max_wait_ms=200))
+        await healthy.start()
+        try:
+            results = await stack.results(task_ids, wait=10)
+        finally:
+            await healthy.stop()
+    assert [r["status"] for r in results] == ["SUCCESS"] * 3
+    assert healthy.metrics.registry.get_sample_value(
+        "ferry_batch_size_count", {"model": "sim"}) == 1  # one batch: none came back a suspect
+    assert dead_letters(redis_client) == []

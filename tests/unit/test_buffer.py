@@ -10,7 +10,7 @@ def test_new_buffer_is_empty() -> None:
     buffer: BoardingBuffer[str] = BoardingBuffer()
     assert len(buffer) == 0
     assert buffer.models() == []
-    assert list(buffer.views({}, 8)) == []
+    assert list(buffer.views(lambda _: 8)) == []
     assert buffer.take("m", 5) == []
 
 
@@ -65,7 +65,7 @@ def test_views_report_count_oldest_and_capacity() -> None:
     buffer.add("a", "a0", 5.0)
     buffer.add("a", "a1", 6.0)
     buffer.add("b", "b0", 7.0)
-    views = list(buffer.views({"a": 16}, default_capacity=4))
+    views = list(buffer.views(lambda key: {"a": 16}.get(key, 4)))
     assert views == [Waiting("a", 2, 5.0, 16), Waiting("b", 1, 7.0, 4)]
 
 
@@ -75,7 +75,7 @@ def test_views_oldest_moves_after_take() -> None:
     buffer.add("a", "a1", 6.0)
     buffer.add("a", "a2", 9.0)
     assert buffer.take("a", 1) == ["a0"]
-    assert list(buffer.views({}, 8)) == [Waiting("a", 2, 6.0, 8)]
+    assert list(buffer.views(lambda _: 8)) == [Waiting("a", 2, 6.0, 8)]
 
 
 def test_model_re_added_after_emptied() -> None:
@@ -83,7 +83,7 @@ def test_model_re_added_after_emptied() -> None:
     buffer.add("a", "first", 1.0)
     assert buffer.take("a", 1) == ["first"]
     buffer.add("a", "second", 2.0)
-    assert list(buffer.views({}, 8)) == [Waiting("a", 1, 2.0, 8)]
+    assert list(buffer.views(lambda _: 8)) == [Waiting("a", 1, 2.0, 8)]
     assert buffer.take("a", 1) == ["second"]
 
 
@@ -91,3 +91,12 @@ def test_boarded_holds_item_and_arrival() -> None:
     boarded = Boarded(item="x", arrived=1.5)
     assert boarded.item == "x"
     assert boarded.arrived == 1.5
+
+
+def test_drain_empties_every_queue_oldest_first() -> None:
+    buffer: BoardingBuffer[str] = BoardingBuffer()
+    buffer.add("a", "a1", 1.0)
+    buffer.add("b", "b1", 2.0)
+    buffer.add("a", "a2", 3.0)
+    assert buffer.drain() == ["a1", "a2", "b1"]
+    assert len(buffer) == 0 and buffer.models() == []

@@ -144,3 +144,8 @@ def test_non_finite_numbers_become_null() -> None:
 
 def test_json_with_nan_is_passed_on_as_text() -> None:
     assert bytes_to_json(b'{"score": NaN}') == '{"score": NaN}'
+
+
+def test_json_with_an_overflowing_number_is_passed_on_as_text() -> None:
+    assert bytes_to_json(b'{"score": 1e999}') == '{"score": 1e999}'
+    assert bytes_to_json(b'{"score": 1e300}') == {"score": 1e300}

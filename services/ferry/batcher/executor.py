@@ -31,7 +31,7 @@ from ferry.errors import (
     PermanentBackendError,
     UnknownModelError,
 )
-from ferry.queue.base import Delivery, TaskQueue
+from ferry.queue.base import Delivery, TaskQueue, dead_letter_fields
 from ferry.results.base import ResultRecord, ResultStore, Status
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
@@ -104,25 +104,25 @@ class BatchExecutor:
             outcomes += await self._attempt(model, live, attempt=1)
         await self.settle(outcomes)
 
-    async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
-                       outage_deadline: float | None = None) -> list[Outcome]:
+    async def _attempt(self, model: str, items: Sequence[Delivery],
+                       attempt: int) -> list[Outcome]:
         try:
             spec = await self.backend.model_spec(model)
             if len(items) > spec.max_batch_size:
                 return await self._split(model, items, attempt, spec.max_batch_size)
             return await self._infer(spec, items)
         except BackendError as exc:
-            return await self._recover(model, items, attempt, exc, outage_deadline)
+            return await self._recover(model, items, attempt, exc)
 
     async def _recover(self, model: str, items: Sequence[Delivery], attempt: int,
-                       exc: BackendError, outage_deadline: float | None) -> list[Outcome]:
+                       exc: BackendError) -> list[Outcome]:
         """What happens to a batch after a failure, by the kind of failure."""
         if isinstance(exc, ModelContractError):
             return failed(items, str(exc))  # no retry or split can help
         kind = "transient" if exc.transient else "permanent"
         self.metrics.infer_failures.labels(model, kind).inc()
-        if exc.transient and not await self.backend.server_ready():
-            return await self._outage(model, items, attempt, exc, outage_deadline)
+        if exc.transient and not await self.backend.server_live():
+            return await self._outage(model, items, attempt, exc)
         # An unknown model may be (re)loading: retry it whole, since splitting cannot help.
         splittable = isinstance(exc, PermanentBackendError) and not isinstance(
             exc, UnknownModelError)
@@ -131,14 +131,12 @@ class BatchExecutor:
         return await self._retry_or_fail(model, items, attempt, exc)
 
     async def _outage(self, model: str, items: Sequence[Delivery], attempt: int,
-                      exc: BackendError, deadline: float | None) -> list[Outcome]:
-        """Triton is unreachable: wait for it without spending the requests' attempts."""
-        deadline = deadline or time.monotonic() + self.settings.outage_budget_s
+                      exc: BackendError) -> list[Outcome]:
+        """Triton is unreachable: wait for it (within the outage's budget), spending no attempt."""
         self.gate.close_for_outage(str(exc))
-        if await self.gate.wait_open(deadline - time.monotonic()):
-            return await self._attempt(model, items, attempt, deadline)
-        budget = self.settings.outage_budget_s
-        return failed(items, f"Triton unreachable for {budget:g} s: {exc}")
+        if await self.gate.wait_open():
+            return await self._attempt(model, items, attempt)
+        return failed(items, f"Triton unreachable for {self.gate.budget_s:g} s: {exc}")
 
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
@@ -185,17 +183,20 @@ class BatchExecutor:
         return False
 
     async def _write(self, outcomes: Sequence[Outcome], finished_at: float) -> list[Outcome]:
-        """Write results, then dead-letter the failures whose result was new; return those new.
+        """Write results, each failure's dead letter with it; return the outcomes that were new.
 
         A duplicate delivery whose task already has a final answer writes nothing and leaves no
-        dead letter: the first answer stands.
+        dead letter: the first answer stands. Unreadable entries (no task id, so no result) are
+        only dead-lettered.
         """
         pairs = [(o, o.record(finished_at)) for o in outcomes]
         records = [r for _, r in pairs if r is not None]
-        fresh = iter(await self.results.complete(records))
+        letters = {r.task_id: dead_letter_fields(o.delivery, o.error or "", finished_at)
+                   for o, r in pairs if r is not None and o.status is Status.FAILED}
+        fresh = iter(await self.results.complete(records, letters))
         settled = [o for o, r in pairs if r is None or next(fresh)]
-        await self.queue.dead_letter([(o.delivery, o.error or o.status.value) for o in settled
-                                      if o.status is Status.FAILED])
+        await self.queue.dead_letter([(o.delivery, o.error or "unreadable task")
+                                      for o, r in pairs if r is None])
         return settled
 
     def _count(self, settled: Sequence[Outcome]) -> None:

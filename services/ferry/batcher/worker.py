@@ -1,11 +1,12 @@
 """The batcher worker: one class with ``start()`` and ``stop()``.
 
-Three tasks share a boarding buffer: the reader fills it from the owned partitions (all of them in
-one XREADGROUP), the claimer adds entries that dead consumers left behind, and the dispatcher asks
-the pure batching policy what to send and sends each batch as its own task, at most
-``max_inflight_batches`` at a time. ``stop()`` is two-phase: stop reading and send what has
-boarded, give batches ``shutdown_grace_s`` to finish, then cancel; anything unfinished stays
-pending in Redis.
+Tasks share a boarding buffer: the reader fills it from the owned partitions (all of them in one
+XREADGROUP), the claimer adds entries that dead consumers left behind, the keeper tells Redis that
+the entries this batcher holds are alive, and the dispatcher asks the pure batching policy what to
+send and sends each batch as its own task, at most ``max_inflight_batches`` at a time.
+``stop()`` is two-phase: stop reading and send what has boarded, give batches
+``shutdown_grace_s`` to finish, then cancel; whatever is left unfinished is put back in its
+stream as new, for any batcher to take at once.
 """
 
 from __future__ import annotations
@@ -76,14 +77,14 @@ class Batcher:
         self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
         self.backend: InferenceBackend = backend or TritonGrpcBackend(
             settings.triton_grpc_target, infer_timeout_s=settings.infer_timeout_s)
-        self.gate = BackendGate(self.backend)
+        self.gate = BackendGate(self.backend, settings.outage_budget_s)
         self.consumer = consumer_name()
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self._redis: aioredis.Redis | None = None
         self._capacity: dict[str, int] = {}
         self._held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
-        self._batches: set[asyncio.Task[None]] = set()
+        self._batches: dict[asyncio.Task[None], list[Delivery]] = {}
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -99,7 +100,7 @@ class Batcher:
         self.queue = RedisStreamQueue(
             self._redis, partitions=s.partitions, owned=self.partitions, consumer=self.consumer,
             dead_letter_maxlen=s.dead_letter_maxlen)
-        self.results = RedisResultStore(self._redis, s.result_ttl_s)
+        self.results = RedisResultStore(self._redis, s.result_ttl_s, s.dead_letter_maxlen)
         self.executor = BatchExecutor(s, self.backend, self.queue, self.results, self.metrics,
                                       gate=self.gate)
         await self.backend.start()
@@ -110,6 +111,7 @@ class Batcher:
         self._loops = [
             asyncio.create_task(self._read_loop(), name="ferry-reader"),
             asyncio.create_task(self._claim_loop(), name="ferry-claimer"),
+            asyncio.create_task(self._keep_loop(), name="ferry-keeper"),
             asyncio.create_task(self._dispatch_loop(), name="ferry-dispatcher"),
         ]
         for loop_task in self._loops:
@@ -135,12 +137,26 @@ class Batcher:
         self._changed.set()
         grace = self.settings.shutdown_grace_s
         _, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
-        if self._batches:
+        if self._batches and self.gate.is_open:  # in an outage they only wait: hand them back
             await asyncio.wait(list(self._batches), timeout=max(0.1, grace / 2))
+        unfinished = [d for task, batch in self._batches.items() if not task.done() for d in batch]
+        unfinished += self.buffer.drain()
         for task in [*pending, *self._batches]:
             task.cancel()
         await asyncio.gather(*pending, *self._batches, return_exceptions=True)
+        await self._release(unfinished)
         await self._close()
+
+    async def _release(self, deliveries: list[Delivery]) -> None:
+        """Hand unfinished work back as new entries (delivery count 1) for others to take now."""
+        if not deliveries or self._redis is None:
+            return
+        try:
+            await self.queue.release(deliveries)
+            log.info("handed %d unfinished task(s) back to the queue", len(deliveries))
+        except (RedisError, OSError) as exc:
+            log.warning("could not hand back %d task(s) (%s); they will be reclaimed after "
+                        "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
     async def _close(self) -> None:
         if self._metrics_server is not None:
@@ -199,16 +215,26 @@ class Batcher:
 
     async def _claim_loop(self) -> None:
         interval = self.settings.claim_interval_ms / 1000.0
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
-            if self._stopping.is_set():
-                return
+        while not await self._stop_within(interval):
             try:
-                await self.queue.touch(list(self._held))  # ours are alive: nobody takes them
                 await self._reclaim()
             except (RedisError, OSError) as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
+
+    async def _keep_loop(self) -> None:
+        """Reset the idle time of held entries, well within ``claim_idle_ms``, on its own timer."""
+        interval = max(0.05, self.settings.claim_idle_ms / 3000.0)
+        while not await self._stop_within(interval):
+            try:
+                await self.queue.touch(list(self._held))
+            except (RedisError, OSError) as exc:
+                log.warning("refreshing held tasks failed: %s", exc)
+
+    async def _stop_within(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; whether the batcher is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return self._stopping.is_set()
 
     async def _reclaim(self) -> None:
         """Take over tasks that dead consumers left, as many as there is room for."""
@@ -254,7 +280,12 @@ class Batcher:
         # On failure the executor reports the error with the batch; chunking still applies there.
         with contextlib.suppress(BackendError):
             self._capacity[model] = (await self.backend.model_spec(model)).max_batch_size
-            self._capacity[model + SUSPECT] = 1
+
+    def _lane_capacity(self, lane: str) -> int:
+        """Suspects go one at a time; a model's lane takes what the model takes."""
+        if lane.endswith(SUSPECT):
+            return 1
+        return self._capacity.get(lane, self.settings.max_batch)
 
     # -- dispatching ----------------------------------------------------------------------------
 
@@ -264,15 +295,14 @@ class Batcher:
             draining = self._stopping.is_set()
             now = math.inf if draining else self.clock()  # draining: every queue is due
             free = self.settings.max_inflight_batches - len(self._batches)
-            if not self.gate.is_open and not draining:
-                free = 0  # Triton is down: hold boarded work rather than fail it
-            plan = self.policy.plan(self.buffer.views(self._capacity, self.settings.max_batch),
-                                    now, free)
+            if self.gate.holding():
+                free = 0  # Triton is down: hold boarded work (released if we stop) until it is back
+            plan = self.policy.plan(self.buffer.views(self._lane_capacity), now, free)
             for lane, size in plan.flush:
                 self._launch(lane, self.buffer.take(lane, size))
             self.metrics.buffered.set(len(self.buffer))
-            if draining and not self.buffer and self._reader_done():
-                return
+            if draining and (not self.buffer or self.gate.holding()) and self._reader_done():
+                return  # what is still held when Triton is down is handed back by stop()
             # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
             timeout = None if plan.wake_in == 0 else plan.wake_in
             if not self.gate.is_open:
@@ -288,7 +318,7 @@ class Batcher:
 
     def _launch(self, lane: str, deliveries: list[Delivery]) -> None:
         task = asyncio.create_task(self._run_batch(deliveries), name=f"ferry-batch-{lane}")
-        self._batches.add(task)
+        self._batches[task] = deliveries
         self.metrics.inflight.set(len(self._batches))
         task.add_done_callback(self._batch_done)
 
@@ -299,11 +329,10 @@ class Batcher:
         except Exception:
             log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
                           len(deliveries), model)
-        finally:
-            for delivery in deliveries:
-                self._held.discard((delivery.stream, delivery.entry_id))
+        for delivery in deliveries:  # not on cancellation: stop() hands those back
+            self._held.discard((delivery.stream, delivery.entry_id))
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
-        self._batches.discard(task)
+        self._batches.pop(task, None)
         self.metrics.inflight.set(len(self._batches))
         self._changed.set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -40,11 +40,16 @@ class BoardingBuffer(Generic[T]):
             del self._queues[model]
         return taken
 
-    def views(self, capacity: dict[str, int], default_capacity: int) -> Iterator[Waiting]:
-        """What each model's queue looks like to the policy."""
-        for model, queue in self._queues.items():
-            cap = capacity.get(model, default_capacity)
-            yield Waiting(model, len(queue), queue[0].arrived, cap)
+    def views(self, capacity: Callable[[str], int]) -> Iterator[Waiting]:
+        """What each queue looks like to the policy; ``capacity`` gives a queue's largest batch."""
+        for key, queue in self._queues.items():
+            yield Waiting(key, len(queue), queue[0].arrived, capacity(key))
+
+    def drain(self) -> list[T]:
+        """Remove and return everything, oldest first within each queue."""
+        items = [boarded.item for queue in self._queues.values() for boarded in queue]
+        self._queues.clear()
+        return items
 
     def models(self) -> list[str]:
         return list(self._queues)

@@ -22,6 +22,20 @@ class Delivery:
     deliveries: int = 1  # how often the queue has handed it out (reclaims included)
 
 
+DeadLetter = dict[str, bytes | str]
+
+
+def dead_letter_fields(delivery: Delivery, error: str, failed_at: float) -> DeadLetter:
+    """A dead-letter record: the envelope as it was queued, where it came from, why it failed."""
+    task = delivery.task
+    return {
+        "task": delivery.raw, "error": error, "stream": delivery.stream,
+        "entry_id": delivery.entry_id, "failed_at": repr(failed_at),
+        "task_id": task.task_id if task else "", "model": task.model if task else "",
+        "deliveries": str(delivery.deliveries),
+    }
+
+
 class TaskQueue(Protocol):
     async def ensure_groups(self) -> None: ...
 
@@ -32,6 +46,8 @@ class TaskQueue(Protocol):
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]: ...
 
     async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None: ...
+
+    async def release(self, deliveries: Sequence[Delivery]) -> None: ...
 
     async def forget_consumer(self) -> bool: ...
 

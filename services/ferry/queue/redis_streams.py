@@ -18,11 +18,22 @@ from redis.exceptions import ResponseError
 
 from ferry import keys
 from ferry.codec import EnvelopeError, decode_task, encode_task
-from ferry.queue.base import Delivery
+from ferry.queue.base import Delivery, dead_letter_fields
 from ferry.results.base import ResultRecord
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
+
+# XCLAIM ... JUSTID each id (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still owns.
+_TOUCH_OWN = """
+for i = 3, #ARGV do
+  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if row[1] and row[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  end
+end
+return 0
+"""
 
 
 def _text(value: Any) -> str:
@@ -57,6 +68,7 @@ class RedisStreamQueue:
         self.pending_ttl_s = pending_ttl_s
         self.dead_letter_maxlen = dead_letter_maxlen
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
+        self._touch = redis.register_script(_TOUCH_OWN)
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every owned stream (and the stream itself) if missing."""
@@ -122,16 +134,20 @@ class RedisStreamQueue:
                 for entry_id, fields in entries]
 
     async def _delivery_counts(self, stream: str, entry_ids: list[str]) -> dict[str, int]:
-        rows = await self.redis.xpending_range(
-            stream, keys.CONSUMER_GROUP, min=entry_ids[0], max=entry_ids[-1],
-            count=len(entry_ids) * 2, consumername=self.consumer)
-        return {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry_id in entry_ids:
+                pipe.xpending_range(stream, keys.CONSUMER_GROUP, min=entry_id, max=entry_id,
+                                    count=1)
+            replies = await pipe.execute()
+        return {_text(r["message_id"]): int(r["times_delivered"])
+                for rows in replies for r in rows}
 
     async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None:
-        """Reset the idle time of entries this consumer still works on (XCLAIM ... JUSTID).
+        """Reset the idle time of entries this consumer still owns and works on.
 
         A batch may wait at Triton, or for Triton, longer than ``claim_idle_ms``; without this,
-        another batcher would take over work that is alive. JUSTID leaves delivery counts alone.
+        another batcher would take over work that is alive. An entry another consumer has taken
+        meanwhile is left to it. JUSTID leaves delivery counts alone.
         """
         by_stream: dict[str, list[str]] = {}
         for stream, entry_id in deliveries:
@@ -140,8 +156,21 @@ class RedisStreamQueue:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             for stream, ids in by_stream.items():
-                entry_ids: list[Any] = list(ids)
-                pipe.xclaim(stream, keys.CONSUMER_GROUP, self.consumer, 0, entry_ids, justid=True)
+                await self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids],
+                                  client=pipe)
+            await pipe.execute()
+
+    async def release(self, deliveries: Sequence[Delivery]) -> None:
+        """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.
+
+        Used on a clean stop, so that work this batcher never finished is taken at once by
+        another, without waiting ``claim_idle_ms`` or counting as a failed delivery.
+        """
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for d in deliveries:
+                pipe.xadd(d.stream, {keys.TASK_FIELD: d.raw})
+                pipe.xack(d.stream, keys.CONSUMER_GROUP, d.entry_id)
+                pipe.xdel(d.stream, d.entry_id)
             await pipe.execute()
 
     async def forget_consumer(self) -> bool:
@@ -171,16 +200,12 @@ class RedisStreamQueue:
         """Copy failed entries, with their last error, to the dead-letter stream."""
         if not failures:
             return
-        now = repr(time.time())
+        now = time.time()
         async with self.redis.pipeline(transaction=False) as pipe:
             for delivery, error in failures:
-                task = delivery.task
-                pipe.xadd(keys.DEAD_LETTER_STREAM, {
-                    keys.TASK_FIELD: delivery.raw, "error": error, "stream": delivery.stream,
-                    "entry_id": delivery.entry_id, "failed_at": now,
-                    "task_id": task.task_id if task else "", "model": task.model if task else "",
-                    "deliveries": str(delivery.deliveries),
-                }, maxlen=self.dead_letter_maxlen, approximate=True)
+                pipe.xadd(keys.DEAD_LETTER_STREAM,
+                          dead_letter_fields(delivery, error, now),  # type: ignore[arg-type]
+                          maxlen=self.dead_letter_maxlen, approximate=True)
             await pipe.execute()
 
     async def depth(self) -> int:

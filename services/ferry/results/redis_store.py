@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -17,6 +17,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from ferry import keys
+from ferry.queue.base import DeadLetter
 from ferry.results.base import ResultRecord
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,20 @@ log = logging.getLogger(__name__)
 LISTEN_TICK_S = 0.25  # how often the listener looks up from the socket to see if it must stop
 
 # Write a final record unless one is there already (at-least-once delivery may run a task twice;
-# the first final answer stands), refresh the TTL, then announce the task id.
+# the first final answer stands), refresh the TTL, add the dead letter of a failure in the same
+# step (so a retried write can neither lose nor repeat it), then announce the task id.
+# KEYS: result hash, dead-letter stream. ARGV: ttl, channel, task id, dead-letter maxlen,
+# n = number of hash items, n hash items (field, value, ...), then dead-letter items, if any.
 _COMPLETE = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status and status ~= 'PENDING' then return 0 end
+local n = tonumber(ARGV[5])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], unpack(ARGV, 6, 5 + n))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
+if #ARGV > 5 + n then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 6 + n))
+end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
@@ -40,12 +48,18 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _flatten(fields: Mapping[str, bytes | str]) -> list[bytes | str]:
+    return [item for pair in fields.items() for item in pair]
+
+
 class RedisResultStore:
     """Task records in Redis; ``start_listener`` enables ``wait`` (gateways only)."""
 
-    def __init__(self, redis: aioredis.Redis, ttl_s: int) -> None:
+    def __init__(self, redis: aioredis.Redis, ttl_s: int, dead_letter_maxlen: int = 100_000
+                 ) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
+        self.dead_letter_maxlen = dead_letter_maxlen
         self._complete = redis.register_script(_COMPLETE)
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -57,19 +71,25 @@ class RedisResultStore:
             return None
         return ResultRecord.from_fields(task_id, {_text(k): _text(v) for k, v in raw.items()})
 
-    async def complete(self, records: Sequence[ResultRecord]) -> list[bool]:
+    async def complete(self, records: Sequence[ResultRecord],
+                       dead_letters: Mapping[str, DeadLetter] | None = None) -> list[bool]:
         """Write final records (one round trip); for each, whether it was new.
 
-        False means a final record was there already (a duplicate delivery ran the task again).
+        ``dead_letters`` (by task id) go to the dead-letter stream with their record, only if the
+        record is new. False means a final record was there already (a duplicate delivery ran the
+        task again): nothing is written for it.
         """
         if not records:
             return []
+        letters = dead_letters or {}
         async with self.redis.pipeline(transaction=False) as pipe:
             for record in records:
-                flat = [item for pair in record.to_fields().items() for item in pair]
-                await self._complete(keys=[keys.result_key(record.task_id)],
-                                     args=[self.ttl_s, keys.RESULT_CHANNEL, record.task_id, *flat],
-                                     client=pipe)
+                fields = _flatten(record.to_fields())
+                letter = _flatten(letters.get(record.task_id, {}))
+                args = [self.ttl_s, keys.RESULT_CHANNEL, record.task_id, self.dead_letter_maxlen,
+                        len(fields), *fields, *letter]
+                await self._complete(keys=[keys.result_key(record.task_id),
+                                           keys.DEAD_LETTER_STREAM], args=args, client=pipe)
             written = await pipe.execute()
         return [bool(int(w)) for w in written]
 

@@ -69,8 +69,16 @@ class TritonGrpcBackend:
             self._client = None
 
     async def server_ready(self) -> bool:
+        """Triton's readiness (with --strict-readiness, false while any model is not ready)."""
         try:
             return bool(await self.client.is_server_ready(client_timeout=self.control_timeout_s))
+        except (InferenceServerException, grpc.aio.AioRpcError, OSError):
+            return False
+
+    async def server_live(self) -> bool:
+        """Whether Triton can be reached and answers at all: the test for an outage."""
+        try:
+            return bool(await self.client.is_server_live(client_timeout=self.control_timeout_s))
         except (InferenceServerException, grpc.aio.AioRpcError, OSError):
             return False
 
