@@ -197,3 +197,17 @@ async def test_sample_image_is_accepted_as_raw_body(gateway: httpx.AsyncClient) 
                                   content=sample_image().read_bytes(),
                                   headers={"Content-Type": "image/jpeg"})
     assert response.status_code == 202, response.text
+
+
+async def test_redis_down_is_a_503_not_a_crash(triton_server: TritonServer) -> None:
+    settings = gateway_settings("redis://127.0.0.1:9/0", triton_server.grpc_url)
+    async with running_gateway(settings) as client:
+        refused = await client.post("/v1/inference", json={"input": "x"})
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "unavailable"
+        assert refused.headers["retry-after"] == "1"
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["redis"].startswith("unreachable")
+        polled = await client.get(f"/v1/result/{'a' * 32}")
+        assert polled.status_code == 503

@@ -16,8 +16,10 @@ import redis
 
 from ferry import keys
 from ferry.batcher.worker import Batcher
+from ferry.results.base import ResultRecord, Status
 from ferry.settings import BatcherSettings, to_env
 from ferry.stack.triton_server import TritonPorts, start_triton
+from ferry.v1.task_pb2 import Task
 from tests.conftest import TritonServer, build_test_repository
 from tests.integration.helpers import (
     batch_executions,
@@ -70,14 +72,11 @@ async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(
 async def test_undecodable_image_fails_with_the_models_reason(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
-    """An image the gateway could not check (sent to a bytes model's twin) fails, not vanishes."""
+    """An image that slips past the gateway's check fails with the model's reason, not silently."""
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url),
                              batcher_settings(redis_url, url, max_wait_ms=5)) as stack:
         # Skip the gateway's check by enqueueing through the queue API directly.
-        from ferry.results.base import ResultRecord, Status
-        from ferry.v1.task_pb2 import Task
-
         gateway = stack.client._transport.app.state.gateway  # type: ignore[attr-defined]
         task = Task(task_id=keys.new_task_id(), model="moderation", payload=b"not an image",
                     enqueued_at_ms=1)
