@@ -14,7 +14,6 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ferry.errors import ConfigError
@@ -207,6 +206,3 @@ def reference_table() -> str:
                     f"{default} | {f.metadata['help']} | {', '.join(seen[name])} |")
     return "\n".join(rows)
 
-
-def as_path(value: str) -> Path | None:
-    return Path(value) if value else None

@@ -250,11 +250,13 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url)) as stack:
         stranded = Batcher(batcher_settings(redis_url, "127.0.0.1:9", max_wait_ms=5,
-                                            outage_budget_s=60))
+                                            outage_budget_s=60, claim_interval_ms=100))
         await stranded.start()
         task_ids = [await stack.submit(f"held-{i}") for i in range(3)]
         assert await wait_until(lambda: not stranded.gate.is_open, 10)
         assert await wait_until(lambda: len(stranded._held) == 3, 10)
+        registry = stranded.metrics.registry
+        assert await wait_until(lambda: registry.get_sample_value("ferry_queue_depth") == 3, 5)
         await stranded.stop()
         assert _pending_count(redis_client) == 0 and stream_lengths(redis_client) == 3
         healthy = Batcher(batcher_settings(redis_url, url, max_wait_ms=200))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from ferry.settings import (
     GatewaySettings,
     UpSettings,
     add_arguments,
-    as_path,
     load,
     parse_partitions,
     reference_table,
@@ -272,6 +270,3 @@ def test_reference_table_lists_every_setting() -> None:
     assert len(lines) == 2 + len(names)
 
 
-def test_as_path() -> None:
-    assert as_path("") is None
-    assert as_path("/tmp/x") == Path("/tmp/x")

@@ -218,6 +218,7 @@ class Batcher:
         while not await self._stop_within(interval):
             try:
                 await self._reclaim()
+                self.metrics.queue_depth.set(await self.queue.depth())
             except (RedisError, OSError) as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
 

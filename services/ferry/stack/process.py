@@ -44,10 +44,6 @@ class ManagedProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
     def start(self) -> None:
         """Start the process; its output goes to ``log_path`` (or is inherited)."""
         if self.log_path is not None:

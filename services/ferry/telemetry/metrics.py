@@ -32,6 +32,9 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight = Gauge("ferry_inflight_batches", "Batches at Triton now", registry=r)
+        self.queue_depth = Gauge("ferry_queue_depth",
+                                 "Unfinished tasks in all partition streams (new and pending)",
+                                 registry=r)
 
 
 class GatewayMetrics:
