@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from ferry.settings import CommonSettings
@@ -19,3 +21,8 @@ def connect(settings: CommonSettings) -> aioredis.Redis:
         socket_timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_socket_timeout_s)
     return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()
+
+
+def text(value: Any) -> str:
+    """A Redis reply (bytes, as Ferry's clients return them) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)

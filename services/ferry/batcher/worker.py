@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
+from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
 from ferry.batching.buffer import BoardingBuffer
@@ -209,7 +210,7 @@ class Batcher:
             except (RedisError, OSError) as exc:
                 failures += 1
                 log.warning("reading the queue failed (%s); retrying", exc)
-                await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failures, 5)))
+                await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
 

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from ferry import keys
 from ferry.codec import EnvelopeError, decode_task, encode_task
 from ferry.queue.base import Delivery, dead_letter_fields
+from ferry.redis_conn import text
 from ferry.results.base import ResultRecord
 from ferry.v1.task_pb2 import Task
 
@@ -36,16 +37,13 @@ return 0
 """
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 def _delivery(stream: str, entry_id: Any, fields: Any, deliveries: int = 1) -> Delivery:
     raw = (fields or {}).get(keys.TASK_FIELD.encode(), b"")
     try:
-        return Delivery(stream, _text(entry_id), raw, decode_task(raw), deliveries=deliveries)
+        return Delivery(stream, text(entry_id), raw, decode_task(raw), deliveries=deliveries)
     except EnvelopeError as exc:
-        return Delivery(stream, _text(entry_id), raw, None, str(exc), deliveries)
+        return Delivery(stream, text(entry_id), raw, None, str(exc), deliveries)
 
 
 class RedisStreamQueue:
@@ -103,7 +101,7 @@ class RedisStreamQueue:
             log.warning("consumer group missing (Redis flushed?); recreating it")
             await self.ensure_groups()
             return []
-        return [_delivery(_text(stream), entry_id, fields)
+        return [_delivery(text(stream), entry_id, fields)
                 for stream, entries in reply or [] for entry_id, fields in entries]
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]:
@@ -123,14 +121,14 @@ class RedisStreamQueue:
                 return []
             raise
         cursor, entries, deleted = reply  # Redis 7: the third item lists deleted entries
-        self._claim_cursor[stream] = _text(cursor)
+        self._claim_cursor[stream] = text(cursor)
         if deleted:  # pending ids whose entries are gone: nothing left to do for them
             await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)
         entries = [(entry_id, fields) for entry_id, fields in entries if fields]
         if not entries:
             return []
-        counts = await self._delivery_counts(stream, [_text(e[0]) for e in entries])
-        return [_delivery(stream, entry_id, fields, counts.get(_text(entry_id), 1))
+        counts = await self._delivery_counts(stream, [text(e[0]) for e in entries])
+        return [_delivery(stream, entry_id, fields, counts.get(text(entry_id), 1))
                 for entry_id, fields in entries]
 
     async def _delivery_counts(self, stream: str, entry_ids: list[str]) -> dict[str, int]:
@@ -139,7 +137,7 @@ class RedisStreamQueue:
                 pipe.xpending_range(stream, keys.CONSUMER_GROUP, min=entry_id, max=entry_id,
                                     count=1)
             replies = await pipe.execute()
-        return {_text(r["message_id"]): int(r["times_delivered"])
+        return {text(r["message_id"]): int(r["times_delivered"])
                 for rows in replies for r in rows}
 
     async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None:

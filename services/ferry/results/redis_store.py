@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
@@ -18,6 +17,7 @@ from redis.exceptions import RedisError
 
 from ferry import keys
 from ferry.queue.base import DeadLetter
+from ferry.redis_conn import text
 from ferry.results.base import ResultRecord
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,6 @@ return 1
 """
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
 
 def _flatten(fields: Mapping[str, bytes | str]) -> list[bytes | str]:
     return [item for pair in fields.items() for item in pair]
@@ -69,7 +66,7 @@ class RedisResultStore:
         raw = await self.redis.hgetall(keys.result_key(task_id))
         if not raw:
             return None
-        return ResultRecord.from_fields(task_id, {_text(k): _text(v) for k, v in raw.items()})
+        return ResultRecord.from_fields(task_id, {text(k): text(v) for k, v in raw.items()})
 
     async def complete(self, records: Sequence[ResultRecord],
                        dead_letters: Mapping[str, DeadLetter] | None = None) -> list[bool]:
@@ -166,4 +163,4 @@ class RedisResultStore:
         while not self._closing.is_set():
             message = await pubsub.get_message(timeout=LISTEN_TICK_S)
             if message is not None and message.get("type") == "message":
-                self._wake(_text(message["data"]))
+                self._wake(text(message["data"]))

@@ -1,6 +1,8 @@
 """Free loopback ports."""
 
 import socket
+import urllib.error
+import urllib.request
 
 LOOPBACK = "127.0.0.1"
 
@@ -18,4 +20,13 @@ def is_listening(host: str, port: int, timeout_s: float = 0.2) -> bool:
         with socket.create_connection((host, port), timeout=timeout_s):
             return True
     except OSError:
+        return False
+
+
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether a GET of ``url`` (a loopback address) answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
         return False

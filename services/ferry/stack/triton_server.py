@@ -14,14 +14,12 @@ import os
 import shutil
 import sys
 import sysconfig
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ferry.errors import StartupError
-from ferry.stack.ports import LOOPBACK, free_port
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 
 
@@ -91,12 +89,7 @@ def triton_argv(model_repository: Path, backends: Path, ports: TritonPorts) -> l
 
 def http_ready(http_port: int) -> bool:
     """Whether Triton's ``/v2/health/ready`` answers 200 (all models loaded)."""
-    url = f"http://{LOOPBACK}:{http_port}/v2/health/ready"
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
+    return http_ok(f"http://{LOOPBACK}:{http_port}/v2/health/ready", timeout_s=1.0)
 
 
 def start_triton(

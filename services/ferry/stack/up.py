@@ -6,15 +6,13 @@ import dataclasses
 import signal
 import sys
 import threading
-import urllib.error
-import urllib.request
 from importlib import resources
 from pathlib import Path
 from types import FrameType
 
 from ferry.errors import StartupError
 from ferry.settings import BatcherSettings, GatewaySettings, UpSettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, is_listening
+from ferry.stack.ports import LOOPBACK, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
@@ -31,14 +29,6 @@ def sample_image() -> Path:
 
 def repository_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:  # noqa: S310 - loopback URL
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 class LocalStack:
