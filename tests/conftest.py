@@ -1,7 +1,8 @@
 """Real servers for the integration tests: a redis-server and a tritonserver on free loopback ports.
 
 Both start once per session; every test starts with an empty Redis. Triton serves the bundled model
-repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for crash tests.
+repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for crash and scheduling tests,
+and ``sim_slow2``, the same with two instances.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ class TritonServer:
 
 
 def build_test_repository(target: Path) -> Path:
-    """The bundled models plus ``sim_slow``, a copy of ``sim`` that takes 1.5 s per batch."""
+    """The bundled models plus ``sim_slow`` and ``sim_slow2``: copies of ``sim`` that take 1.5 s
+    per batch, with one and two instances."""
     shutil.copytree(bundled_repository(), target, ignore=shutil.ignore_patterns("__pycache__"))
-    slow = target / "sim_slow"
-    shutil.copytree(target / "sim", slow)
-    config = (slow / "config.pbtxt").read_text()
-    config = config.replace('name: "sim"', 'name: "sim_slow"')
-    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
-                    'key: "fixed_ms" value: { string_value: "1500" }', config)
-    (slow / "config.pbtxt").write_text(config)
+    for name, instances in (("sim_slow", 1), ("sim_slow2", 2)):
+        slow = target / name
+        shutil.copytree(target / "sim", slow)
+        config = (slow / "config.pbtxt").read_text()
+        config = config.replace('name: "sim"', f'name: "{name}"')
+        config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
+                        'key: "fixed_ms" value: { string_value: "1500" }', config)
+        config = config.replace("count: 1, kind: KIND_CPU", f"count: {instances}, kind: KIND_CPU")
+        (slow / "config.pbtxt").write_text(config)
     return target
 
 

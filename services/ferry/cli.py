@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Sequence
 
-import uvicorn
+import uvloop
 
 from ferry import __version__
 from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
-from ferry.gateway.app import create_app
+from ferry.gateway.serve import serve
 from ferry.settings import (
     BatcherSettings,
     CommonSettings,
@@ -62,11 +61,7 @@ def run(command: str, settings: CommonSettings) -> int:
     if isinstance(settings, UpSettings):
         return LocalStack(settings).run()
     if isinstance(settings, GatewaySettings):
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port,
-                    log_level=settings.log_level.lower(), access_log=settings.access_log,
-                    # open long-polls must not hold a stop for their whole ?wait=
-                    timeout_graceful_shutdown=3)
-        return 0
+        return serve(settings)
     if isinstance(settings, BatcherSettings):
-        return asyncio.run(Batcher(settings).run())
+        return uvloop.run(Batcher(settings).run())
     raise ConfigError(f"unknown command {command}")

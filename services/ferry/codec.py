@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from google.protobuf.message import DecodeError
 
 from ferry.errors import FerryError
@@ -38,44 +38,59 @@ def decode_task(data: bytes) -> Task:
 
 
 def bytes_to_json(value: bytes) -> JSON:
-    """A BYTES element: JSON is embedded as JSON, UTF-8 as text, anything else as base64."""
+    """A BYTES element: JSON is embedded as it is, UTF-8 as text, anything else as base64.
+
+    Valid JSON (RFC 8259: no NaN or Infinity, no number that overflows a double) is passed on
+    byte for byte, as an ``orjson.Fragment``: no re-encoding, and big integers stay exact.
+    """
     try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(value).decode("ascii")}
-    try:
-        # NaN and Infinity (also 1e999, which overflows) are not JSON: pass such text on as text.
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except ValueError:
-        return text
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    return orjson.Fragment(value)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+# dtypes orjson serializes straight from the array (non-finite floats become null)
+_NUMPY_NATIVE = frozenset("biuf")
 
 
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"{literal} overflows")
-    return value
+def tensor_to_json(row: npt.NDArray[Any] | Sequence[bytes]) -> JSON:
+    """One request's slice of an output tensor (batch dimension removed).
 
-
-def tensor_to_json(row: npt.NDArray[Any]) -> JSON:
-    """One request's slice of an output tensor (batch dimension removed)."""
+    BYTES rows (a numpy object/bytes array, or the list of elements the Triton adapter decodes)
+    become their element's JSON, or a list of them; numeric rows ``{"shape", "data"}``.
+    """
+    if not isinstance(row, np.ndarray):
+        items = [bytes_to_json(v) for v in row]
+        return items[0] if len(items) == 1 else items
     if row.dtype == np.object_ or row.dtype.kind in ("S", "U"):
         items = [bytes_to_json(v if isinstance(v, bytes) else str(v).encode())
                  for v in row.reshape(-1)]
         return items[0] if len(items) == 1 else items
-    if row.dtype.kind in ("f", "c"):
-        finite = np.isfinite(row)
-        if not finite.all():  # JSON has no NaN or Infinity: they become null
-            cleaned = row.astype(np.object_)
-            cleaned[~finite] = None
-            return {"shape": list(row.shape), "data": cleaned.tolist()}
-    return {"shape": list(row.shape), "data": row.tolist()}
+    if row.dtype.kind in _NUMPY_NATIVE and row.ndim > 0:
+        return {"shape": list(row.shape), "data": np.ascontiguousarray(row)}
+    return {"shape": list(row.shape), "data": _finite(row.tolist())}
 
 
-def outputs_to_json(rows: Mapping[str, npt.NDArray[Any]]) -> dict[str, JSON]:
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: they become null (complex numbers become [real, imag])."""
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, complex):
+        return [_finite(value.real), _finite(value.imag)]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def outputs_to_json(rows: Mapping[str, Any]) -> dict[str, JSON]:
     """Every output of one request, keyed by output name."""
     return {name: tensor_to_json(row) for name, row in rows.items()}
+
+
+def dumps(value: JSON) -> bytes:
+    """JSON bytes of anything the functions above return (numpy arrays, orjson Fragments)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -1,4 +1,9 @@
-"""Every Redis key, stream, group and channel name Ferry uses, and their lifetimes, in one place."""
+"""Every Redis key, stream, group and channel name Ferry uses, and their lifetimes, in one place.
+
+Everything about one task lives in its partition's hash slot: the names carry a ``{pN}`` hash tag,
+so a Lua script can touch a task's record, its partition stream and its partition's dead letters at
+once, on a single Redis or on a Redis Cluster.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,31 @@ import zlib
 
 PREFIX = "ferry"
 CONSUMER_GROUP = "ferry-batchers"
-DEAD_LETTER_STREAM = f"{PREFIX}:dead"
-RESULT_CHANNEL = f"{PREFIX}:results:done"
+DONE_CHANNEL = f"{PREFIX}:done"  # completions, announced per batch and partition
 TASK_FIELD = "task"  # the stream entry field that holds the serialized envelope
 
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+TASK_ID_LENGTH = 32
+
+
+def slot_tag(partition: int) -> str:
+    """The hash tag that puts every key of one partition in one slot."""
+    return f"{{p{partition}}}"
 
 
 def partition_stream(partition: int) -> str:
-    """The stream of one partition: ``ferry:tasks:{0..N-1}``."""
-    return f"{PREFIX}:tasks:{partition}"
+    """The stream of one partition: ``ferry:{p0}:tasks`` ... ``ferry:{p15}:tasks``."""
+    return f"{PREFIX}:{slot_tag(partition)}:tasks"
 
 
-def result_key(task_id: str) -> str:
-    """The hash that holds a task's status and result."""
-    return f"{PREFIX}:result:{task_id}"
+def dead_letter_stream(partition: int) -> str:
+    """Tasks of one partition that failed for good, payload included: ``ferry:{p3}:dead``."""
+    return f"{PREFIX}:{slot_tag(partition)}:dead"
+
+
+def task_key(task_id: str, partition: int) -> str:
+    """The hash that holds a task's status and its public JSON record."""
+    return f"{PREFIX}:{slot_tag(partition)}:task:{task_id}"
 
 
 def new_task_id() -> str:

@@ -64,11 +64,14 @@ class GatewaySettings(CommonSettings):
     max_poll_s: float = setting(30.0, "longest long-poll a client may ask for with ?wait=")
     catalog_refresh_s: float = setting(5.0, "seconds the gateway trusts its cached model list")
     access_log: bool = setting(False, "log every HTTP request (metrics count them anyway)")
+    workers: int = setting(0, "gateway processes sharing the port; 0: one per available core")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_body_bytes < 1:
             raise ConfigError("max_body_bytes must be positive")
+        if self.workers < 0:
+            raise ConfigError("workers must be 0 (one per core) or more")
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,10 @@ class BatcherSettings(CommonSettings):
     max_batch: int = setting(64, "a batch leaves when it holds this many requests")
     max_wait_ms: float = setting(50.0, "... or this long after its first request arrived")
     owned_partitions: str = setting("all", "partitions this batcher reads: 'all' or e.g. '0-7,12'")
-    max_inflight_batches: int = setting(2, "batches that may be at Triton at once")
+    max_inflight_batches: int = setting(0, "batches of one model at Triton at once; 0: as many "
+                                        "as Triton runs instances of the model")
+    adaptive_flush: bool = setting(True, "send a batch early when Triton has a free instance "
+                                   "and no other request is expected soon")
     max_attempts: int = setting(3, "inference attempts per request before it is dead-lettered")
     outage_budget_s: float = setting(300.0, "how long a batch waits for an unreachable Triton "
                                      "(not counted as attempts) before its tasks fail")
@@ -98,8 +104,8 @@ class BatcherSettings(CommonSettings):
         super().__post_init__()
         if self.max_batch < 1 or self.max_wait_ms < 0:
             raise ConfigError("max_batch must be >= 1 and max_wait_ms >= 0")
-        if self.max_attempts < 1 or self.max_inflight_batches < 1:
-            raise ConfigError("max_attempts and max_inflight_batches must be >= 1")
+        if self.max_attempts < 1 or self.max_inflight_batches < 0:
+            raise ConfigError("max_attempts must be >= 1 and max_inflight_batches >= 0")
         parse_partitions(self.owned_partitions, self.partitions)
         if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:
             raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")

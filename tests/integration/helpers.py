@@ -59,7 +59,7 @@ class Stack:
 @asynccontextmanager
 async def running_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings)
-    async with app.router.lifespan_context(app):
+    async with app.fallback.router.lifespan_context(app.fallback):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://ferry.test",
                                      timeout=60) as client:
@@ -86,8 +86,17 @@ def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
     return sum(int(client.xlen(keys.partition_stream(p))) for p in range(partitions))
 
 
-def result_keys(client: redis.Redis) -> list[bytes]:
-    return list(client.scan_iter(match=keys.result_key("*")))
+def task_keys(client: redis.Redis) -> list[bytes]:
+    return list(client.scan_iter(match=f"{keys.PREFIX}:*:task:*"))
+
+
+def dead_letters(client: redis.Redis, partitions: int = 16) -> list[dict[bytes, bytes]]:
+    """Every partition's dead letters (their fields)."""
+    letters: list[dict[bytes, bytes]] = []
+    for partition in range(partitions):
+        entries: Any = client.xrange(keys.dead_letter_stream(partition))
+        letters += [fields for _, fields in entries]
+    return letters
 
 
 def batch_executions(triton_url: str, model: str) -> dict[int, int]:

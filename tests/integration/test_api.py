@@ -18,10 +18,10 @@ from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batcher_settings,
     gateway_settings,
-    result_keys,
     running_gateway,
     running_stack,
     stream_lengths,
+    task_keys,
 )
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ async def test_bad_input_is_refused_and_nothing_is_enqueued(
     assert error["code"] == code
     assert len(error["message"]) > 10
     assert stream_lengths(redis_client) == 0
-    assert result_keys(redis_client) == []
+    assert task_keys(redis_client) == []
 
 
 async def test_accepted_request_is_enqueued_once_and_pending(

@@ -16,14 +16,15 @@ import redis
 
 from ferry import keys
 from ferry.batcher.worker import Batcher
-from ferry.results.base import ResultRecord, Status
 from ferry.settings import BatcherSettings, to_env
 from ferry.stack.triton_server import TritonPorts, start_triton
+from ferry.tasks.record import Status, TaskRecord
 from ferry.v1.task_pb2 import Task
 from tests.conftest import TritonServer, build_test_repository
 from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
+    dead_letters,
     executions_since,
     gateway_settings,
     running_stack,
@@ -32,11 +33,6 @@ from tests.integration.helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def dead_letters(client: redis.Redis) -> list[dict[bytes, bytes]]:
-    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(keys.DEAD_LETTER_STREAM)  # type: ignore[assignment]
-    return [fields for _, fields in entries]
 
 
 async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(
@@ -76,12 +72,12 @@ async def test_undecodable_image_fails_with_the_models_reason(
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url),
                              batcher_settings(redis_url, url, max_wait_ms=5)) as stack:
-        # Skip the gateway's check by enqueueing through the queue API directly.
-        gateway = stack.client._transport.app.state.gateway  # type: ignore[attr-defined]
+        # Skip the gateway's check by admitting through the task store directly.
+        gateway = stack.client._transport.app.gateway  # type: ignore[attr-defined]
         task = Task(task_id=keys.new_task_id(), model="moderation", payload=b"not an image",
                     enqueued_at_ms=1)
-        await gateway.queue.enqueue(task, ResultRecord(task.task_id, Status.PENDING,
-                                                       "moderation", 0.001))
+        await gateway.store.admit(task, TaskRecord(task.task_id, Status.PENDING,
+                                                   "moderation", 0.001))
         result = await stack.result(task.task_id)
     assert result["status"] == "FAILED"
     assert "not a decodable image" in result["error"]

@@ -46,7 +46,8 @@ async def test_a_batch_of_mixed_images_gets_one_answer_each(
     blank = _blank_png()
     images = [photo, blank, small, blank, photo]
     async with running_stack(gateway_settings(redis_url, url),
-                             batcher_settings(redis_url, url, max_wait_ms=1000)) as stack:
+                             batcher_settings(redis_url, url, max_wait_ms=1000,
+                                              adaptive_flush=False)) as stack:
         task_ids = await asyncio.gather(*(stack.submit(i, model="moderation",
                                                        content_type="image/jpeg")
                                           for i in images))

@@ -13,19 +13,37 @@ from ferry import keys
 def test_fixed_names() -> None:
     assert keys.PREFIX == "ferry"
     assert keys.CONSUMER_GROUP == "ferry-batchers"
-    assert keys.DEAD_LETTER_STREAM == "ferry:dead"
-    assert keys.RESULT_CHANNEL == "ferry:results:done"
+    assert keys.DONE_CHANNEL == "ferry:done"
     assert keys.TASK_FIELD == "task"
 
 
-def test_partition_stream_name() -> None:
-    assert keys.partition_stream(0) == "ferry:tasks:0"
-    assert keys.partition_stream(15) == "ferry:tasks:15"
+def test_partition_names_carry_the_partitions_hash_tag() -> None:
+    assert keys.partition_stream(0) == "ferry:{p0}:tasks"
+    assert keys.partition_stream(15) == "ferry:{p15}:tasks"
+    assert keys.dead_letter_stream(3) == "ferry:{p3}:dead"
 
 
-def test_result_key_name() -> None:
+def test_task_key_name() -> None:
     task_id = "0123456789abcdef0123456789abcdef"
-    assert keys.result_key(task_id) == f"ferry:result:{task_id}"
+    assert keys.task_key(task_id, 7) == f"ferry:{{p7}}:task:{task_id}"
+
+
+def hash_tag(key: str) -> str:
+    """What Redis Cluster hashes: the part between the first { and the next }."""
+    start = key.index("{")
+    return key[start + 1:key.index("}", start)]
+
+
+def test_everything_about_a_task_lives_in_its_partitions_slot() -> None:
+    task_id = keys.new_task_id()
+    partition = keys.partition_of(task_id, 16)
+    names = [keys.task_key(task_id, partition), keys.partition_stream(partition),
+             keys.dead_letter_stream(partition)]
+    assert {hash_tag(name) for name in names} == {f"p{partition}"}
+
+
+def test_partitions_have_distinct_hash_tags() -> None:
+    assert len({hash_tag(keys.partition_stream(p)) for p in range(64)}) == 64
 
 
 def test_new_task_id_is_32_lowercase_hex_chars() -> None:

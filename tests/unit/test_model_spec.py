@@ -7,9 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from ferry.errors import ModelContractError, PermanentBackendError
-from ferry.triton.base import ModelSpec, split_rows, stack_payloads
+from ferry.triton.base import ModelSpec
+from ferry.triton.tensors import output_rows, pack_bytes, unpack_bytes
 
 
 def metadata() -> dict[str, Any]:
@@ -159,47 +161,78 @@ def test_contract_error_is_permanent() -> None:
     assert ModelContractError.transient is False
 
 
-# --- split_rows / stack_payloads ----------------------------------------------------------------
+# --- instances ----------------------------------------------------------------------------------
 
 
-def test_stack_payloads_is_a_batch_by_one_object_tensor() -> None:
-    tensor = stack_payloads([b"a", b"bb", b"\x00"])
-    assert tensor.shape == (3, 1)
-    assert tensor.dtype == np.object_
-    assert tensor.tolist() == [[b"a"], [b"bb"], [b"\x00"]]
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([], 1),
+        ([{"count": 1, "kind": "KIND_CPU"}], 1),
+        ([{"count": 2, "kind": "KIND_CPU"}], 2),
+        ([{"count": 2, "kind": "KIND_GPU", "gpus": [0, 1, 2]}], 6),
+        ([{"count": 1, "kind": "KIND_GPU", "gpus": [0]}, {"count": 3, "kind": "KIND_CPU"}], 4),
+        ([{"kind": "KIND_GPU"}], 1),
+    ],
+)
+def test_instances_count_every_group_on_every_gpu(groups: list[dict[str, Any]],
+                                                  expected: int) -> None:
+    conf = config()
+    conf["instance_group"] = groups
+    assert ModelSpec.from_triton(metadata(), conf).instances == expected
 
 
-def test_stack_payloads_keeps_equal_length_payloads_as_bytes() -> None:
-    tensor = stack_payloads([b"ab", b"cd"])
-    assert tensor.shape == (2, 1)
-    assert tensor.dtype == np.object_
-    assert tensor[1, 0] == b"cd"
+# --- raw tensors ----------------------------------------------------------------------------------
 
 
-def test_stack_payloads_of_one() -> None:
-    assert stack_payloads([b"x"]).shape == (1, 1)
+@pytest.mark.parametrize("elements", [[b"a", b"bb", b"\x00"], [b""], [], [b"x" * 70_000]])
+def test_pack_bytes_matches_tritonclients_encoding(elements: list[bytes]) -> None:
+    reference = serialize_byte_tensor(np.array(elements, dtype=np.object_))
+    expected = reference.item() if reference is not None and reference.size else b""
+    assert pack_bytes(elements) == expected
+    assert unpack_bytes(pack_bytes(elements)) == elements
 
 
-def test_stack_payloads_of_none() -> None:
-    assert stack_payloads([]).shape == (0, 1)
+def test_unpack_bytes_matches_tritonclients_decoding() -> None:
+    raw = serialize_byte_tensor(np.array([b"r0", b"", b"\xffr2"], dtype=np.object_)).item()
+    assert unpack_bytes(raw) == deserialize_bytes_tensor(raw).tolist() == [b"r0", b"",
+                                                                            b"\xffr2"]
 
 
-def test_split_rows_gives_one_dict_per_request() -> None:
-    outputs = {"OUTPUT": np.array([[b"r0"], [b"r1"], [b"r2"]], dtype=np.object_),
-               "SCORES": np.arange(6, dtype=np.float32).reshape(3, 2)}
-    rows = split_rows(outputs, 3)
-    assert len(rows) == 3
-    assert [sorted(row) for row in rows] == [["OUTPUT", "SCORES"]] * 3
-    assert rows[1]["OUTPUT"].tolist() == [b"r1"]
-    assert rows[1]["OUTPUT"].shape == (1,)
-    assert rows[2]["SCORES"].tolist() == [4.0, 5.0]
+@pytest.mark.parametrize("raw", [b"\x05\x00\x00\x00abc", b"\x01\x00"])
+def test_truncated_bytes_tensor_is_refused(raw: bytes) -> None:
+    with pytest.raises(PermanentBackendError, match="truncated BYTES tensor"):
+        unpack_bytes(raw)
 
 
-def test_split_rows_with_no_outputs() -> None:
-    assert split_rows({}, 2) == [{}, {}]
+def test_bytes_output_rows_per_request() -> None:
+    raw = pack_bytes([b"r0a", b"r0b", b"r1a", b"r1b"])
+    assert output_rows("OUTPUT", "BYTES", [2, 2], raw, 2) == [[b"r0a", b"r0b"], [b"r1a", b"r1b"]]
 
 
-def test_split_rows_refuses_wrong_row_count() -> None:
-    outputs = {"OUTPUT": np.array([[b"r0"], [b"r1"]], dtype=np.object_)}
+def test_numeric_output_rows_per_request() -> None:
+    tensor = np.arange(6, dtype="<f4").reshape(3, 2)
+    rows = output_rows("SCORES", "FP32", [3, 2], tensor.tobytes(), 3)
+    assert [row.tolist() for row in rows] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]  # type: ignore[union-attr]
+
+
+def test_bf16_output_is_widened_to_float32() -> None:
+    values = np.array([1.5, -2.0], dtype=np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype("<u2").tobytes()
+    rows = output_rows("X", "BF16", [2, 1], bf16, 2)
+    assert [row.tolist() for row in rows] == [[1.5], [-2.0]]  # type: ignore[union-attr]
+
+
+def test_output_with_the_wrong_row_count_is_a_contract_violation() -> None:
     with pytest.raises(ModelContractError, match=r"^output 'OUTPUT' has 2 rows for 3 inputs$"):
-        split_rows(outputs, 3)
+        output_rows("OUTPUT", "BYTES", [2, 1], pack_bytes([b"a", b"b"]), 3)
+
+
+def test_bytes_output_with_too_few_elements_is_refused() -> None:
+    with pytest.raises(PermanentBackendError, match="1 elements for shape"):
+        output_rows("OUTPUT", "BYTES", [2, 1], pack_bytes([b"a"]), 2)
+
+
+def test_unknown_output_datatype_is_refused() -> None:
+    with pytest.raises(PermanentBackendError, match="datatype FP8"):
+        output_rows("OUTPUT", "FP8", [1, 1], b"\x00", 1)

@@ -1,21 +1,41 @@
-"""The batching policy: full batches leave at once, partial ones when their time comes."""
+"""The batching policy: full batches leave at once, partial ones when their time comes, or early
+when the backend is idle and nobody else is coming."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from ferry.batching.policy import BatchPolicy, Plan, Waiting, is_expired
+from ferry.batching.policy import (
+    Backend,
+    BatchPolicy,
+    Departure,
+    Lane,
+    Plan,
+    Reason,
+    Waiting,
+    is_expired,
+)
 
-POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05)
+FULL, WAIT, ADAPTIVE, DRAIN = Reason.FULL, Reason.WAIT, Reason.ADAPTIVE, Reason.DRAIN
+POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05, adaptive=False)
 
 
-def queue(model: str, count: int, oldest: float, capacity: int = 64) -> Waiting:
-    return Waiting(model=model, count=count, oldest=oldest, capacity=capacity)
+def queue(model: str, count: int, oldest: float, capacity: int = 64,
+          newest: float | None = None, suspect: bool = False) -> Waiting:
+    return Waiting(Lane(model, suspect), count, oldest, oldest if newest is None else newest,
+                   capacity)
 
 
-# --- limit / due_at / ready ---------------------------------------------------------------------
+def free(slots: int, *models: str, rate: float = 0.0, fixed_s: float = 0.0
+         ) -> dict[str, Backend]:
+    return {m: Backend(slots, rate, fixed_s) for m in models or ("m",)}
+
+
+def leave(model: str, size: int, reason: Reason, suspect: bool = False) -> Departure:
+    return Departure(Lane(model, suspect), size, reason)
+
+
+# --- limit / due_at -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -32,145 +52,217 @@ def test_due_at_is_oldest_arrival_plus_max_wait() -> None:
     assert policy.due_at(queue("m", 1, oldest=10.0)) == 12.5
 
 
-def test_ready_when_full_even_before_due() -> None:
-    assert POLICY.ready(queue("m", 4, oldest=100.0), now=100.0) is True
-
-
-def test_ready_when_count_exceeds_capacity_limited_batch() -> None:
-    assert POLICY.ready(queue("m", 2, oldest=100.0, capacity=2), now=100.0) is True
-
-
-def test_partial_not_ready_before_due() -> None:
-    assert POLICY.ready(queue("m", 3, oldest=100.0), now=100.049) is False
-
-
-def test_partial_ready_exactly_at_due_and_after() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=0.5)
-    assert policy.ready(queue("m", 1, oldest=10.0), now=10.5) is True
-    assert policy.ready(queue("m", 1, oldest=10.0), now=11.0) is True
-
-
-@pytest.mark.parametrize("count", [0, -1])
-def test_empty_queue_is_never_ready(count: int) -> None:
-    assert POLICY.ready(queue("m", count, oldest=0.0), now=math.inf) is False
-
-
-# --- plan -----------------------------------------------------------------------------------------
+# --- the classic rule: full, or max wait since the first (adaptive flush off) ---------------------
 
 
 def test_empty_input_gives_no_flush_and_no_wake() -> None:
-    assert POLICY.plan([], now=0.0, free_slots=4) == Plan(flush=(), wake_in=None)
+    assert POLICY.plan([], now=0.0, backends=free(4)) == Plan(flush=(), wake_in=None)
 
 
 def test_queues_with_nothing_waiting_are_ignored() -> None:
-    plan = POLICY.plan([queue("m", 0, oldest=0.0)], now=100.0, free_slots=4)
+    plan = POLICY.plan([queue("m", 0, oldest=0.0)], now=100.0, backends=free(4))
     assert plan == Plan(flush=(), wake_in=None)
 
 
 def test_full_batch_flushes_at_once() -> None:
-    plan = POLICY.plan([queue("m", 4, oldest=10.0)], now=10.0, free_slots=2)
-    assert plan == Plan(flush=(("m", 4),), wake_in=None)
+    plan = POLICY.plan([queue("m", 4, oldest=10.0)], now=10.0, backends=free(2))
+    assert plan == Plan(flush=(leave("m", 4, FULL),), wake_in=None)
+
+
+def test_capacity_smaller_than_max_batch_makes_a_full_batch() -> None:
+    plan = POLICY.plan([queue("m", 2, oldest=100.0, capacity=2)], now=100.0, backends=free(1))
+    assert plan.flush == (leave("m", 2, FULL),)
 
 
 def test_partial_batch_waits_until_max_wait_since_oldest() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=0.5)
-    plan = policy.plan([queue("m", 3, oldest=10.0)], now=10.25, free_slots=2)
+    policy = BatchPolicy(max_batch=4, max_wait_s=0.5, adaptive=False)
+    plan = policy.plan([queue("m", 3, oldest=10.0)], now=10.25, backends=free(2))
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.25)
 
 
 def test_partial_batch_flushes_once_due() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=0.5)
-    plan = policy.plan([queue("m", 3, oldest=10.0)], now=10.5, free_slots=2)
-    assert plan == Plan(flush=(("m", 3),), wake_in=None)
+    policy = BatchPolicy(max_batch=4, max_wait_s=0.5, adaptive=False)
+    assert policy.plan([queue("m", 3, oldest=10.0)], now=10.5, backends=free(2)) == Plan(
+        flush=(leave("m", 3, WAIT),), wake_in=None)
+    assert policy.plan([queue("m", 1, oldest=10.0)], now=11.0, backends=free(2)).flush == (
+        leave("m", 1, WAIT),)
 
 
 def test_wake_in_is_time_until_the_next_due_departure() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=1.0)
+    policy = BatchPolicy(max_batch=4, max_wait_s=1.0, adaptive=False)
     queues = [queue("late", 1, oldest=10.5), queue("early", 2, oldest=10.2)]
-    plan = policy.plan(queues, now=10.6, free_slots=4)
+    plan = policy.plan(queues, now=10.6, backends=free(4, "late", "early"))
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.6)  # early is due at 11.2
 
 
 def test_several_full_batches_in_one_queue_all_leave() -> None:
-    plan = POLICY.plan([queue("m", 9, oldest=10.0)], now=10.0, free_slots=8)
-    assert plan.flush == (("m", 4), ("m", 4))
+    plan = POLICY.plan([queue("m", 9, oldest=10.0)], now=10.0, backends=free(8))
+    assert plan.flush == (leave("m", 4, FULL), leave("m", 4, FULL))
     # the remainder of one is not due yet: wake when it is (due_at of the oldest arrival)
     assert plan.wake_in == pytest.approx(0.05)
 
 
 def test_full_batches_and_due_remainder_all_leave() -> None:
-    plan = POLICY.plan([queue("m", 9, oldest=10.0)], now=11.0, free_slots=8)
-    assert plan == Plan(flush=(("m", 4), ("m", 4), ("m", 1)), wake_in=None)
+    plan = POLICY.plan([queue("m", 9, oldest=10.0)], now=11.0, backends=free(8))
+    assert plan == Plan(flush=(leave("m", 4, FULL), leave("m", 4, FULL), leave("m", 1, WAIT)),
+                        wake_in=None)
 
 
 def test_capacity_caps_the_batch() -> None:
-    policy = BatchPolicy(max_batch=64, max_wait_s=1.0)
-    plan = policy.plan([queue("small", 5, oldest=0.0, capacity=2)], now=0.0, free_slots=8)
-    assert plan.flush == (("small", 2), ("small", 2))
+    policy = BatchPolicy(max_batch=64, max_wait_s=1.0, adaptive=False)
+    plan = policy.plan([queue("small", 5, oldest=0.0, capacity=2)], now=0.0,
+                       backends=free(8, "small"))
+    assert plan.flush == (leave("small", 2, FULL), leave("small", 2, FULL))
     assert plan.wake_in == pytest.approx(1.0)
 
 
 def test_free_slots_limit_the_batches_and_wake_in_is_zero() -> None:
-    plan = POLICY.plan([queue("m", 12, oldest=10.0)], now=10.0, free_slots=2)
-    assert plan == Plan(flush=(("m", 4), ("m", 4)), wake_in=0.0)
+    plan = POLICY.plan([queue("m", 12, oldest=10.0)], now=10.0, backends=free(2))
+    assert plan == Plan(flush=(leave("m", 4, FULL), leave("m", 4, FULL)), wake_in=0.0)
 
 
 def test_no_free_slot_with_a_due_batch_wakes_immediately() -> None:
-    plan = POLICY.plan([queue("m", 2, oldest=10.0)], now=20.0, free_slots=0)
+    plan = POLICY.plan([queue("m", 2, oldest=10.0)], now=20.0, backends=free(0))
     assert plan == Plan(flush=(), wake_in=0.0)
 
 
 def test_no_free_slot_and_nothing_due_waits_for_due_time() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=1.0)
-    plan = policy.plan([queue("m", 2, oldest=10.0)], now=10.25, free_slots=0)
+    policy = BatchPolicy(max_batch=4, max_wait_s=1.0, adaptive=False)
+    plan = policy.plan([queue("m", 2, oldest=10.0)], now=10.25, backends=free(0))
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.75)
 
 
 def test_negative_free_slots_behave_like_zero() -> None:
-    plan = POLICY.plan([queue("m", 4, oldest=10.0)], now=10.0, free_slots=-3)
+    plan = POLICY.plan([queue("m", 4, oldest=10.0)], now=10.0, backends=free(-3))
+    assert plan == Plan(flush=(), wake_in=0.0)
+
+
+def test_a_model_without_backend_state_gets_no_slot() -> None:
+    plan = POLICY.plan([queue("unknown", 4, oldest=10.0)], now=10.0, backends={})
     assert plan == Plan(flush=(), wake_in=0.0)
 
 
 def test_most_overdue_queue_is_served_first() -> None:
     queues = [queue("b", 2, oldest=5.0), queue("a", 1, oldest=1.0), queue("c", 3, oldest=3.0)]
-    plan = POLICY.plan(queues, now=100.0, free_slots=8)
-    assert plan == Plan(flush=(("a", 1), ("c", 3), ("b", 2)), wake_in=None)
+    plan = POLICY.plan(queues, now=100.0, backends=free(8, "a", "b", "c"))
+    assert plan == Plan(flush=(leave("a", 1, WAIT), leave("c", 3, WAIT), leave("b", 2, WAIT)),
+                        wake_in=None)
 
 
-def test_most_overdue_queue_gets_the_only_free_slot() -> None:
-    queues = [queue("young", 2, oldest=50.0), queue("old", 1, oldest=1.0)]
-    plan = POLICY.plan(queues, now=100.0, free_slots=1)
-    assert plan == Plan(flush=(("old", 1),), wake_in=0.0)
+def test_lanes_of_one_model_share_its_slots_oldest_first() -> None:
+    queues = [queue("m", 2, oldest=50.0), queue("m", 1, oldest=1.0, capacity=1, suspect=True)]
+    plan = POLICY.plan(queues, now=100.0, backends=free(1))
+    assert plan == Plan(flush=(leave("m", 1, FULL, suspect=True),), wake_in=0.0)  # alone: full
+
+
+def test_slots_are_per_model() -> None:
+    queues = [queue("a", 4, oldest=1.0), queue("a", 4, oldest=2.0, suspect=True),
+              queue("b", 4, oldest=3.0)]
+    plan = POLICY.plan(queues, now=3.0, backends={"a": Backend(1), "b": Backend(1)})
+    assert plan.flush == (leave("a", 4, FULL), leave("b", 4, FULL))
+    assert plan.wake_in == 0.0  # a's suspects wait for a's slot
 
 
 def test_full_and_partial_queues_together() -> None:
-    policy = BatchPolicy(max_batch=4, max_wait_s=1.0)
+    policy = BatchPolicy(max_batch=4, max_wait_s=1.0, adaptive=False)
     queues = [queue("partial", 2, oldest=9.5), queue("full", 4, oldest=9.9)]
-    plan = policy.plan(queues, now=10.0, free_slots=4)
-    assert plan.flush == (("full", 4),)
+    plan = policy.plan(queues, now=10.0, backends=free(4, "partial", "full"))
+    assert plan.flush == (leave("full", 4, FULL),)
     assert plan.wake_in == pytest.approx(0.5)
 
 
-def test_draining_with_now_infinite_flushes_everything() -> None:
+def test_draining_flushes_everything_that_has_a_slot() -> None:
     queues = [queue("a", 9, oldest=10.0), queue("b", 1, oldest=20.0),
               queue("c", 3, oldest=30.0, capacity=2)]
-    plan = POLICY.plan(queues, now=math.inf, free_slots=100)
-    assert plan == Plan(
-        flush=(("a", 4), ("a", 4), ("a", 1), ("b", 1), ("c", 2), ("c", 1)), wake_in=None)
+    plan = POLICY.plan(queues, now=30.0, backends=free(100, "a", "b", "c"), draining=True)
+    assert plan == Plan(flush=(leave("a", 4, FULL), leave("a", 4, FULL), leave("a", 1, DRAIN),
+                               leave("b", 1, DRAIN), leave("c", 2, FULL), leave("c", 1, DRAIN)),
+                        wake_in=None)
 
 
 def test_draining_without_enough_slots_wakes_immediately() -> None:
-    plan = POLICY.plan([queue("a", 3, oldest=10.0), queue("b", 1, oldest=20.0)],
-                       now=math.inf, free_slots=1)
-    assert plan == Plan(flush=(("a", 3),), wake_in=0.0)
+    plan = POLICY.plan([queue("a", 3, oldest=10.0), queue("a", 1, oldest=20.0, suspect=True)],
+                       now=20.0, backends=free(1, "a"), draining=True)
+    assert plan == Plan(flush=(leave("a", 3, DRAIN),), wake_in=0.0)
 
 
 def test_plan_accepts_any_iterable() -> None:
-    plan = POLICY.plan(iter([queue("m", 4, oldest=0.0)]), now=0.0, free_slots=1)
-    assert plan.flush == (("m", 4),)
+    plan = POLICY.plan(iter([queue("m", 4, oldest=0.0)]), now=0.0, backends=free(1))
+    assert plan.flush == (leave("m", 4, FULL),)
+
+
+# --- adaptive flush -------------------------------------------------------------------------------
+
+ADAPT = BatchPolicy(max_batch=64, max_wait_s=0.05)
+
+
+def test_a_lone_request_leaves_at_once_when_nothing_else_is_expected() -> None:
+    # 10/s: the next request is expected 100 ms after this one, and waiting could save 4 ms
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0,
+                      backends=free(1, rate=10.0, fixed_s=0.004))
+    assert plan == Plan(flush=(leave("m", 1, ADAPTIVE),), wake_in=None)
+
+
+def test_with_no_arrival_rate_known_a_free_backend_takes_what_waits() -> None:
+    plan = ADAPT.plan([queue("m", 3, oldest=5.0)], now=5.0, backends=free(1))
+    assert plan.flush == (leave("m", 3, ADAPTIVE),)
+
+
+def test_it_waits_for_a_passenger_expected_within_what_waiting_saves() -> None:
+    # 400/s: the next is expected 2.5 ms after the last; one call's fixed cost is 4 ms
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0,
+                      backends=free(1, rate=400.0, fixed_s=0.004))
+    assert plan.flush == ()
+    assert plan.wake_in == pytest.approx(0.0025)  # look again when that passenger is overdue
+
+
+def test_the_more_aboard_the_less_one_more_is_worth_waiting_for() -> None:
+    backends = free(1, rate=400.0, fixed_s=0.004)
+    # 2 aboard: saving 2 ms each is not worth the 2.5 ms expected wait
+    plan = ADAPT.plan([queue("m", 2, oldest=4.99, newest=5.0)], now=5.0, backends=backends)
+    assert plan.flush == (leave("m", 2, ADAPTIVE),)
+
+
+def test_an_overdue_passenger_is_not_waited_for() -> None:
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.003,
+                      backends=free(1, rate=400.0, fixed_s=0.004))
+    assert plan.flush == (leave("m", 1, ADAPTIVE),)
+
+
+def test_no_adaptive_departure_without_a_free_slot() -> None:
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0,
+                      backends=free(0, rate=10.0, fixed_s=0.004))
+    assert plan.flush == ()
+    assert plan.wake_in == pytest.approx(0.05)  # the max wait still applies
+
+
+def test_full_batches_use_the_slots_before_the_remainder_may_leave_early() -> None:
+    policy = BatchPolicy(max_batch=4, max_wait_s=0.05)
+    plan = policy.plan([queue("m", 5, oldest=5.0)], now=5.0, backends=free(1, rate=1.0))
+    assert plan.flush == (leave("m", 4, FULL),)
+    plan = policy.plan([queue("m", 5, oldest=5.0)], now=5.0, backends=free(2, rate=1.0))
+    assert plan.flush == (leave("m", 4, FULL), leave("m", 1, ADAPTIVE))
+
+
+def test_adaptive_never_waits_past_max_wait() -> None:
+    # a busy stream of arrivals keeps the next passenger "expected", but the first has waited
+    plan = ADAPT.plan([queue("m", 3, oldest=5.0, newest=5.0499)], now=5.05,
+                      backends=free(1, rate=10_000.0, fixed_s=0.5))
+    assert plan.flush == (leave("m", 3, WAIT),)
+    waiting = ADAPT.plan([queue("m", 3, oldest=5.0, newest=5.03)], now=5.04,
+                         backends=free(1, rate=10.0, fixed_s=0.5))
+    assert waiting.flush == ()
+    assert waiting.wake_in == pytest.approx(0.01)  # due before the next passenger's expected time
+
+
+def test_adaptive_off_keeps_the_classic_rule() -> None:
+    classic = BatchPolicy(max_batch=64, max_wait_s=0.05, adaptive=False)
+    plan = classic.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=free(1, rate=1.0))
+    assert plan.flush == ()
+    assert plan.wake_in == pytest.approx(0.05)
 
 
 # --- is_expired ---------------------------------------------------------------------------------

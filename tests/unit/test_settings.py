@@ -51,7 +51,7 @@ def test_environment_overrides_default() -> None:
     assert settings.max_batch == 8
     assert settings.max_wait_ms == 12.5
     assert settings.redis_url == "redis://cache:6380/2"
-    assert settings.max_inflight_batches == 2  # untouched default
+    assert settings.max_inflight_batches == 0  # untouched default: the model's instance count
 
 
 def test_flag_overrides_environment() -> None:
@@ -116,7 +116,7 @@ def test_bad_type_in_flag_raises_config_error() -> None:
         {"FERRY_MAX_BATCH": "0"},
         {"FERRY_MAX_WAIT_MS": "-1"},
         {"FERRY_MAX_ATTEMPTS": "0"},
-        {"FERRY_MAX_INFLIGHT_BATCHES": "0"},
+        {"FERRY_MAX_INFLIGHT_BATCHES": "-1"},
         {"FERRY_PARTITIONS": "0"},
         {"FERRY_RESULT_TTL_S": "0"},
         {"FERRY_OWNED_PARTITIONS": "16"},  # default 16 partitions: 0..15
@@ -270,3 +270,10 @@ def test_reference_table_lists_every_setting() -> None:
     assert len(lines) == 2 + len(names)
 
 
+
+
+def test_gateway_workers_default_to_one_per_core_and_cannot_be_negative() -> None:
+    assert load(GatewaySettings, None, environ={}).workers == 0
+    assert load(GatewaySettings, None, environ={"FERRY_WORKERS": "3"}).workers == 3
+    with pytest.raises(ConfigError):
+        load(GatewaySettings, None, environ={"FERRY_WORKERS": "-1"})

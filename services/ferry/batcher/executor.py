@@ -5,8 +5,8 @@ batcher reads no new work: an outage is not the requests' fault and uses none of
 Other transient failures (overloaded, timed out) retry the whole batch with backoff. A permanent
 failure of a batch of several splits it in halves until the request that causes it is alone, so
 its batch-mates still succeed. A request that fails ``max_attempts`` times is FAILED with the last
-error and copied to the dead-letter stream. Results are written before entries are
-acknowledged: a crash in between re-runs the task, never loses it.
+error and copied to its partition's dead-letter stream. Results, dead letters and acknowledgements
+are written by one script per partition: a crash before it re-runs the task, never loses it.
 """
 
 from __future__ import annotations
@@ -27,19 +27,22 @@ from ferry.batching.policy import is_expired
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
+    DependencyUnavailableError,
     ModelContractError,
     PermanentBackendError,
     UnknownModelError,
 )
-from ferry.queue.base import Delivery, TaskQueue, dead_letter_fields
-from ferry.results.base import ResultRecord, ResultStore, Status
+from ferry.queue.base import Delivery
 from ferry.settings import BatcherSettings
+from ferry.tasks.base import Completion, TaskStore
+from ferry.tasks.record import Status, TaskRecord
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend, ModelSpec
 
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+CallObserver = Callable[[str, int, float], None]  # (model, batch size, seconds) of a good call
 
 
 @dataclass(frozen=True)
@@ -52,14 +55,22 @@ class Outcome:
     error: str | None = None
     model_version: str = ""
 
-    def record(self, finished_at: float) -> ResultRecord | None:
+    def record(self, finished_at: float) -> TaskRecord | None:
         task = self.delivery.task
         if task is None:
             return None
-        return ResultRecord(
+        return TaskRecord(
             task_id=task.task_id, status=self.status, model=task.model,
             created_at=task.enqueued_at_ms / 1000.0, model_version=self.model_version,
             finished_at=finished_at, output=self.output, error=self.error)
+
+    def completion(self, finished_at: float) -> Completion:
+        """Its record, and a dead letter for a failure (or an entry that could not be read)."""
+        record = self.record(finished_at)
+        letter = None
+        if record is None or self.status is Status.FAILED:
+            letter = self.error or self.delivery.problem or "unreadable task"
+        return Completion(self.delivery, record, letter)
 
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
@@ -73,20 +84,20 @@ class BatchExecutor:
         self,
         settings: BatcherSettings,
         backend: InferenceBackend,
-        queue: TaskQueue,
-        results: ResultStore,
+        store: TaskStore,
         metrics: BatcherMetrics,
         *,
         gate: BackendGate,
+        observe_call: CallObserver = lambda model, size, seconds: None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
         self.backend = backend
-        self.queue = queue
-        self.results = results
+        self.store = store
         self.metrics = metrics
         self.gate = gate
+        self.observe_call = observe_call
         self.sleep = sleep
         self.jitter = jitter
 
@@ -142,7 +153,9 @@ class BatchExecutor:
         payloads = [d.task.payload if d.task else b"" for d in items]
         started = time.monotonic()
         inferred = await self.backend.infer(spec, payloads)
-        self.metrics.infer_seconds.labels(spec.name).observe(time.monotonic() - started)
+        seconds = time.monotonic() - started
+        self.observe_call(spec.name, len(items), seconds)
+        self.metrics.infer_seconds.labels(spec.name).observe(seconds)
         self.metrics.batch_size.labels(spec.name).observe(len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
                         model_version=inferred.model_version)
@@ -165,39 +178,24 @@ class BatchExecutor:
         return await self._attempt(model, items, attempt + 1)
 
     async def settle(self, outcomes: Sequence[Outcome]) -> bool:
-        """Write results, dead-letter failures, then acknowledge; False if Redis would not.
+        """Write results and dead letters and acknowledge, in one round trip; False if Redis
+        would not. Unsettled entries stay pending in their stream, and a batcher reclaims them.
 
-        Unsettled entries stay pending in their stream, and a batcher reclaims them later.
+        A duplicate delivery whose task already has a final answer writes nothing and leaves no
+        dead letter: the first answer stands.
         """
         finished_at = time.time()
+        completions = [o.completion(finished_at) for o in outcomes]
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
-                settled = await self._write(outcomes, finished_at)
-                await self.queue.ack([o.delivery for o in outcomes])
-            except (RedisError, OSError) as exc:
+                written = await self.store.complete(completions)
+            except (DependencyUnavailableError, RedisError, OSError) as exc:
                 log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
                 await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
                 continue
-            self._count(settled)
+            self._count([o for o, new in zip(outcomes, written, strict=True) if new])
             return True
         return False
-
-    async def _write(self, outcomes: Sequence[Outcome], finished_at: float) -> list[Outcome]:
-        """Write results, each failure's dead letter with it; return the outcomes that were new.
-
-        A duplicate delivery whose task already has a final answer writes nothing and leaves no
-        dead letter: the first answer stands. Unreadable entries (no task id, so no result) are
-        only dead-lettered.
-        """
-        pairs = [(o, o.record(finished_at)) for o in outcomes]
-        records = [r for _, r in pairs if r is not None]
-        letters = {r.task_id: dead_letter_fields(o.delivery, o.error or "", finished_at)
-                   for o, r in pairs if r is not None and o.status is Status.FAILED}
-        fresh = iter(await self.results.complete(records, letters))
-        settled = [o for o, r in pairs if r is None or next(fresh)]
-        await self.queue.dead_letter([(o.delivery, o.error or "unreadable task")
-                                      for o, r in pairs if r is None])
-        return settled
 
     def _count(self, settled: Sequence[Outcome]) -> None:
         for outcome in settled:

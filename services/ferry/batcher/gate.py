@@ -61,7 +61,8 @@ class BackendGate:
         if deadline is None:
             return True
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._open.wait(), max(0.0, deadline - self.clock()))
+            async with asyncio.timeout(max(0.0, deadline - self.clock())):
+                await self._open.wait()
         return self._open.is_set()
 
     async def close(self) -> None:

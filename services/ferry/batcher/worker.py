@@ -3,7 +3,10 @@
 Tasks share a boarding buffer: the reader fills it from the owned partitions (all of them in one
 XREADGROUP), the claimer adds entries that dead consumers left behind, the keeper tells Redis that
 the entries this batcher holds are alive, and the dispatcher asks the pure batching policy what to
-send and sends each batch as its own task, at most ``max_inflight_batches`` at a time.
+send and sends each batch as its own task. A model gets as many batches at Triton at once as
+Triton runs instances of it (or ``max_inflight_batches``), so a batch never queues behind another
+at Triton nor waits while an instance idles; the policy learns each model's arrival rate and call
+cost to leave early when the backend is idle and nobody else is coming.
 ``stop()`` is two-phase: stop reading and send what has boarded, give batches
 ``shutdown_grace_s`` to finish, then cancel; whatever is left unfinished is put back in its
 stream as new, for any batcher to take at once.
@@ -15,15 +18,12 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import signal
-import socket
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
 from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
@@ -31,33 +31,39 @@ from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
 from ferry.batching.buffer import BoardingBuffer
-from ferry.batching.policy import BatchPolicy
-from ferry.errors import BackendError
+from ferry.batching.estimators import ArrivalRate, BatchCost
+from ferry.batching.policy import Backend, BatchPolicy, Lane, Reason
+from ferry.compose import BatcherParts, batcher_parts
+from ferry.errors import BackendError, DependencyUnavailableError
 from ferry.queue.base import Delivery
-from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import connect
-from ferry.results.base import Status
-from ferry.results.redis_store import RedisResultStore
 from ferry.settings import BatcherSettings, parse_partitions
+from ferry.tasks.record import Status
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend
-from ferry.triton.grpc_backend import TritonGrpcBackend
 
 log = logging.getLogger(__name__)
+REDIS_TROUBLE = (RedisError, OSError, DependencyUnavailableError)
 
 
-def consumer_name() -> str:
-    """Unique per process, readable in XINFO CONSUMERS."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-SUSPECT = "#suspect"  # lane suffix: reclaimed tasks that may have crashed a batcher go alone
-
-
-def lane_of(delivery: Delivery) -> str:
-    """The boarding lane: the model, or its one-at-a-time lane for a task delivered before."""
+def lane_of(delivery: Delivery) -> Lane:
+    """The boarding lane: the model, alone for a task that was delivered before."""
     assert delivery.task is not None
-    return delivery.task.model + (SUSPECT if delivery.deliveries > 1 else "")
+    return Lane(delivery.task.model, suspect=delivery.deliveries > 1)
+
+
+@dataclass
+class ModelState:
+    """What the dispatcher knows about one model: batch limit, instances, load, call cost."""
+
+    capacity: int
+    slots: int  # batches that may be at Triton at once
+    inflight: int = 0
+    rate: ArrivalRate = field(default_factory=ArrivalRate)
+    cost: BatchCost = field(default_factory=BatchCost)
+
+    def backend(self, now: float, holding: bool) -> Backend:
+        free = 0 if holding else max(0, self.slots - self.inflight)
+        return Backend(free=free, rate=self.rate.at(now), fixed_s=self.cost.fixed_s)
 
 
 class Batcher:
@@ -69,24 +75,30 @@ class Batcher:
         *,
         backend: InferenceBackend | None = None,
         metrics: BatcherMetrics | None = None,
+        parts: BatcherParts | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.parts = parts or batcher_parts(settings, backend=backend, metrics=metrics)
         self.settings = settings
         self.clock = clock
-        self.metrics = metrics or BatcherMetrics()
-        self.policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0)
+        self.metrics = self.parts.metrics
+        self.policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
+                                  adaptive=settings.adaptive_flush)
         self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
-        self.backend: InferenceBackend = backend or TritonGrpcBackend(
-            settings.triton_grpc_target, infer_timeout_s=settings.infer_timeout_s)
+        self.backend = self.parts.backend
+        self.queue = self.parts.queue
         self.gate = BackendGate(self.backend, settings.outage_budget_s)
-        self.consumer = consumer_name()
+        self.consumer = self.parts.consumer
+        self.executor = BatchExecutor(settings, self.backend, self.parts.store, self.metrics,
+                                      gate=self.gate, observe_call=self._observe_call)
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
-        self._redis: aioredis.Redis | None = None
-        self._capacity: dict[str, int] = {}
+        self.models: dict[str, ModelState] = {}
         self._held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
-        self._batches: dict[asyncio.Task[None], list[Delivery]] = {}
+        self._batches: dict[asyncio.Task[None], tuple[str, list[Delivery]]] = {}  # model, tasks
         self._changed = asyncio.Event()
+        self._slot_freed = asyncio.Event()  # wakes a parked reader
+        self._parked = False
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._metrics_server: Any = None
@@ -97,15 +109,8 @@ class Batcher:
     async def start(self) -> None:
         """Connect, create the consumer groups, start the loops (and /metrics if configured)."""
         s = self.settings
-        self._redis = connect(s)
-        self.queue = RedisStreamQueue(
-            self._redis, partitions=s.partitions, owned=self.partitions, consumer=self.consumer,
-            dead_letter_maxlen=s.dead_letter_maxlen)
-        self.results = RedisResultStore(self._redis, s.result_ttl_s, s.dead_letter_maxlen)
-        self.executor = BatchExecutor(s, self.backend, self.queue, self.results, self.metrics,
-                                      gate=self.gate)
         await self.backend.start()
-        await self.queue.ensure_groups()
+        await self._until_redis_answers(self.queue.ensure_groups)
         if s.metrics_port:
             self._metrics_server, _ = start_http_server(
                 s.metrics_port, s.metrics_host, registry=self.metrics.registry)
@@ -120,6 +125,22 @@ class Batcher:
         log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms",
                  self.consumer, ",".join(map(str, self.partitions)), s.max_batch, s.max_wait_ms)
 
+    async def _until_redis_answers(self, step: Callable[[], Awaitable[None]]) -> None:
+        """Run a start-up step, waiting out a Redis that is starting (refusing, or loading its
+        data) for up to three times ``redis_socket_timeout_s``."""
+        deadline = self.clock() + 3 * self.settings.redis_socket_timeout_s
+        attempt = 0
+        while True:
+            try:
+                await step()
+                return
+            except REDIS_TROUBLE as exc:
+                attempt += 1
+                if self.clock() >= deadline:
+                    raise
+                log.warning("Redis is not ready (%s); trying again", exc)
+                await asyncio.sleep(backoff_delay(attempt, 0.1, 1.0, jitter=1.0))
+
     def _loop_done(self, task: asyncio.Task[None]) -> None:
         self._changed.set()  # the dispatcher re-checks whether the reader is done
         if not task.cancelled() and task.exception() is not None:
@@ -129,33 +150,40 @@ class Batcher:
     async def stop(self) -> None:
         """Stop reading, send what has boarded, wait for batches, then cancel. Idempotent.
 
-        Takes at most ``shutdown_grace_s`` for the loops and half of it again for batches.
+        Takes at most ``shutdown_grace_s`` for the loops, half of it again for batches, and a
+        bounded wait for what was cancelled.
         """
         if self._stopped:
             return
         self._stopped = True
         self._stopping.set()
         self._changed.set()
+        self._slot_freed.set()
         grace = self.settings.shutdown_grace_s
         _, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
         if self._batches and self.gate.is_open:  # in an outage they only wait: hand them back
             await asyncio.wait(list(self._batches), timeout=max(0.1, grace / 2))
-        unfinished = [d for task, batch in self._batches.items() if not task.done() for d in batch]
+        unfinished = [d for task, (_, batch) in self._batches.items() if not task.done()
+                      for d in batch]
         unfinished += self.buffer.drain()
-        for task in [*pending, *self._batches]:
+        cancelled = [*pending, *self._batches]
+        for task in cancelled:
             task.cancel()
-        await asyncio.gather(*pending, *self._batches, return_exceptions=True)
+        if cancelled:
+            _, stuck = await asyncio.wait(cancelled, timeout=max(0.1, grace / 2))
+            for task in stuck:  # ignored its cancellation: leave it, the process is ending
+                log.error("%s did not stop when cancelled", task.get_name())
         await self._release(unfinished)
         await self._close()
 
     async def _release(self, deliveries: list[Delivery]) -> None:
         """Hand unfinished work back as new entries (delivery count 1) for others to take now."""
-        if not deliveries or self._redis is None:
+        if not deliveries:
             return
         try:
             await self.queue.release(deliveries)
             log.info("handed %d unfinished task(s) back to the queue", len(deliveries))
-        except (RedisError, OSError) as exc:
+        except REDIS_TROUBLE as exc:
             log.warning("could not hand back %d task(s) (%s); they will be reclaimed after "
                         "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
@@ -165,11 +193,11 @@ class Batcher:
             self._metrics_server = None
         await self.gate.close()
         await self.backend.close()
-        if self._redis is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await self.queue.forget_consumer()
-            await self._redis.aclose()
-            self._redis = None
+        with contextlib.suppress(*REDIS_TROUBLE):
+            await self.queue.forget_consumer()
+        await self.queue.close()
+        await self.parts.hot.close()
+        await self.parts.redis.aclose()
 
     async def run(self) -> int:
         """Run until SIGINT or SIGTERM (0) or until a loop dies (1), then stop cleanly."""
@@ -192,10 +220,19 @@ class Batcher:
 
     @property
     def room(self) -> int:
-        """How many more tasks may board before reading pauses."""
-        return self.settings.max_batch * (self.settings.max_inflight_batches + 1) - len(self.buffer)
+        """How many more tasks may board before reading pauses: a batch per slot, and one more."""
+        slots = sum(m.slots for m in self.models.values()) or 1
+        return self.settings.max_batch * (slots + 1) - len(self.buffer)
 
     async def _read_loop(self) -> None:
+        """Read while a batch could leave; while every slot is busy, park and catch up later.
+
+        A blocking read returns as soon as one entry arrives, so reading on while the backend
+        is busy costs a round trip per task and helps no batch leave sooner. Parked, the reader
+        waits for a slot to free (at most ``max_wait_ms / 4``), then takes everything that has
+        arrived in one read, and only then does the dispatcher plan: batches are as full and as
+        fresh as if it had read all along.
+        """
         per_stream = max(1, math.ceil(self.settings.max_batch / len(self.partitions)))
         block_s = self.settings.read_block_ms / 1000.0
         failures = 0
@@ -203,16 +240,29 @@ class Batcher:
             if self.room <= 0 or not self.gate.is_open:  # full, or Triton is down: leave it queued
                 await self._wait_changed(block_s)
                 continue
+            block_ms = self.settings.read_block_ms
+            if self._backend_busy():
+                await self._park()
+                block_ms = 0  # catch up without blocking: the dispatcher is waiting for this read
             try:
-                deliveries = await self.queue.read(min(self.room, per_stream),
-                                                   self.settings.read_block_ms)
+                deliveries = await self.queue.read(min(self.room, per_stream), block_ms)
                 failures = 0
-            except (RedisError, OSError) as exc:
+            except REDIS_TROUBLE as exc:
                 failures += 1
                 log.warning("reading the queue failed (%s); retrying", exc)
                 await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
+
+    def _backend_busy(self) -> bool:
+        """Every model this batcher knows has all its slots taken."""
+        return bool(self.models) and all(m.inflight >= m.slots for m in self.models.values())
+
+    async def _park(self) -> None:
+        self._parked = True
+        self._slot_freed.clear()
+        await _wait(self._slot_freed, self.settings.max_wait_ms / 4000.0)
+        self._parked = False
 
     async def _claim_loop(self) -> None:
         interval = self.settings.claim_interval_ms / 1000.0
@@ -220,7 +270,7 @@ class Batcher:
             try:
                 await self._reclaim()
                 self.metrics.queue_depth.set(await self.queue.depth())
-            except (RedisError, OSError) as exc:
+            except REDIS_TROUBLE as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
 
     async def _keep_loop(self) -> None:
@@ -229,14 +279,12 @@ class Batcher:
         while not await self._stop_within(interval):
             try:
                 await self.queue.touch(list(self._held))
-            except (RedisError, OSError) as exc:
+            except REDIS_TROUBLE as exc:
                 log.warning("refreshing held tasks failed: %s", exc)
 
     async def _stop_within(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; whether the batcher is stopping."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
-        return self._stopping.is_set()
+        return await _wait(self._stopping, seconds)
 
     async def _reclaim(self) -> None:
         """Take over tasks that dead consumers left, as many as there is room for."""
@@ -254,15 +302,18 @@ class Batcher:
         """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
         now = self.clock()
         rejected: list[Outcome] = []
+        arrivals: dict[str, int] = {}
         for delivery in deliveries:
             problem = self._rejection(delivery)
             if problem:
                 rejected.append(Outcome(delivery, Status.FAILED, error=problem))
                 continue
-            assert delivery.task is not None
-            await self._learn_capacity(delivery.task.model)
-            self._held.add((delivery.stream, delivery.entry_id))
-            self.buffer.add(lane_of(delivery), delivery, now)
+            lane = lane_of(delivery)
+            arrivals[lane.model] = arrivals.get(lane.model, 0) + 1
+            self._held.add(delivery.key)
+            self.buffer.add(lane, delivery, now)
+        for model, count in arrivals.items():
+            (await self._model(model)).rate.add(now, count)
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(self.buffer))
@@ -276,18 +327,37 @@ class Batcher:
                     f"(limit {self.settings.max_deliveries}); a batcher may crash on it")
         return ""
 
-    async def _learn_capacity(self, model: str) -> None:
-        if model in self._capacity:
-            return
-        # On failure the executor reports the error with the batch; chunking still applies there.
-        with contextlib.suppress(BackendError):
-            self._capacity[model] = (await self.backend.model_spec(model)).max_batch_size
+    async def _model(self, model: str) -> ModelState:
+        """The model's state, its batch limit and instance count refreshed from Triton's config
+        (cached by the backend)."""
+        state = self.models.get(model)
+        try:
+            spec = await self.backend.model_spec(model)
+        except BackendError:  # the executor reports it with the batch; chunking still applies
+            if state is None:
+                state = self.models[model] = ModelState(self.settings.max_batch,
+                                                        self._slots(1))
+            return state
+        if state is None:
+            state = self.models[model] = ModelState(spec.max_batch_size, self._slots(1))
+        state.capacity = spec.max_batch_size
+        state.slots = self._slots(spec.instances)
+        return state
 
-    def _lane_capacity(self, lane: str) -> int:
+    def _slots(self, instances: int) -> int:
+        return self.settings.max_inflight_batches or instances
+
+    def _lane_capacity(self, lane: Lane) -> int:
         """Suspects go one at a time; a model's lane takes what the model takes."""
-        if lane.endswith(SUSPECT):
+        if lane.suspect:
             return 1
-        return self._capacity.get(lane, self.settings.max_batch)
+        state = self.models.get(lane.model)
+        return state.capacity if state else self.settings.max_batch
+
+    def _observe_call(self, model: str, size: int, seconds: float) -> None:
+        state = self.models.get(model)
+        if state is not None:
+            state.cost.add(size, seconds)
 
     # -- dispatching ----------------------------------------------------------------------------
 
@@ -295,15 +365,16 @@ class Batcher:
         while True:
             self._changed.clear()
             draining = self._stopping.is_set()
-            now = math.inf if draining else self.clock()  # draining: every queue is due
-            free = self.settings.max_inflight_batches - len(self._batches)
-            if self.gate.holding():
-                free = 0  # Triton is down: hold boarded work (released if we stop) until it is back
-            plan = self.policy.plan(self.buffer.views(self._lane_capacity), now, free)
-            for lane, size in plan.flush:
-                self._launch(lane, self.buffer.take(lane, size))
+            now = self.clock()
+            holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
+            backends = {name: m.backend(now, holding) for name, m in self.models.items()}
+            plan = self.policy.plan(self.buffer.views(self._lane_capacity), now, backends,
+                                    draining=draining)
+            for departure in plan.flush:
+                self._launch(departure.lane, self.buffer.take(departure.lane, departure.size),
+                             departure.reason)
             self.metrics.buffered.set(len(self.buffer))
-            if draining and (not self.buffer or self.gate.holding()) and self._reader_done():
+            if draining and (not self.buffer or holding) and self._reader_done():
                 return  # what is still held when Triton is down is handed back by stop()
             # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
             timeout = None if plan.wake_in == 0 else plan.wake_in
@@ -315,26 +386,51 @@ class Batcher:
         return all(t.done() for t in self._loops if t.get_name() != "ferry-dispatcher")
 
     async def _wait_changed(self, timeout: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+        await _wait(self._changed, timeout)
 
-    def _launch(self, lane: str, deliveries: list[Delivery]) -> None:
-        task = asyncio.create_task(self._run_batch(deliveries), name=f"ferry-batch-{lane}")
-        self._batches[task] = deliveries
+    def _launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason) -> None:
+        task = asyncio.create_task(self._run_batch(lane.model, deliveries),
+                                   name=f"ferry-batch-{lane.model}")
+        self._batches[task] = (lane.model, deliveries)
+        state = self.models.get(lane.model)
+        if state is not None:
+            state.inflight += 1
+        self.metrics.flushes.labels(lane.model, reason.value).inc()
         self.metrics.inflight.set(len(self._batches))
         task.add_done_callback(self._batch_done)
 
-    async def _run_batch(self, deliveries: list[Delivery]) -> None:
-        model = deliveries[0].task.model if deliveries[0].task else ""
+    async def _run_batch(self, model: str, deliveries: list[Delivery]) -> None:
         try:
             await self.executor.run(model, deliveries)
         except Exception:
             log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
                           len(deliveries), model)
         for delivery in deliveries:  # not on cancellation: stop() hands those back
-            self._held.discard((delivery.stream, delivery.entry_id))
+            self._held.discard(delivery.key)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
-        self._batches.pop(task, None)
+        model, _ = self._batches.pop(task, ("", []))
+        state = self.models.get(model)
+        if state is not None:
+            state.inflight = max(0, state.inflight - 1)
         self.metrics.inflight.set(len(self._batches))
-        self._changed.set()
+        if self._parked:
+            self._slot_freed.set()  # the reader catches up, then boarding wakes the dispatcher
+        else:
+            self._changed.set()
+
+
+async def _wait(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait for ``event`` up to ``timeout_s`` (None: for ever); whether it is set.
+
+    ``asyncio.timeout`` costs a timer, where ``wait_for`` also costs a task: this is on the
+    dispatcher's path for every batch. It always yields once, so that a loop waiting on an event
+    that is already set still lets the task that will clear it run.
+    """
+    if event.is_set():
+        await asyncio.sleep(0)
+    else:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+    return event.is_set()

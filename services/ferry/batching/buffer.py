@@ -1,4 +1,4 @@
-"""Requests that have boarded, per model, in arrival order."""
+"""Requests that have boarded, per lane, in arrival order."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ferry.batching.policy import Waiting
+from ferry.batching.policy import Lane, Waiting
 
 T = TypeVar("T")
 
@@ -19,31 +19,31 @@ class Boarded(Generic[T]):
 
 
 class BoardingBuffer(Generic[T]):
-    """FIFO queues of items keyed by model, with arrival times for the policy."""
+    """FIFO queues of items keyed by lane, with arrival times for the policy."""
 
     def __init__(self) -> None:
-        self._queues: dict[str, deque[Boarded[T]]] = {}
+        self._queues: dict[Lane, deque[Boarded[T]]] = {}
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    def add(self, model: str, item: T, arrived: float) -> None:
-        self._queues.setdefault(model, deque()).append(Boarded(item, arrived))
+    def add(self, lane: Lane, item: T, arrived: float) -> None:
+        self._queues.setdefault(lane, deque()).append(Boarded(item, arrived))
 
-    def take(self, model: str, count: int) -> list[T]:
-        """Remove and return up to ``count`` of ``model``'s oldest items."""
-        queue = self._queues.get(model)
+    def take(self, lane: Lane, count: int) -> list[T]:
+        """Remove and return up to ``count`` of ``lane``'s oldest items."""
+        queue = self._queues.get(lane)
         if not queue:
             return []
         taken = [queue.popleft().item for _ in range(min(count, len(queue)))]
         if not queue:
-            del self._queues[model]
+            del self._queues[lane]
         return taken
 
-    def views(self, capacity: Callable[[str], int]) -> Iterator[Waiting]:
-        """What each queue looks like to the policy; ``capacity`` gives a queue's largest batch."""
-        for key, queue in self._queues.items():
-            yield Waiting(key, len(queue), queue[0].arrived, capacity(key))
+    def views(self, capacity: Callable[[Lane], int]) -> Iterator[Waiting]:
+        """What each queue looks like to the policy; ``capacity`` gives a lane's largest batch."""
+        for lane, queue in self._queues.items():
+            yield Waiting(lane, len(queue), queue[0].arrived, queue[-1].arrived, capacity(lane))
 
     def drain(self) -> list[T]:
         """Remove and return everything, oldest first within each queue."""
@@ -51,5 +51,5 @@ class BoardingBuffer(Generic[T]):
         self._queues.clear()
         return items
 
-    def models(self) -> list[str]:
+    def lanes(self) -> list[Lane]:
         return list(self._queues)

@@ -1,82 +1,150 @@
-"""The batching policy: a ferry leaves when it is full or when its departure time comes.
+"""The batching policy: a ferry leaves when it is full, when its departure time comes, or, when
+the backend is idle, as soon as nobody else is coming.
 
 Pure functions over plain values and a ``now`` the caller supplies, so that the same code drives the
 batcher (with ``time.monotonic``) and can be tested or simulated with any clock.
+
+The adaptive rule: a batch that is neither full nor due leaves now if its model has a free backend
+slot and the next passenger is not expected within the time waiting for them could save. Waiting
+for one more passenger saves one call's fixed cost shared by the ``n`` aboard (``fixed_s / n``
+each); the next is expected ``1 / rate`` after the last arrival. So: leave if that expected arrival
+is more than ``fixed_s / n`` away, or already overdue. Under load no slot is free, batches fill
+while the backend works, and the rule never fires; when the backend idles, a lone request leaves
+at once. Nothing ever waits longer than ``max_wait_s``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class Lane(NamedTuple):
+    """A boarding queue: requests that may travel together."""
+
+    model: str
+    suspect: bool = False  # reclaimed after a batcher died holding it: it travels alone
+
+
+class Reason(StrEnum):
+    """Why a batch left."""
+
+    FULL = "full"
+    WAIT = "wait"  # its first request waited max_wait_s
+    ADAPTIVE = "adaptive"  # a backend slot was free and nobody else was coming soon
+    DRAIN = "drain"  # the batcher is stopping
 
 
 @dataclass(frozen=True)
 class Waiting:
-    """What one model's queue looks like to the policy."""
+    """What one lane's queue looks like to the policy."""
 
-    model: str
+    lane: Lane
     count: int  # requests waiting
     oldest: float  # arrival time of the first of them, on the caller's clock
-    capacity: int  # the largest batch the model accepts (Triton's max_batch_size)
+    newest: float  # arrival time of the last of them
+    capacity: int  # the largest batch the lane takes (the model's max_batch_size; 1 for suspects)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the policy knows about a model's backend now."""
+
+    free: int  # batches that may start now (instances not busy with this batcher's batches)
+    rate: float = 0.0  # arrivals per second for the model
+    fixed_s: float = 0.0  # the fixed part of one call's time (what a shared call saves)
+
+
+@dataclass(frozen=True)
+class Departure:
+    lane: Lane
+    size: int
+    reason: Reason
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What to do now, and when to look again."""
+    """What to send now, and when to look again."""
 
-    flush: tuple[tuple[str, int], ...]  # (model, batch size) to send now, most urgent first
-    wake_in: float | None  # seconds until the next departure falls due; None: nothing waits
+    flush: tuple[Departure, ...]  # most urgent first
+    wake_in: float | None  # seconds until a waiting batch may leave; None: nothing waits
 
 
 @dataclass(frozen=True)
 class BatchPolicy:
-    """Flush ``max_batch`` requests at once, or whatever waits ``max_wait_s`` after the first."""
+    """``max_batch`` requests at once, or whatever waited ``max_wait_s``, or earlier when idle."""
 
     max_batch: int
     max_wait_s: float
+    adaptive: bool = True
 
     def limit(self, capacity: int) -> int:
-        """The batch size for a model that takes at most ``capacity`` per call."""
+        """The batch size for a lane that takes at most ``capacity`` per call."""
         return max(1, min(self.max_batch, capacity))
 
     def due_at(self, queue: Waiting) -> float:
         """When the queue's departure falls due, on the caller's clock."""
         return queue.oldest + self.max_wait_s
 
-    def ready(self, queue: Waiting, now: float) -> bool:
-        """Full, or its first request has waited long enough."""
-        if queue.count <= 0:
-            return False
-        return queue.count >= self.limit(queue.capacity) or now >= self.due_at(queue)
+    def plan(self, queues: Iterable[Waiting], now: float, backends: Mapping[str, Backend],
+             *, draining: bool = False) -> Plan:
+        """Batches to send now, within each model's free slots, and the wait until the next.
 
-    def plan(self, queues: Iterable[Waiting], now: float, free_slots: int) -> Plan:
-        """Batches to send now (at most ``free_slots``) and the wait until the next is due.
-
-        A queue holding several full batches yields them all. Due queues are served oldest first.
-        When a due batch finds no free slot, ``wake_in`` is 0: send it as soon as a slot frees.
+        A queue holding several full batches yields them all. Queues are served oldest first.
+        When a batch that may leave finds no free slot, ``wake_in`` is 0: send it as soon as a
+        slot frees.
         """
-        waiting = sorted((q for q in queues if q.count > 0), key=lambda q: q.oldest)
-        flush: list[tuple[str, int]] = []
+        free = {model: backend.free for model, backend in backends.items()}
+        flush: list[Departure] = []
         wake_in: float | None = None
-        for queue in waiting:
-            sizes = self._batches(queue, now)
-            room = max(0, free_slots - len(flush))
-            flush.extend((queue.model, size) for size in sizes[:room])
-            left = queue.count - sum(sizes[:room])
-            if left <= 0:
+        for queue in sorted((q for q in queues if q.count > 0), key=lambda q: q.oldest):
+            model = queue.lane.model
+            backend = backends.get(model, Backend(free=0))
+            ready = self._departures(queue, now, backend, free.get(model, 0), draining)
+            room = max(0, free.get(model, 0))
+            flush.extend(ready[:room])
+            free[model] = room - len(ready[:room])
+            if queue.count - sum(d.size for d in ready[:room]) <= 0:
                 continue
-            wait = 0.0 if len(sizes) > room else max(0.0, self.due_at(queue) - now)
+            wait = 0.0 if len(ready) > room else self._next_look(queue, now, backend,
+                                                                  free[model])
             wake_in = wait if wake_in is None else min(wake_in, wait)
         return Plan(tuple(flush), wake_in)
 
-    def _batches(self, queue: Waiting, now: float) -> list[int]:
-        """The batch sizes that ``queue`` should send now: full ones, then a due remainder."""
+    def _departures(self, queue: Waiting, now: float, backend: Backend, free: int,
+                    draining: bool) -> list[Departure]:
+        """What ``queue`` should send now: its full batches, then the rest if it may leave."""
         limit = self.limit(queue.capacity)
         full, rest = divmod(queue.count, limit)
-        sizes = [limit] * full
-        if rest and now >= self.due_at(queue):
-            sizes.append(rest)
-        return sizes
+        departures = [Departure(queue.lane, limit, Reason.FULL)] * full
+        if not rest:
+            return departures
+        if draining:
+            departures.append(Departure(queue.lane, rest, Reason.DRAIN))
+        elif now >= self.due_at(queue):
+            departures.append(Departure(queue.lane, rest, Reason.WAIT))
+        elif free > full and self._nobody_coming(rest, queue.newest, now, backend):
+            departures.append(Departure(queue.lane, rest, Reason.ADAPTIVE))
+        return departures
+
+    def _nobody_coming(self, aboard: int, last: float, now: float, backend: Backend) -> bool:
+        """The next passenger is not expected within what waiting for them could save."""
+        if not self.adaptive:
+            return False
+        if backend.rate <= 0:
+            return True
+        expected = last + 1.0 / backend.rate
+        return now >= expected or expected - now > backend.fixed_s / aboard
+
+    def _next_look(self, queue: Waiting, now: float, backend: Backend, free: int) -> float:
+        """Seconds until ``queue``'s remainder may leave: at its due time, or, while a slot is
+        free, when its next passenger is overdue."""
+        at = self.due_at(queue)
+        if self.adaptive and free > 0 and backend.rate > 0:
+            at = min(at, queue.newest + 1.0 / backend.rate)
+        return max(0.0, at - now)
 
 
 def is_expired(deadline_ms: int, now_ms: int) -> bool:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from PIL import Image, UnidentifiedImageError
 
 from ferry.errors import BadRequestError
@@ -75,11 +75,12 @@ def _from_raw(body: bytes, content_type: str, model: str | None) -> Submission:
 
 def _from_json(body: bytes, model_param: str | None) -> Submission:
     try:
-        doc = json.loads(body)
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate in string" in str(exc):  # an escaped lone surrogate ("\\ud800")
+            raise BadRequestError("invalid_text", "the JSON body holds characters that are not "
+                                  f"valid Unicode (unpaired surrogates): {exc}") from None
         raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise BadRequestError("malformed_json", "the JSON body is nested too deeply") from None
     if not isinstance(doc, dict):
         raise BadRequestError("malformed_json", "the JSON body must be an object")
     unknown = sorted(set(doc) - JSON_FIELDS)
@@ -103,11 +104,7 @@ def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:
     if text is not None:
         if not text:
             raise BadRequestError("empty_input", "'input' is empty")
-        try:
-            return text.encode("utf-8"), "text/plain"
-        except UnicodeEncodeError:
-            raise BadRequestError("invalid_text", "'input' holds characters that are not valid "
-                                  "Unicode (unpaired surrogates)") from None
+        return text.encode("utf-8"), "text/plain"  # orjson has refused unpaired surrogates
     assert encoded is not None
     try:
         payload = base64.b64decode(encoded, validate=True)

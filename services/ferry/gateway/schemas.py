@@ -1,10 +1,16 @@
-"""Request and response shapes, for validation of output and for the OpenAPI docs at /docs."""
+"""Request and response shapes, and the OpenAPI description of every route at /docs.
+
+The two hot routes are served by ``gateway.hot`` outside FastAPI's routing, so their OpenAPI
+entries are written here, from the same pydantic models, and merged into FastAPI's document.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+REF = "#/components/schemas/{model}"
 
 
 class InferenceRequest(BaseModel):
@@ -43,22 +49,81 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-RAW_BODY_DOC: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": InferenceRequest.model_json_schema()},
-            "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
-            "image/png": {"schema": {"type": "string", "format": "binary"}},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-            "text/plain": {"schema": {"type": "string"}},
-        },
-    }
+MODELS: tuple[type[BaseModel], ...] = (InferenceRequest, Accepted, TaskResult, ErrorDetail,
+                                       ErrorBody)
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+RAW_TYPES_DOC = ("image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
+                 "application/octet-stream")
+
+
+def _json(model: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": REF.format(model=model)}}}
+
+
+def _errors(codes: dict[int, str]) -> dict[str, Any]:
+    return {str(code): {"description": text, "content": _json("ErrorBody")}
+            for code, text in codes.items()}
+
+
+def _header(description: str) -> dict[str, Any]:
+    return {"description": description, "schema": {"type": "string"}}
+
+
+SUBMIT_DOC: dict[str, Any] = {
+    "summary": "Submit one request; returns a task id at once (or the result, with Prefer: wait)",
+    "operationId": "submit_v1_inference_post",
+    "parameters": [
+        {"name": "model", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "model, for raw bodies (JSON bodies name it in the body)"},
+        {"name": "Prefer", "in": "header", "required": False, "schema": {"type": "string"},
+         "description": "RFC 7240 `wait=N` (N ≤ 30 s): answer 200 with the finished result if "
+                        "it is ready within N seconds, else 202 as usual"},
+    ],
+    "requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": REF.format(model="InferenceRequest")}},
+        **dict.fromkeys(RAW_TYPES_DOC, BINARY),
+        "text/plain": {"schema": {"type": "string"}},
+    }},
+    "responses": {
+        "202": {"description": "accepted; poll status_url", "content": _json("Accepted"),
+                "headers": {"Location": _header("the task's status_url")}},
+        "200": {"description": "finished within the time asked for with Prefer: wait",
+                "content": _json("TaskResult"),
+                "headers": {"Location": _header("the task's status_url"),
+                            "Preference-Applied": _header("wait=N")}},
+        **_errors({400: "bad input", 404: "unknown model", 405: "method not allowed",
+                   413: "body or image too large", 415: "unsupported Content-Type",
+                   422: "model does not follow Ferry's contract",
+                   500: "a bug in the gateway (logged)",
+                   503: "Redis or Triton unavailable; retry later"}),
+    },
 }
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text}
-    for code, text in {400: "bad input", 404: "unknown model or task", 413: "body too large",
-                       415: "unsupported Content-Type", 422: "model unusable",
-                       503: "Redis or Triton unavailable"}.items()
+RESULT_DOC: dict[str, Any] = {
+    "summary": "A task's status and result; ?wait= long-polls",
+    "operationId": "result_v1_result__task_id__get",
+    "parameters": [
+        {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "wait", "in": "query", "required": False,
+         "schema": {"type": "number", "minimum": 0, "maximum": 30, "default": 0},
+         "description": "seconds to wait for a final status"},
+    ],
+    "responses": {
+        "200": {"description": "the task's record", "content": _json("TaskResult")},
+        **_errors({400: "'wait' out of range or not a number", 404: "unknown or expired task",
+                   405: "method not allowed", 500: "a bug in the gateway (logged)",
+                   503: "Redis unavailable; retry later"}),
+    },
 }
+
+
+def add_hot_route_docs(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Add the hot routes and the models they use to FastAPI's OpenAPI document."""
+    openapi.setdefault("paths", {})["/v1/inference"] = {"post": SUBMIT_DOC}
+    openapi["paths"]["/v1/result/{task_id}"] = {"get": RESULT_DOC}
+    schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
+    for model in MODELS:
+        schema = model.model_json_schema(ref_template=REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return openapi

@@ -1,4 +1,8 @@
-"""What the batcher and gateway need from a partitioned, at-least-once task queue."""
+"""What a batcher needs from a partitioned, at-least-once task queue.
+
+Admission, completion and acknowledgement belong to the task store (``ferry.tasks``), which does
+each atomically with the task's record; the queue hands entries out and takes them back.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ferry.results.base import ResultRecord
 from ferry.v1.task_pb2 import Task
 
 
@@ -14,6 +17,7 @@ from ferry.v1.task_pb2 import Task
 class Delivery:
     """One queue entry handed to a batcher; it stays pending until acknowledged."""
 
+    partition: int
     stream: str
     entry_id: str
     raw: bytes
@@ -21,25 +25,14 @@ class Delivery:
     problem: str = ""  # why it did not decode
     deliveries: int = 1  # how often the queue has handed it out (reclaims included)
 
-
-DeadLetter = dict[str, bytes | str]
-
-
-def dead_letter_fields(delivery: Delivery, error: str, failed_at: float) -> DeadLetter:
-    """A dead-letter record: the envelope as it was queued, where it came from, why it failed."""
-    task = delivery.task
-    return {
-        "task": delivery.raw, "error": error, "stream": delivery.stream,
-        "entry_id": delivery.entry_id, "failed_at": repr(failed_at),
-        "task_id": task.task_id if task else "", "model": task.model if task else "",
-        "deliveries": str(delivery.deliveries),
-    }
+    @property
+    def key(self) -> tuple[str, str]:
+        """Identifies the entry: (stream, entry id)."""
+        return self.stream, self.entry_id
 
 
 class TaskQueue(Protocol):
     async def ensure_groups(self) -> None: ...
-
-    async def enqueue(self, task: Task, pending: ResultRecord) -> None: ...
 
     async def read(self, count: int, block_ms: int) -> list[Delivery]: ...
 
@@ -51,8 +44,6 @@ class TaskQueue(Protocol):
 
     async def forget_consumer(self) -> bool: ...
 
-    async def ack(self, deliveries: Sequence[Delivery]) -> None: ...
-
-    async def dead_letter(self, deliveries: Sequence[tuple[Delivery, str]]) -> None: ...
-
     async def depth(self) -> int: ...
+
+    async def close(self) -> None: ...

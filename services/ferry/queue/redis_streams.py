@@ -1,15 +1,18 @@
 """Tasks in N Redis Streams read through one consumer group (at-least-once).
 
 An entry is read with XREADGROUP (it becomes pending for this consumer), its result is written,
-and only then is it acknowledged and deleted (XACK + XDEL), so the streams hold only work that is
-not finished. Entries of a consumer that died are taken over with XAUTOCLAIM after an idle time.
+and only then is it acknowledged and deleted (by the task store, in the same script as the
+result), so the streams hold only work that is not finished. Entries of a consumer that died are
+taken over with XAUTOCLAIM after an idle time.
+
+Reading is the hot path and goes through the lean client (a connection of its own, since the read
+blocks); the rest (groups, reclaim, keep-alive, hand-back, depth) is occasional and uses redis-py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,11 +20,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ferry import keys
-from ferry.codec import EnvelopeError, decode_task, encode_task
-from ferry.queue.base import Delivery, dead_letter_fields
+from ferry.codec import EnvelopeError, decode_task
+from ferry.queue.base import Delivery
 from ferry.redis_conn import text
-from ferry.results.base import ResultRecord
-from ferry.v1.task_pb2 import Task
+from ferry.resp.client import Packed, RespClient, RespError, pack
 
 log = logging.getLogger(__name__)
 
@@ -37,35 +39,41 @@ return 0
 """
 
 
-
-def _delivery(stream: str, entry_id: Any, fields: Any, deliveries: int = 1) -> Delivery:
-    raw = (fields or {}).get(keys.TASK_FIELD.encode(), b"")
+def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
+              deliveries: int = 1) -> Delivery:
     try:
-        return Delivery(stream, text(entry_id), raw, decode_task(raw), deliveries=deliveries)
+        return Delivery(partition, stream, text(entry_id), raw, decode_task(raw),
+                        deliveries=deliveries)
     except EnvelopeError as exc:
-        return Delivery(stream, text(entry_id), raw, None, str(exc), deliveries)
+        return Delivery(partition, stream, text(entry_id), raw, None, str(exc), deliveries)
+
+
+def _task_field(fields: Any) -> bytes:
+    """The envelope from an entry's fields (a flat list from hiredis, a dict from redis-py)."""
+    if isinstance(fields, dict):
+        return bytes(fields.get(keys.TASK_FIELD.encode(), b""))
+    values = iter(fields or ())
+    for name, value in zip(values, values, strict=False):
+        if name == keys.TASK_FIELD.encode():
+            return bytes(value)
+    return b""
 
 
 class RedisStreamQueue:
-    """The partition streams, seen by one producer or one consumer of the group."""
+    """The partition streams, seen by one consumer of the group."""
 
-    def __init__(
-        self,
-        redis: aioredis.Redis,
-        *,
-        partitions: int,
-        owned: Sequence[int] = (),
-        consumer: str = "",
-        pending_ttl_s: int = 86400,
-        dead_letter_maxlen: int = 100_000,
-    ) -> None:
+    def __init__(self, redis: aioredis.Redis, reader: RespClient, *, partitions: int,
+                 owned: Sequence[int], consumer: str) -> None:
         self.redis = redis
+        self.reader = reader
         self.partitions = partitions
-        self.streams = [keys.partition_stream(p) for p in owned]
+        self.owned = tuple(owned)
+        self.streams = [keys.partition_stream(p) for p in self.owned]
+        self._partition_of_stream = {s.encode(): p for s, p in zip(self.streams, self.owned,
+                                                                    strict=True)}
         self.consumer = consumer
-        self.pending_ttl_s = pending_ttl_s
-        self.dead_letter_maxlen = dead_letter_maxlen
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
+        self._read_commands: dict[tuple[int, int], Packed] = {}
         self._touch = redis.register_script(_TOUCH_OWN)
 
     async def ensure_groups(self) -> None:
@@ -77,41 +85,50 @@ class RedisStreamQueue:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    async def enqueue(self, task: Task, pending: ResultRecord) -> None:
-        """Record the task as PENDING and append it to its partition, atomically."""
-        stream = keys.partition_stream(keys.partition_of(task.task_id, self.partitions))
-        result_key = keys.result_key(task.task_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(result_key, mapping=pending.to_fields())  # type: ignore[arg-type]
-            pipe.expire(result_key, self.pending_ttl_s)
-            pipe.xadd(stream, {keys.TASK_FIELD: encode_task(task)})
-            await pipe.execute()
-
     async def read(self, count: int, block_ms: int) -> list[Delivery]:
-        """Up to ``count`` new entries per owned stream, blocking up to ``block_ms`` for any."""
+        """Up to ``count`` new entries per owned stream, blocking up to ``block_ms`` for any
+        (0: only what is there now)."""
         if count <= 0 or not self.streams:
             return []
         try:
-            reply: Any = await self.redis.xreadgroup(
-                keys.CONSUMER_GROUP, self.consumer, dict.fromkeys(self.streams, ">"),
-                count=count, block=max(1, block_ms))
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            reply: Any = await self.reader.execute(
+                self._read_command(count, block_ms),
+                timeout_s=self.reader.timeout_s + max(0, block_ms) / 1000.0)
+        except RespError as exc:
+            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted under a blocked read
+            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
                 raise
-            log.warning("consumer group missing (Redis flushed?); recreating it")
+            log.warning("consumer group missing (Redis flushed?); recreating it: %s", exc)
             await self.ensure_groups()
             return []
-        return [_delivery(text(stream), entry_id, fields)
-                for stream, entries in reply or [] for entry_id, fields in entries]
+        deliveries: list[Delivery] = []
+        for stream, entries in reply or ():
+            partition = self._partition_of_stream[stream]
+            name = stream.decode()
+            deliveries += [_delivery(partition, name, entry_id, _task_field(fields))
+                           for entry_id, fields in entries]
+        return deliveries
+
+    def _read_command(self, count: int, block_ms: int) -> Packed:
+        """XREADGROUP over every owned stream, packed once per (count, block)."""
+        key = (count, block_ms)
+        command = self._read_commands.get(key)
+        if command is None:
+            block = ("BLOCK", block_ms) if block_ms > 0 else ()
+            command = self._read_commands[key] = Packed(pack(
+                ("XREADGROUP", "GROUP", keys.CONSUMER_GROUP, self.consumer, "COUNT", count,
+                 *block, "STREAMS", *self.streams, *(">" for _ in self.streams))))
+        return command
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]:
         """Take over entries other consumers left pending for ``min_idle_ms`` or more."""
         claimed: list[Delivery] = []
-        for stream in self.streams:
-            claimed.extend(await self._claim_stream(stream, min_idle_ms, count))
+        for partition, stream in zip(self.owned, self.streams, strict=True):
+            claimed.extend(await self._claim_stream(partition, stream, min_idle_ms, count))
         return claimed
 
-    async def _claim_stream(self, stream: str, min_idle_ms: int, count: int) -> list[Delivery]:
+    async def _claim_stream(self, partition: int, stream: str, min_idle_ms: int,
+                            count: int) -> list[Delivery]:
         try:
             reply: Any = await self.redis.xautoclaim(
                 stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
@@ -128,7 +145,8 @@ class RedisStreamQueue:
         if not entries:
             return []
         counts = await self._delivery_counts(stream, [text(e[0]) for e in entries])
-        return [_delivery(stream, entry_id, fields, counts.get(text(entry_id), 1))
+        return [_delivery(partition, stream, entry_id, _task_field(fields),
+                          counts.get(text(entry_id), 1))
                 for entry_id, fields in entries]
 
     async def _delivery_counts(self, stream: str, entry_ids: list[str]) -> dict[str, int]:
@@ -183,29 +201,6 @@ class RedisStreamQueue:
                 await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, self.consumer)
         return True
 
-    async def ack(self, deliveries: Sequence[Delivery]) -> None:
-        """Acknowledge and delete finished entries (one round trip)."""
-        by_stream = _group_ids(deliveries)
-        if not by_stream:
-            return
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for stream, ids in by_stream.items():
-                pipe.xack(stream, keys.CONSUMER_GROUP, *ids)
-                pipe.xdel(stream, *ids)
-            await pipe.execute()
-
-    async def dead_letter(self, failures: Sequence[tuple[Delivery, str]]) -> None:
-        """Copy failed entries, with their last error, to the dead-letter stream."""
-        if not failures:
-            return
-        now = time.time()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for delivery, error in failures:
-                pipe.xadd(keys.DEAD_LETTER_STREAM,
-                          dead_letter_fields(delivery, error, now),  # type: ignore[arg-type]
-                          maxlen=self.dead_letter_maxlen, approximate=True)
-            await pipe.execute()
-
     async def depth(self) -> int:
         """Entries not yet finished, over all partitions (new and pending)."""
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -213,9 +208,5 @@ class RedisStreamQueue:
                 pipe.xlen(keys.partition_stream(partition))
             return sum(int(n) for n in await pipe.execute())
 
-
-def _group_ids(deliveries: Iterable[Delivery]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {}
-    for delivery in deliveries:
-        grouped.setdefault(delivery.stream, []).append(delivery.entry_id)
-    return grouped
+    async def close(self) -> None:
+        await self.reader.close()

@@ -60,6 +60,10 @@ class ManagedProcess:
             start_new_session=self.new_session,
         )
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 from ferry.errors import StartupError
-from ferry.stack.ports import LOOPBACK, free_port, is_listening
+from ferry.stack.ports import LOOPBACK, free_port
 from ferry.stack.process import ManagedProcess
+
+
+def answers_ping(port: int, host: str = LOOPBACK, timeout_s: float = 0.5) -> bool:
+    """Whether Redis answers PING with PONG: it accepts connections while it is still loading
+    its data, and answers every command with LOADING until it is done."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def redis_argv(port: int, data_dir: Path, *, persist: bool) -> list[str]:
@@ -26,7 +38,7 @@ def redis_argv(port: int, data_dir: Path, *, persist: bool) -> list[str]:
 
 
 def start_redis(
-    data_dir: Path, *, port: int | None = None, persist: bool = False, timeout_s: float = 15.0,
+    data_dir: Path, *, port: int | None = None, persist: bool = False, timeout_s: float = 120.0,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> tuple[ManagedProcess, str]:
     """Start redis-server and wait until it accepts connections; returns it and its URL."""
@@ -38,7 +50,7 @@ def start_redis(
     )
     proc.start()
     try:
-        proc.wait_ready(lambda: is_listening(LOOPBACK, port), timeout_s, interrupted)
+        proc.wait_ready(lambda: answers_ping(port), timeout_s, interrupted)
     except StartupError:
         proc.stop(grace_s=5)
         raise

@@ -1,21 +1,33 @@
-"""Prometheus metrics, created per process at start-up in a registry the process owns."""
+"""Prometheus metrics, created per process at start-up in a registry the process owns.
+
+A gateway run as several worker processes (``--workers``) uses prometheus_client's multiprocess
+mode: ``PROMETHEUS_MULTIPROC_DIR`` is set before the workers start, each writes its values there,
+and ``/metrics`` on any worker reports the sum over all of them.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class BatcherMetrics:
-    """What a batcher measures: batch sizes, Triton time, outcomes, waiting."""
+    """What a batcher measures: batch sizes, why batches left, Triton time, outcomes, waiting."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.batch_size = Histogram("ferry_batch_size", "Requests per Triton infer call",
                                     ["model"], buckets=BATCH_BUCKETS, registry=r)
+        self.flushes = Counter("ferry_batch_flush_total", "Batches sent, by why they left: full, "
+                               "wait (max wait reached), adaptive (nobody else coming), drain",
+                               ["model", "reason"], registry=r)
         self.infer_seconds = Histogram("ferry_infer_seconds", "Duration of one Triton infer call",
                                        ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.queue_wait = Histogram("ferry_queue_wait_seconds",
@@ -28,7 +40,7 @@ class BatcherMetrics:
         self.reclaimed = Counter("ferry_tasks_reclaimed_total",
                                  "Tasks taken over from a consumer that went idle", registry=r)
         self.dead_lettered = Counter("ferry_tasks_dead_lettered_total",
-                                     "Tasks written to the dead-letter stream", registry=r)
+                                     "Tasks written to the dead-letter streams", registry=r)
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight = Gauge("ferry_inflight_batches", "Batches at Triton now", registry=r)
@@ -38,7 +50,7 @@ class BatcherMetrics:
 
 
 class GatewayMetrics:
-    """What a gateway measures: requests by route and outcome, accepted tasks."""
+    """What a gateway measures: requests by route and outcome, accepted and refused tasks."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -51,3 +63,24 @@ class GatewayMetrics:
                                 registry=r)
         self.rejected = Counter("ferry_requests_rejected_total", "Requests refused with a 4xx",
                                 ["reason"], registry=r)
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one answered request (label children are cached: this is on every request)."""
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(route, method, str(status)),
+                        self.latency.labels(route, method))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text /metrics serves: this process's registry, or every worker's in multiprocess
+        mode."""
+        if os.environ.get(MULTIPROCESS_DIR):
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped library
+            return generate_latest(registry)
+        return generate_latest(self.registry)

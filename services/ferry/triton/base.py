@@ -6,15 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 from ferry.errors import ModelContractError
+from ferry.triton.tensors import Rows
 
 INPUT_KINDS = ("bytes", "text", "image")
 INPUT_KIND_PARAMETER = "ferry_input_kind"
-
-Rows = dict[str, npt.NDArray[Any]]  # one request's outputs, batch dimension removed
 
 
 @dataclass(frozen=True)
@@ -27,6 +23,7 @@ class ModelSpec:
     outputs: tuple[str, ...]
     max_batch_size: int
     input_kind: str = "bytes"  # what the gateway checks before enqueueing: bytes, text or image
+    instances: int = 1  # model instances Triton runs: batches that can execute at once
 
     @classmethod
     def from_triton(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelSpec:
@@ -56,26 +53,25 @@ class ModelSpec:
             outputs=tuple(str(o["name"]) for o in metadata.get("outputs", [])),
             max_batch_size=max_batch,
             input_kind=kind,
+            instances=instance_count(config),
         )
+
+
+def instance_count(config: Mapping[str, Any]) -> int:
+    """How many instances Triton runs for a model: ``count`` per group, per listed GPU.
+
+    Triton's normalized config lists the GPUs of a KIND_GPU group; a group without one counts once.
+    """
+    total = 0
+    for group in config.get("instance_group", []) or []:
+        gpus = group.get("gpus") or []
+        total += max(1, int(group.get("count", 1))) * max(1, len(gpus))
+    return max(1, total)
 
 
 def _parameter(config: Mapping[str, Any], key: str, default: str) -> str:
     value = config.get("parameters", {}).get(key, {})
     return str(value.get("string_value", default)) if isinstance(value, dict) else default
-
-
-def split_rows(outputs: Mapping[str, npt.NDArray[Any]], batch: int) -> list[Rows]:
-    """Per-request rows of batched output tensors."""
-    for name, tensor in outputs.items():
-        if tensor.shape[0] != batch:
-            rows = tensor.shape[0]
-            raise ModelContractError(f"output {name!r} has {rows} rows for {batch} inputs")
-    return [{name: tensor[i] for name, tensor in outputs.items()} for i in range(batch)]
-
-
-def stack_payloads(payloads: Sequence[bytes]) -> npt.NDArray[np.object_]:
-    """Payloads as a [B, 1] BYTES tensor: the batch on dimension 0."""
-    return np.array(list(payloads), dtype=np.object_).reshape(len(payloads), 1)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""Where each service's parts are built and wired: the one place to swap a part.
+
+Building a part opens nothing; the service that owns the parts starts and stops them. Tests build
+parts with their own pieces (a backend, a metrics registry) and hand them to the service.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from ferry import keys
+from ferry.queue.redis_streams import RedisStreamQueue
+from ferry.redis_conn import address, connect, lean
+from ferry.resp.client import RespClient
+from ferry.resp.subscriber import Subscriber
+from ferry.settings import BatcherSettings, GatewaySettings, parse_partitions
+from ferry.tasks.redis_store import RedisTaskStore
+from ferry.tasks.waiters import ResultWaiters
+from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics
+from ferry.triton.base import InferenceBackend
+from ferry.triton.grpc_backend import TritonGrpcBackend
+
+
+@dataclass
+class GatewayParts:
+    settings: GatewaySettings
+    backend: InferenceBackend
+    hot: RespClient  # admission and result reads
+    redis: aioredis.Redis  # readiness
+    store: RedisTaskStore
+    waiters: ResultWaiters
+    subscriber: Subscriber  # completion announcements, which wake the waiters
+    metrics: GatewayMetrics
+
+
+def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
+                  metrics: GatewayMetrics | None = None) -> GatewayParts:
+    hot = lean(settings, "ferry-gateway")
+    store = RedisTaskStore(hot, partitions=settings.partitions,
+                           result_ttl_s=settings.result_ttl_s,
+                           pending_ttl_s=settings.pending_ttl_s)
+    waiters = ResultWaiters(store.read)
+    subscriber = Subscriber(address(settings), keys.DONE_CHANNEL, waiters.on_announcement,
+                            waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
+    return GatewayParts(
+        settings=settings,
+        backend=backend or TritonGrpcBackend(settings.triton_grpc_target),
+        hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
+        metrics=metrics or GatewayMetrics())
+
+
+@dataclass
+class BatcherParts:
+    settings: BatcherSettings
+    consumer: str
+    backend: InferenceBackend
+    hot: RespClient  # completion
+    redis: aioredis.Redis  # groups, reclaim, keep-alive, hand-back, depth
+    queue: RedisStreamQueue  # reads through a blocking lean connection of its own
+    store: RedisTaskStore
+    metrics: BatcherMetrics
+
+
+def consumer_name() -> str:
+    """Unique per process, readable in XINFO CONSUMERS."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None = None,
+                  metrics: BatcherMetrics | None = None) -> BatcherParts:
+    consumer = consumer_name()
+    hot = lean(settings, f"ferry-batcher-{consumer}")
+    redis = connect(settings)
+    queue = RedisStreamQueue(redis, lean(settings, f"ferry-reader-{consumer}"),
+                             partitions=settings.partitions,
+                             owned=parse_partitions(settings.owned_partitions, settings.partitions),
+                             consumer=consumer)
+    store = RedisTaskStore(hot, partitions=settings.partitions,
+                           result_ttl_s=settings.result_ttl_s,
+                           pending_ttl_s=settings.pending_ttl_s,
+                           dead_letter_maxlen=settings.dead_letter_maxlen)
+    return BatcherParts(
+        settings=settings, consumer=consumer,
+        backend=backend or TritonGrpcBackend(settings.triton_grpc_target,
+                                             infer_timeout_s=settings.infer_timeout_s),
+        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics())

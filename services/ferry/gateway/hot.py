@@ -1,0 +1,182 @@
+"""The two routes every task takes, served as plain ASGI in front of FastAPI.
+
+``POST /v1/inference`` and ``GET /v1/result/{task_id}`` carry every task, so they do not pay for
+machinery they do not use: no dependency injection, no middleware stack, no response model
+validation. Everything else (docs, health, metrics) goes on to FastAPI, which also documents these
+two routes (see ``schemas.hot_route_docs``). Errors have the API's one error body.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+import orjson
+from fastapi import FastAPI
+from redis.exceptions import RedisError
+from starlette.types import Receive, Scope, Send
+
+from ferry.errors import BadRequestError, DependencyUnavailableError
+from ferry.gateway.intake import media_type, parse_submission, read_body
+from ferry.gateway.service import Gateway
+from ferry.telemetry.metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+
+SUBMIT_PATH = "/v1/inference"
+RESULT_PREFIX = "/v1/result/"
+RESULT_ROUTE = "/v1/result/{task_id}"
+
+Headers = list[tuple[bytes, bytes]]
+Answer = tuple[int, bytes, Headers]
+Handler = Callable[[Scope, Receive], Awaitable[Answer]]
+JSON_TYPE = (b"content-type", b"application/json")
+
+
+@dataclass(frozen=True)
+class Route:
+    template: str  # as metrics label it
+    method: str
+    handler: Handler
+
+
+def error_body(code: str, message: str) -> bytes:
+    return orjson.dumps({"error": {"code": code, "message": message}})
+
+
+def prefer_wait(values: list[bytes], limit: float) -> float:
+    """Seconds asked for by ``Prefer: wait=N`` (RFC 7240), at most ``limit``; 0 if not asked.
+
+    Preferences are hints: one that cannot be read is ignored, as the RFC says.
+    """
+    for value in values:
+        for preference in value.decode("latin-1").split(","):
+            name, _, rest = preference.split(";", 1)[0].partition("=")
+            if name.strip().lower() != "wait":
+                continue
+            try:
+                seconds = float(rest.strip().strip('"'))
+            except ValueError:
+                continue
+            if not math.isnan(seconds) and seconds > 0:
+                return min(seconds, limit)
+    return 0.0
+
+
+def parse_wait(raw: str | None) -> float:
+    if raw is None:
+        return 0.0
+    try:
+        return float(raw)
+    except ValueError:
+        raise BadRequestError("invalid_parameter",
+                              f"query.wait: {raw!r} is not a number of seconds") from None
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequestError("incomplete_body", "the client went away before sending its "
+                                  "whole body")
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+class HotLane:
+    """Serves the hot routes itself and hands every other request (and the lifespan) to
+    ``fallback``, the FastAPI app."""
+
+    def __init__(self, gateway: Gateway, fallback: FastAPI) -> None:
+        self.gateway = gateway
+        self.fallback = fallback
+        self.settings = gateway.settings
+        self.metrics: GatewayMetrics = gateway.metrics
+        self.submit = Route(SUBMIT_PATH, "POST", self._submit)
+        self.result = Route(RESULT_ROUTE, "GET", self._result)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._route(scope)
+        if route is None:
+            await self.fallback(scope, receive, send)
+        else:
+            await self._serve(route, scope, receive, send)
+
+    def _route(self, scope: Scope) -> Route | None:
+        if scope["type"] != "http":
+            return None
+        path: str = scope["path"]
+        if path == SUBMIT_PATH:
+            return self.submit
+        if path.startswith(RESULT_PREFIX) and "/" not in path[len(RESULT_PREFIX):]:
+            return self.result
+        return None
+
+    async def _serve(self, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        if scope["method"] != route.method:
+            status, body, headers = 405, error_body(
+                "method_not_allowed", f"{route.template} takes {route.method} only"), [
+                (b"allow", route.method.encode())]
+        else:
+            status, body, headers = await self._answer(route.handler, scope, receive)
+        headers.append(JSON_TYPE)
+        headers.append((b"content-length", b"%d" % len(body)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.observe_request(route.template, scope["method"], status,
+                                     time.perf_counter() - started)
+
+    async def _answer(self, handler: Handler, scope: Scope, receive: Receive) -> Answer:
+        try:
+            return await handler(scope, receive)
+        except BadRequestError as exc:
+            self.metrics.rejected.labels(exc.code).inc()
+            return exc.status, error_body(exc.code, exc.message), []
+        except (DependencyUnavailableError, RedisError, ConnectionError) as exc:
+            return 503, error_body("unavailable", f"a dependency is unavailable: {exc}"), [
+                (b"retry-after", b"1")]
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            return 500, error_body("internal_error", "the gateway failed to serve this request; "
+                                   "the error is logged"), []
+
+    async def _submit(self, scope: Scope, receive: Receive) -> Answer:
+        headers = _header_values(scope)
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+        body = await read_body(_chunks(receive), _last(headers, b"content-length"),
+                               self.settings.max_body_bytes)
+        submission = parse_submission(body, media_type(_last(headers, b"content-type")),
+                                      query.get("model"))
+        wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
+        task_id, record = await self.gateway.submit(submission, wait)
+        status_url = f"{RESULT_PREFIX}{task_id}"
+        answer_headers: Headers = [(b"location", status_url.encode())]
+        if wait:
+            answer_headers.append((b"preference-applied", b"wait=%d" % max(1, round(wait))))
+        if record is not None:
+            return 200, record.body, answer_headers
+        return 202, orjson.dumps({"task_id": task_id, "status_url": status_url}), answer_headers
+
+    async def _result(self, scope: Scope, receive: Receive) -> Answer:
+        task_id = scope["path"][len(RESULT_PREFIX):]
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+        record = await self.gateway.result(task_id, parse_wait(query.get("wait")))
+        return 200, record.body, []
+
+
+def _header_values(scope: Scope) -> dict[bytes, list[bytes]]:
+    values: dict[bytes, list[bytes]] = {}
+    for name, value in scope["headers"]:
+        values.setdefault(name.lower(), []).append(value)
+    return values
+
+
+def _last(headers: dict[bytes, list[bytes]], name: bytes) -> str | None:
+    values = headers.get(name)
+    return values[-1].decode("latin-1") if values else None

@@ -1,0 +1,59 @@
+"""Running the gateway: one uvicorn process, or one per core sharing the port."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from ferry.gateway.app import create_app
+from ferry.settings import GatewaySettings, to_env
+from ferry.telemetry.metrics import MULTIPROCESS_DIR
+
+
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota if any."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def serve(settings: GatewaySettings) -> int:
+    """Serve until SIGINT/SIGTERM. Several workers rebuild the settings from ``FERRY_*``."""
+    workers = settings.workers or available_cores()
+    options = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
+               "log_level": settings.log_level.lower(), "access_log": settings.access_log,
+               # open long-polls must not hold a stop for their whole ?wait=
+               "timeout_graceful_shutdown": 3}
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        return 0
+    os.environ.update(to_env(settings, GatewaySettings))
+    metrics_dir = _fresh_metrics_dir()
+    try:
+        uvicorn.run("ferry.gateway.app:app_from_environment", factory=True, workers=workers,
+                    **options)  # type: ignore[arg-type]
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def _fresh_metrics_dir() -> str:
+    """An empty directory for the workers' metric files (prometheus_client multiprocess mode)."""
+    chosen = os.environ.get(MULTIPROCESS_DIR)
+    if chosen:
+        shutil.rmtree(chosen, ignore_errors=True)
+        os.makedirs(chosen, exist_ok=True)
+    else:
+        chosen = tempfile.mkdtemp(prefix="ferry-gateway-metrics-")
+        os.environ[MULTIPROCESS_DIR] = chosen
+    return chosen

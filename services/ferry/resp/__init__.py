@@ -1,0 +1,1 @@
+"""A lean pipelined Redis client for the hot path."""

@@ -1,1 +1,0 @@
-"""Where results live until the client reads them: interface (base) and Redis implementation."""

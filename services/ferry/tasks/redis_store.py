@@ -1,0 +1,139 @@
+"""Task records in Redis hashes, written atomically with their queue entries by Lua scripts.
+
+Admission is one script: the PENDING record and the stream entry. Completion is one script per
+partition a batch touches, all sent in one round trip: the final records (unless one is there
+already), the dead letters of failures, the acknowledgement and deletion of the entries, and one
+``PUBLISH`` of what was written, bodies included when small, so that waiting clients are answered
+without reading Redis again. Every key a script touches carries its partition's hash tag.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ferry import keys
+from ferry.codec import encode_task
+from ferry.resp.client import Arg, Command, RespClient
+from ferry.tasks.base import Completion
+from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.v1.task_pb2 import Task
+
+INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
+
+# KEYS: task hash, partition stream. ARGV: pending body, pending TTL, envelope.
+_ADMIT = """
+redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
+"""
+
+# KEYS: partition stream, dead-letter stream, then the hash of each item that has a task id.
+# ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, then 8 per item:
+# entry id, task id ('' for an unreadable entry), status, body, dead-letter reason ('' if none),
+# envelope (only for a dead letter), deliveries, model.
+# The first final answer stands: an item whose record is already final writes nothing.
+# Announcement frames: "<task id> <status> <n> <body of n bytes>", n = 0: body not inlined.
+_COMPLETE = """
+local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local inline, now = tonumber(ARGV[5]), ARGV[6]
+local written, ids, frames, k = {}, {}, {}, 3
+for i = 7, #ARGV, 8 do
+  local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  ids[#ids + 1] = entry
+  local fresh = 1
+  if id ~= '' then
+    local key = KEYS[k]
+    k = k + 1
+    local current = redis.call('HGET', key, 'status')
+    if current and current ~= 'PENDING' then
+      fresh = 0
+    else
+      redis.call('HSET', key, 'status', status, 'body', body)
+      redis.call('EXPIRE', key, ttl)
+      if #body <= inline then
+        frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
+      else
+        frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+      end
+    end
+  end
+  if fresh == 1 and ARGV[i + 4] ~= '' then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'task', ARGV[i + 5],
+               'error', ARGV[i + 4], 'stream', KEYS[1], 'entry_id', entry, 'failed_at', now,
+               'task_id', id, 'model', ARGV[i + 7], 'deliveries', ARGV[i + 6])
+  end
+  written[#written + 1] = fresh
+end
+redis.call('XACK', KEYS[1], group, unpack(ids))
+redis.call('XDEL', KEYS[1], unpack(ids))
+if #frames > 0 then
+  redis.call('PUBLISH', channel, table.concat(frames))
+end
+return written
+"""
+
+
+class RedisTaskStore:
+    """Task records and their lifecycle, over the lean pipelined client."""
+
+    def __init__(self, client: RespClient, *, partitions: int, result_ttl_s: int,
+                 pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
+                 inline_limit: int = INLINE_BODY_LIMIT) -> None:
+        self.client = client
+        self.partitions = partitions
+        self.result_ttl_s = result_ttl_s
+        self.pending_ttl_s = pending_ttl_s
+        self.dead_letter_maxlen = dead_letter_maxlen
+        self.inline_limit = inline_limit
+        self._admit = client.register_script(_ADMIT)
+        self._complete = client.register_script(_COMPLETE)
+
+    def key(self, task_id: str) -> str:
+        return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
+
+    async def admit(self, task: Task, pending: TaskRecord) -> StoredRecord:
+        partition = keys.partition_of(task.task_id, self.partitions)
+        body = pending.body()
+        await self.client.execute(*self._admit.command(
+            [keys.task_key(task.task_id, partition), keys.partition_stream(partition)],
+            [body, self.pending_ttl_s, encode_task(task)]))
+        return StoredRecord(pending.status, body)
+
+    async def read(self, task_id: str) -> StoredRecord | None:
+        status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
+        if status is None or body is None:
+            return None
+        return StoredRecord(Status(status.decode()), body)
+
+    async def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        if not completions:
+            return []
+        groups: dict[int, list[int]] = {}
+        for index, completion in enumerate(completions):
+            groups.setdefault(completion.delivery.partition, []).append(index)
+        now = repr(time.time())
+        commands = [self._completion(partition, [completions[i] for i in indexes], now)
+                    for partition, indexes in groups.items()]
+        replies = await self.client.pipeline(commands)
+        written = [False] * len(completions)
+        for indexes, flags in zip(groups.values(), replies, strict=True):
+            for index, flag in zip(indexes, flags, strict=True):
+                written[index] = bool(flag)
+        return written
+
+    def _completion(self, partition: int, items: Sequence[Completion], now: str) -> Command:
+        script_keys: list[Arg] = [keys.partition_stream(partition),
+                                  keys.dead_letter_stream(partition)]
+        args: list[Arg] = [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL,
+                           self.dead_letter_maxlen, self.inline_limit, now]
+        for item in items:
+            delivery, record = item.delivery, item.record
+            if record is not None:
+                script_keys.append(keys.task_key(record.task_id, partition))
+            task = delivery.task
+            args += [delivery.entry_id, record.task_id if record else "",
+                     record.status.value if record else "", record.body() if record else b"",
+                     item.dead_letter or "", delivery.raw if item.dead_letter else b"",
+                     delivery.deliveries, task.model if task else ""]
+        return self._complete.command(script_keys, args)

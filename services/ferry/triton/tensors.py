@@ -1,0 +1,82 @@
+"""Triton's raw tensor encodings: a batch of payloads in, per-request output rows out.
+
+gRPC's ``raw_input_contents`` / ``raw_output_contents`` carry tensors as bytes: numeric tensors
+in row-major little-endian order, BYTES tensors as a 4-byte little-endian length before each
+element. Decoding them here (instead of through numpy object arrays) keeps the batcher's cost per
+request small.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ferry.errors import ModelContractError, PermanentBackendError
+
+Row = npt.NDArray[Any] | list[bytes]  # one request's slice of one output tensor
+Rows = dict[str, Row]  # one request's outputs by name
+
+_LENGTH = struct.Struct("<I")
+_NUMERIC: dict[str, str] = {
+    "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8",
+    "INT8": "<i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8",
+    "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
+}
+
+
+def pack_bytes(elements: Sequence[bytes]) -> bytes:
+    """A BYTES tensor's raw contents: each element after its 4-byte little-endian length."""
+    pack = _LENGTH.pack
+    return b"".join([part for e in elements for part in (pack(len(e)), e)])
+
+
+def unpack_bytes(raw: bytes) -> list[bytes]:
+    """The elements of a BYTES tensor's raw contents."""
+    elements: list[bytes] = []
+    pos, end, unpack = 0, len(raw), _LENGTH.unpack_from
+    while pos < end:
+        if pos + 4 > end:
+            raise PermanentBackendError("truncated BYTES tensor from Triton")
+        (size,) = unpack(raw, pos)
+        pos += 4
+        if pos + size > end:
+            raise PermanentBackendError("truncated BYTES tensor from Triton")
+        elements.append(raw[pos:pos + size])
+        pos += size
+    return elements
+
+
+def output_rows(name: str, datatype: str, shape: Sequence[int], raw: bytes,
+                batch: int) -> list[Row]:
+    """Split one batched output tensor into ``batch`` per-request rows."""
+    if not shape or int(shape[0]) != batch:
+        rows = int(shape[0]) if shape else 0
+        raise ModelContractError(f"output {name!r} has {rows} rows for {batch} inputs")
+    per_row = prod(int(d) for d in shape[1:])
+    if datatype == "BYTES":
+        elements = unpack_bytes(raw)
+        if len(elements) != batch * per_row:
+            raise PermanentBackendError(f"output {name!r}: {len(elements)} elements for shape "
+                                        f"{list(shape)}")
+        return [elements[i * per_row:(i + 1) * per_row] for i in range(batch)]
+    array = _numeric(name, datatype, raw).reshape([int(d) for d in shape])
+    return list(array)
+
+
+def _numeric(name: str, datatype: str, raw: bytes) -> npt.NDArray[Any]:
+    if datatype == "BF16":  # no numpy dtype: widen to float32 (bf16 is float32's top half)
+        halves = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
+        return (halves << 16).view(np.float32)
+    dtype = _NUMERIC.get(datatype)
+    if dtype is None:
+        raise PermanentBackendError(f"output {name!r} has datatype {datatype}, which Ferry "
+                                    "cannot decode")
+    try:
+        return np.frombuffer(raw, dtype=dtype)
+    except ValueError as exc:
+        raise PermanentBackendError(f"output {name!r}: {exc}") from exc

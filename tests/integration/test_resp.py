@@ -1,0 +1,216 @@
+"""The lean pipelined Redis client and the subscriber, against real redis-servers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from ferry.resp.client import (
+    RedisAddress,
+    RespClient,
+    RespConnectionError,
+    RespError,
+    RespTimeoutError,
+)
+from ferry.resp.subscriber import Subscriber
+from ferry.stack.ports import free_port
+from ferry.stack.process import ManagedProcess
+from ferry.stack.redis_server import start_redis
+from tests.integration.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def client(url: str, **options: float) -> RespClient:
+    return RespClient(RedisAddress.from_url(url), **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[ManagedProcess, int, Path]]:
+    """A redis-server of this test's own, to restart or stop."""
+    port = free_port()
+    proc, _ = start_redis(tmp_path / "redis", port=port)
+    yield proc, port, tmp_path / "redis"
+    proc.stop(grace_s=5)
+
+
+async def test_commands_and_pipelines(redis_url: str) -> None:
+    c = client(redis_url)
+    try:
+        assert await c.execute("SET", "k", b"\x00\xffbytes") == b"OK"
+        assert await c.execute("GET", "k") == b"\x00\xffbytes"
+        assert await c.pipeline([("INCR", "n"), ("INCRBY", "n", 41), ("GET", "n"),
+                                 ("HSET", "h", "f", 1.5), ("HGET", "h", "f")]) == [
+            1, 42, b"42", 1, b"1.5"]
+        assert await c.pipeline([]) == []
+    finally:
+        await c.close()
+
+
+async def test_many_callers_share_one_connection_and_each_gets_its_own_reply(
+    redis_url: str, redis_client: redis.Redis,
+) -> None:
+    c = client(redis_url)
+    try:
+        replies = await asyncio.gather(*(c.execute("ECHO", f"caller-{i}") for i in range(2000)))
+        assert replies == [f"caller-{i}".encode() for i in range(2000)]
+        clients = [x for x in redis_client.client_list() if x.get("name") == "ferry"]
+        assert len(clients) == 1
+    finally:
+        await c.close()
+
+
+async def test_an_error_reply_raises_and_the_connection_carries_on(redis_url: str) -> None:
+    c = client(redis_url)
+    try:
+        await c.execute("SET", "s", "text")
+        with pytest.raises(RespError, match="WRONGTYPE"):
+            await c.execute("LPUSH", "s", "x")
+        with pytest.raises(RespError, match="ERR value is not an integer"):
+            await c.pipeline([("SET", "a", "1"), ("INCR", "s"), ("SET", "b", "2")])
+        assert await c.execute("MGET", "a", "b") == [b"1", b"2"]  # the whole pipeline ran
+    finally:
+        await c.close()
+
+
+async def test_scripts_survive_a_flushed_script_cache_without_running_twice(
+    redis_url: str, redis_client: redis.Redis,
+) -> None:
+    c = client(redis_url)
+    script = c.register_script("return redis.call('INCR', KEYS[1])")
+    try:
+        assert await c.execute(*script.command(["counter"], [])) == 1
+        redis_client.script_flush()
+        replies = await c.pipeline([script.command(["counter"], []), ("INCR", "other"),
+                                    script.command(["counter"], [])])
+        assert replies == [2, 1, 3]
+        assert redis_client.get("counter") == b"3" and redis_client.get("other") == b"1"
+    finally:
+        await c.close()
+
+
+async def test_a_timeout_drops_the_connection_and_the_next_call_reconnects(
+    redis_url: str,
+) -> None:
+    c = client(redis_url, timeout_s=0.2)
+    try:
+        with pytest.raises(RespTimeoutError):
+            await c.execute("BLPOP", "never", 5)
+        assert await c.execute("PING") == b"PONG"
+    finally:
+        await c.close()
+
+
+async def test_a_blocking_command_may_have_a_longer_timeout(redis_url: str) -> None:
+    c = client(redis_url, timeout_s=0.2)
+    try:
+        assert await c.execute("BLPOP", "never", 0.5, timeout_s=2.0) is None
+    finally:
+        await c.close()
+
+
+async def test_a_restarted_redis_is_reconnected_to(
+    private_redis: tuple[ManagedProcess, int, Path],
+) -> None:
+    proc, port, data = private_redis
+    c = client(f"redis://127.0.0.1:{port}/0", timeout_s=2.0)
+    try:
+        assert await c.execute("PING") == b"PONG"
+        proc.stop(grace_s=5)
+        with pytest.raises(RespConnectionError):
+            await c.execute("PING")
+        proc, _ = start_redis(data, port=port)
+        assert await c.execute("PING") == b"PONG"
+    finally:
+        await c.close()
+        proc.stop(grace_s=5)
+
+
+async def test_a_frozen_redis_times_out_instead_of_hanging(
+    private_redis: tuple[ManagedProcess, int, Path],
+) -> None:
+    proc, port, _ = private_redis
+    c = client(f"redis://127.0.0.1:{port}/0", timeout_s=0.3)
+    pid = proc.pid
+    assert pid is not None
+    try:
+        assert await c.execute("PING") == b"PONG"
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(RespTimeoutError):
+            await c.execute("PING")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await c.close()
+
+
+async def test_password_and_database_from_the_url(tmp_path: Path) -> None:
+    port = free_port()
+    proc = ManagedProcess("redis-server", ["redis-server", "--port", str(port), "--bind",
+                                           "127.0.0.1", "--save", "", "--requirepass", "s3cr:t"])
+    proc.start()
+    try:
+        assert await wait_until(lambda: _answers(port, "s3cr:t"), 10)
+        c = client(f"redis://:s3cr%3At@127.0.0.1:{port}/3")
+        await c.execute("SET", "where", "db3")
+        await c.close()
+        check = redis.Redis(port=port, password="s3cr:t", db=3)
+        assert check.get("where") == b"db3"
+        check.close()
+        wrong = client(f"redis://:nope@127.0.0.1:{port}/0")
+        with pytest.raises(RespError, match=r"WRONGPASS|invalid"):
+            await wrong.execute("PING")
+        await wrong.close()
+    finally:
+        proc.stop(grace_s=5)
+
+
+def _answers(port: int, password: str) -> bool:
+    try:
+        return bool(redis.Redis(port=port, password=password).ping())
+    except redis.RedisError:
+        return False
+
+
+async def test_subscriber_hears_messages_and_resubscribes_after_a_restart(
+    private_redis: tuple[ManagedProcess, int, Path],
+) -> None:
+    proc, port, data = private_redis
+    heard: list[bytes] = []
+    connects: list[int] = []
+    sub = Subscriber(RedisAddress.from_url(f"redis://127.0.0.1:{port}/0"), "news",
+                     heard.append, lambda: connects.append(1), timeout_s=2.0,
+                     ping_interval_s=0.5)
+    publisher = redis.Redis(port=port)
+    await sub.start()
+    try:
+        assert await wait_until(sub.connected.is_set, 5)
+        publisher.publish("news", b"one")
+        assert await wait_until(lambda: heard == [b"one"], 5)
+        proc.stop(grace_s=5)
+        proc, _ = start_redis(data, port=port)
+        assert await wait_until(lambda: len(connects) >= 2 and sub.connected.is_set(), 10)
+        redis.Redis(port=port).publish("news", b"two")
+        assert await wait_until(lambda: heard == [b"one", b"two"], 5)
+    finally:
+        await sub.stop()
+        proc.stop(grace_s=5)
+
+
+async def test_a_subscriber_stops_at_once_at_any_point_of_its_life(redis_url: str) -> None:
+    """Stopped while connecting, while subscribing, or while listening: it ends promptly (a
+    stop that raced with subscribing once left a gateway's shutdown waiting for ever)."""
+    for delay in (0.0, 0.0005, 0.002, 0.01, 0.05):
+        for _ in range(5):
+            sub = Subscriber(RedisAddress.from_url(redis_url), "news", lambda _: None,
+                             lambda: None, ping_interval_s=0.2)
+            await sub.start()
+            await asyncio.sleep(delay)
+            async with asyncio.timeout(2.0):
+                await sub.stop()
+            assert not sub.connected.is_set()

@@ -1,0 +1,208 @@
+"""The task record's whole life in Redis, one script per step: admission, completion, dead
+letters, acknowledgement and the announcement that wakes waiting clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from ferry import keys
+from ferry.codec import encode_task
+from ferry.queue.base import Delivery
+from ferry.resp.client import RedisAddress, RespClient
+from ferry.resp.subscriber import Subscriber
+from ferry.tasks.base import Completion
+from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.tasks.redis_store import RedisTaskStore
+from ferry.tasks.waiters import ResultWaiters, parse_announcement
+from ferry.v1.task_pb2 import Task
+from tests.integration.helpers import dead_letters, stream_lengths, wait_until
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 16
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
+    client = RespClient(RedisAddress.from_url(redis_url))
+    yield RedisTaskStore(client, partitions=PARTITIONS, result_ttl_s=60, pending_ttl_s=600,
+                         inline_limit=1024)
+    await client.close()
+
+
+def new_task(payload: bytes = b"data") -> Task:
+    return Task(task_id=keys.new_task_id(), model="sim", payload=payload,
+                enqueued_at_ms=1_700_000_000_000)
+
+
+def pending(task: Task) -> TaskRecord:
+    return TaskRecord(task.task_id, Status.PENDING, task.model, 1_700_000_000.0)
+
+
+def read_entries(client: redis.Redis, tasks: list[Task]) -> list[Delivery]:
+    """Take the tasks' entries through the consumer group, as a batcher would (in task order)."""
+    found: dict[bytes, Delivery] = {}
+    for partition in sorted({keys.partition_of(t.task_id, PARTITIONS) for t in tasks}):
+        stream = keys.partition_stream(partition)
+        with contextlib.suppress(redis.ResponseError):  # BUSYGROUP: made by an earlier call
+            client.xgroup_create(stream, keys.CONSUMER_GROUP, id="0")
+        reply: Any = client.xreadgroup(keys.CONSUMER_GROUP, "tester", {stream: ">"})
+        for _, entries in reply:
+            for entry_id, fields in entries:
+                found[fields[b"task"]] = Delivery(partition, stream, entry_id.decode(),
+                                                  fields[b"task"], None)
+    deliveries = [found[encode_task(t)] for t in tasks]
+    return [Delivery(d.partition, d.stream, d.entry_id, d.raw, t)
+            for d, t in zip(deliveries, tasks, strict=True)]
+
+
+def read_entry(client: redis.Redis, task: Task) -> Delivery:
+    return read_entries(client, [task])[0]
+
+
+def finished(task: Task, status: Status = Status.SUCCESS, output: Any = None,
+             error: str | None = None) -> TaskRecord:
+    return TaskRecord(task.task_id, status, task.model, 1_700_000_000.0, "1",
+                      1_700_000_001.0, output, error)
+
+
+async def test_admission_writes_the_pending_record_and_the_entry_at_once(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    task = new_task()
+    admitted = await store.admit(task, pending(task))
+    assert admitted.status is Status.PENDING
+    partition = keys.partition_of(task.task_id, PARTITIONS)
+    key = keys.task_key(task.task_id, partition)
+    assert redis_client.hget(key, "status") == b"PENDING"
+    assert orjson.loads(redis_client.hget(key, "body") or b"") == pending(task).to_json()
+    assert 590 < redis_client.ttl(key) <= 600
+    assert redis_client.xlen(keys.partition_stream(partition)) == 1
+    assert await store.read(task.task_id) == admitted
+
+
+async def test_unknown_task_reads_as_none(store: RedisTaskStore) -> None:
+    assert await store.read(keys.new_task_id()) is None
+
+
+async def test_completion_writes_records_acks_and_deletes_entries_in_every_partition(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    tasks = [new_task(f"p{i}".encode()) for i in range(40)]  # over many partitions
+    for task in tasks:
+        await store.admit(task, pending(task))
+    deliveries = read_entries(redis_client, tasks)
+    written = await store.complete([Completion(d, finished(d.task, output={"n": i}))
+                                    for i, d in enumerate(deliveries) if d.task])
+    assert written == [True] * 40
+    for i, task in enumerate(tasks):
+        record = await store.read(task.task_id)
+        assert record is not None and record.status is Status.SUCCESS
+        assert record.to_json()["output"] == {"n": i}
+    assert stream_lengths(redis_client) == 0
+    assert all(redis_client.xpending(keys.partition_stream(p), keys.CONSUMER_GROUP)["pending"]
+               == 0 for p in range(PARTITIONS) if redis_client.exists(keys.partition_stream(p)))
+
+
+async def test_the_first_final_answer_stands(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    task = new_task()
+    await store.admit(task, pending(task))
+    delivery = read_entry(redis_client, task)
+    assert await store.complete([Completion(delivery, finished(task, output="first"))]) == [True]
+    again = await store.complete([Completion(delivery, finished(task, Status.FAILED,
+                                                                error="second"),
+                                             dead_letter="second")])
+    assert again == [False]
+    record = await store.read(task.task_id)
+    assert record is not None and record.to_json()["output"] == "first"
+    assert dead_letters(redis_client) == []  # a duplicate leaves no dead letter
+
+
+async def test_a_failure_is_dead_lettered_in_its_partition_with_its_payload(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    task = new_task(b"poison-payload")
+    await store.admit(task, pending(task))
+    delivery = read_entry(redis_client, task)
+    await store.complete([Completion(delivery, finished(task, Status.FAILED, error="boom"),
+                                     dead_letter="boom")])
+    partition = keys.partition_of(task.task_id, PARTITIONS)
+    entries: Any = redis_client.xrange(keys.dead_letter_stream(partition))
+    assert len(entries) == 1
+    letter = entries[0][1]
+    assert letter[b"task_id"] == task.task_id.encode() and letter[b"error"] == b"boom"
+    assert letter[b"task"] == encode_task(task)  # the payload is kept for inspection
+    assert letter[b"stream"] == keys.partition_stream(partition).encode()
+    assert letter[b"model"] == b"sim" and letter[b"deliveries"] == b"1"
+
+
+async def test_an_unreadable_entry_is_dead_lettered_and_acknowledged(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    stream = keys.partition_stream(5)
+    redis_client.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
+    redis_client.xadd(stream, {"task": b"\xff garbage"})
+    reply: Any = redis_client.xreadgroup(keys.CONSUMER_GROUP, "t", {stream: ">"})
+    entry_id = reply[0][1][0][0].decode()
+    delivery = Delivery(5, stream, entry_id, b"\xff garbage", None, "undecodable")
+    assert await store.complete([Completion(delivery, None, "undecodable")]) == [True]
+    assert redis_client.xlen(stream) == 0
+    letters = dead_letters(redis_client)
+    assert len(letters) == 1 and letters[0][b"task"] == b"\xff garbage"
+
+
+async def test_completions_are_announced_with_small_bodies_inline(
+    store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
+) -> None:
+    heard: list[bytes] = []
+    sub = Subscriber(RedisAddress.from_url(redis_url), keys.DONE_CHANNEL, heard.append,
+                     lambda: None)
+    await sub.start()
+    try:
+        assert await wait_until(sub.connected.is_set, 5)
+        small, large = new_task(b"small"), new_task(b"large")
+        for task in (small, large):
+            await store.admit(task, pending(task))
+        first, second = read_entries(redis_client, [small, large])
+        await store.complete([Completion(first, finished(small, output="ok")),
+                              Completion(second, finished(large, output="x" * 5000))])
+        assert await wait_until(lambda: len(heard) >= 1, 5)
+        await asyncio.sleep(0.1)
+    finally:
+        await sub.stop()
+    frames = dict(item for message in heard for item in parse_announcement(message))
+    assert set(frames) == {small.task_id.encode(), large.task_id.encode()}
+    inline = frames[small.task_id.encode()]
+    assert isinstance(inline, StoredRecord) and inline.to_json()["output"] == "ok"
+    assert frames[large.task_id.encode()] is None  # over the inline limit: read on demand
+
+
+async def test_a_waiter_gets_a_large_result_by_reading_it(
+    store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
+) -> None:
+    waiters = ResultWaiters(store.read)
+    sub = Subscriber(RedisAddress.from_url(redis_url), keys.DONE_CHANNEL,
+                     waiters.on_announcement, waiters.wake_all)
+    await sub.start()
+    try:
+        assert await wait_until(sub.connected.is_set, 5)
+        task = new_task()
+        await store.admit(task, pending(task))
+        with waiters.watch(task.task_id) as watch:
+            waiting = asyncio.create_task(watch.final(10))
+            await asyncio.sleep(0.05)
+            await store.complete([Completion(read_entry(redis_client, task),
+                                             finished(task, output="y" * 5000))])
+            record = await asyncio.wait_for(waiting, 5)
+    finally:
+        await sub.stop()
+    assert record is not None and record.status is Status.SUCCESS
+    assert record.to_json()["output"] == "y" * 5000

@@ -1,0 +1,69 @@
+"""Completion announcements: the frames batchers publish, as the gateway reads them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ferry.tasks.record import Status, StoredRecord
+from ferry.tasks.waiters import ResultWaiters, parse_announcement
+
+A = "0123456789abcdef0123456789abcdef"
+B = "fedcba9876543210fedcba9876543210"
+
+
+def frame(task_id: str, status: str, body: bytes, inline: bool = True) -> bytes:
+    """What the completion script writes for one task (n = 0: the body is not inlined)."""
+    if not inline:
+        return f"{task_id} {status} 0 ".encode()
+    return f"{task_id} {status} {len(body)} ".encode() + body
+
+
+def test_one_frame_with_its_record() -> None:
+    body = b'{"task_id": "x", "status": "SUCCESS"}'
+    assert list(parse_announcement(frame(A, "SUCCESS", body))) == [
+        (A.encode(), StoredRecord(Status.SUCCESS, body))]
+
+
+def test_several_frames_bodies_may_hold_spaces_newlines_and_digits() -> None:
+    first = b'{"output": "a b\n 12 34"}'
+    second = b"[1, 2, 3]"
+    data = frame(A, "FAILED", first) + frame(B, "EXPIRED", second)
+    assert list(parse_announcement(data)) == [
+        (A.encode(), StoredRecord(Status.FAILED, first)),
+        (B.encode(), StoredRecord(Status.EXPIRED, second))]
+
+
+def test_a_large_body_is_announced_without_it() -> None:
+    data = frame(A, "SUCCESS", b"", inline=False) + frame(B, "SUCCESS", b"{}")
+    assert list(parse_announcement(data)) == [
+        (A.encode(), None), (B.encode(), StoredRecord(Status.SUCCESS, b"{}"))]
+
+
+def test_an_empty_announcement_names_no_task() -> None:
+    assert list(parse_announcement(b"")) == []
+
+
+def test_a_garbled_announcement_raises() -> None:
+    with pytest.raises(ValueError):
+        list(parse_announcement(A.encode() + b" SUCCESS notanumber {}"))
+
+
+async def test_a_garbled_announcement_makes_every_waiter_read_again() -> None:
+    reads: list[str] = []
+
+    async def read(task_id: str) -> StoredRecord | None:
+        reads.append(task_id)
+        return StoredRecord(Status.SUCCESS, b"{}") if len(reads) > 1 else StoredRecord(
+            Status.PENDING, b"{}")
+
+    waiters = ResultWaiters(read)
+    with waiters.watch(A) as watch:
+        waiting = asyncio.create_task(watch.final(5.0))
+        await asyncio.sleep(0.01)
+        waiters.on_announcement(A.encode() + b" SUCCESS notanumber {}")
+        record = await asyncio.wait_for(waiting, 1.0)
+    assert record == StoredRecord(Status.SUCCESS, b"{}")
+    assert reads == [A, A]
+    assert len(waiters) == 0
