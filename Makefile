@@ -6,12 +6,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install up test unit lint typecheck proto lock clean
+.PHONY: help install up test unit bench lint typecheck proto lock clean
 
 help:
 	@echo "make up         run the whole stack (Redis, Triton, gateway, batcher) on loopback"
 	@echo "make test       lint, type-check, then the whole test suite against real servers"
 	@echo "make unit       only the unit tests (no servers)"
+	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~15 min)"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy --strict"
 	@echo "make proto      regenerate services/ferry/v1 from proto/"
@@ -34,6 +35,9 @@ test: install lint typecheck
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m loadtest.bench $(ARGS)
 
 lint: install
 	$(BIN)/ruff check services tests loadtest

@@ -1,0 +1,1 @@
+"""`make bench`: Ferry against Triton alone, same backend, same run."""

@@ -1,0 +1,164 @@
+"""``make bench``: Ferry against Triton alone on the same backends, on this machine, in one run.
+
+    .venv/bin/python -m loadtest.bench            # the full run: BENCHMARKS.md and docs/*.png
+    .venv/bin/python -m loadtest.bench --quick    # a smoke run (seconds), written elsewhere
+
+Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
+and batcher) on loopback ports, and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import uvloop
+
+from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
+from loadtest.bench.floor import http_floor, redis_floor
+from loadtest.bench.profile import hotspots, py_spy, record
+from loadtest.bench.report import Report
+from loadtest.bench.stack import BenchStack
+from loadtest.bench.sweep import SYSTEMS, Sweep, TritonStats
+from loadtest.generator import run
+
+log = logging.getLogger("loadtest.bench")
+ROOT = Path(__file__).resolve().parents[2]
+MAX_WAIT_MS = 50.0
+FAST_RATES = [50.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2000.0, 2400.0, 3000.0]
+
+
+def rates(scenario: Scenario, quick: bool) -> list[float]:
+    if quick:
+        return [50.0, 200.0]
+    if scenario.backend is FAST:
+        return FAST_RATES
+    top = round(0.8 * scenario.backend.batched_capacity(scenario.instances))
+    return [r for r in (10.0, 25.0, 50.0, 100.0, 200.0, 400.0) if r < top] + [float(top)]
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    if quick:
+        return [Scenario(FAST, 1)]
+    return [Scenario(FAST, 1), Scenario(FAST, 2), Scenario(SLOW, 1), Scenario(SLOW, 2)]
+
+
+def machine() -> list[str]:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal")), "0")
+    git = shutil.which("git")
+    commit = (subprocess.run([git, "rev-parse", "--short", "HEAD"], capture_output=True,  # noqa: S603
+                             text=True, cwd=ROOT, check=False).stdout.strip()
+              if git else "") or "unknown"
+    return [f"- machine: {os.cpu_count()} cores ({cpu}), {int(memory) / 1024**2:.0f} GiB, "
+            f"Linux {platform.release()}, Python {platform.python_version()}",
+            f"- Ferry commit {commit}; default settings (max batch 64, max wait "
+            f"{MAX_WAIT_MS:g} ms, adaptive flush on, one gateway process per core, one "
+            "batcher, in-flight batches = Triton instances); Triton from the nvidia-pytriton "
+            "wheel, the sim model on the Python backend (its time is spent sleeping: no CPU)",
+            "- load: open loop, Poisson arrivals drawn in advance, 2 KB payloads, latency from "
+            "each request's scheduled send to its answer (HdrHistogram); every answer checked; "
+            "the generator runs on the same 2 cores; each rate runs 3-6 s; a system's sweep "
+            "stops at the first rate it cannot serve"]
+
+
+async def profile(stack: BenchStack, scenario: Scenario, folder: Path
+                  ) -> tuple[dict[str, list[object]], str]:
+    """py-spy of the gateway workers and the batcher while Ferry serves 400/s."""
+    if py_spy() is None:
+        return {}, "py-spy is not installed: no profile in this run."
+    load = asyncio.create_task(run("ferry-1req", stack.gateway_url, scenario.model("ferry-1req"),
+                                   400.0, 3600, seed=99))
+    await asyncio.sleep(1.0)
+    targets = {f"gateway-{pid}": pid for pid in stack.pids["gateway"][1:]}
+    targets["batcher"] = stack.pids["batcher"][0]
+    outputs = {name: folder / f"{name}.raw" for name in targets}
+    done = await asyncio.gather(*(record(pid, 6, outputs[name])
+                                  for name, pid in targets.items()))
+    await load
+    merged: dict[str, list[object]] = {}
+    gateway_raw = folder / "gateway.raw"
+    gateway_raw.write_text("".join(outputs[n].read_text() for n, ok in zip(targets, done,
+                                                                            strict=True)
+                                   if ok and n.startswith("gateway")))
+    for name, raw in (("gateway (all workers)", gateway_raw), ("batcher", outputs["batcher"])):
+        if raw.exists():
+            merged[name] = list(hotspots(raw))
+    note = ("py-spy record --gil (samples only while the process runs Python), 6 s at 400/s, "
+            "in a run of its own after the sweep. Time spent in system calls (socket writes, "
+            "waking another process) is charged to the Python line that made them.")
+    return merged, note
+
+
+async def bench(args: argparse.Namespace) -> int:
+    state = Path(args.state).resolve()
+    chosen = scenarios(args.quick)
+    repository = write_repository(state / "models", chosen, MAX_WAIT_MS)
+    stack = BenchStack(state, repository)
+    started = datetime.datetime.now(datetime.UTC)
+    log.info("starting tritonserver (%d models), Redis and Ferry ...", 3 * len(chosen))
+    stack.start(default_model=chosen[0].model("ferry-1req"))
+    stats = TritonStats(stack.triton_grpc)
+    sweep = Sweep(stack, stats, quick=args.quick)
+    floors: dict[str, float] = {}
+    spots: dict[str, list[object]] = {}
+    note = "not taken in a --quick run" if args.quick else ""
+    try:
+        for scenario in chosen:
+            for system in SYSTEMS:
+                await sweep.measure(scenario, system, 100.0)  # warm-up, not reported
+                await sweep.system(scenario, system, rates(scenario, args.quick))
+        floors = {"an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
+                  await http_floor(),
+                  "a Redis command (HSET) for redis-server": await redis_floor(
+                      stack.redis_url, stack.pids["redis"][0])}
+        if not args.quick:
+            spots, note = await profile(stack, chosen[0], state)
+    finally:
+        await stats.close()
+        stack.stop()
+    elapsed = datetime.datetime.now(datetime.UTC) - started
+    header = ["# Ferry against Triton alone", "",
+              f"Generated by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC in "
+              f"{elapsed.total_seconds() / 60:.1f} minutes. Every figure below comes from that "
+              "one run; regenerate them with the same command.", "", *machine()]
+    report = Report(sweep.points, chosen, header, MAX_WAIT_MS, floors, spots,  # type: ignore[arg-type]
+                    note)
+    out = Path(args.out)
+    figures = Path(args.figures)
+    figures.mkdir(parents=True, exist_ok=True)
+    curves, cpu = figures / "operating-curves.png", figures / "cpu-per-inference.png"
+    report.draw(curves, cpu)
+    out.write_text(report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)]))
+    (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
+    log.info("wrote %s, %s and %s in %.1f min", out, curves, cpu, elapsed.total_seconds() / 60)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--figures", default=str(ROOT / "docs"))
+    parser.add_argument("--state", default=str(ROOT / ".bench"),
+                        help="logs, Triton's model repository and raw results")
+    args = parser.parse_args()
+    args.command = "make bench" if not args.quick else "python -m loadtest.bench --quick"
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    return uvloop.run(bench(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

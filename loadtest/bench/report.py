@@ -1,0 +1,232 @@
+"""BENCHMARKS.md and its two figures, from the points of one run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+from loadtest.bench.backends import MAX_BATCH, Scenario
+from loadtest.bench.profile import Hotspot
+from loadtest.bench.sweep import FERRY_PROCESSES, FERRY_SYSTEMS, SYSTEMS, Point, at, by, ceiling
+
+ANCHOR = "triton-dyn0"  # Triton alone with its default dynamic batcher
+LABELS = {"ferry-1req": "Ferry, 1 request (Prefer: wait)", "ferry-2req": "Ferry, POST + GET",
+          "triton-dyn0": "Triton alone, dynamic batching (delay 0)",
+          "triton-dyn50": "Triton alone, dynamic batching (delay 50 ms)",
+          "triton-unbatched": "Triton alone, no batching"}
+STYLE = {"ferry-1req": ("tab:blue", "o-"), "ferry-2req": ("tab:cyan", "s-"),
+         "triton-dyn0": ("tab:red", "^-"), "triton-dyn50": ("tab:orange", "v--"),
+         "triton-unbatched": ("tab:gray", "x:")}
+
+
+@dataclass
+class Target:
+    name: str
+    goal: str
+    measured: str
+    met: bool | None  # None: could not be measured in this run
+
+
+@dataclass
+class Report:
+    points: list[Point]
+    scenarios: list[Scenario]
+    header: list[str]
+    max_wait_ms: float
+    floors: dict[str, float] = field(default_factory=dict)
+    profile: dict[str, list[Hotspot]] = field(default_factory=dict)
+    profile_note: str = ""
+
+    # -- targets ---------------------------------------------------------------------------------
+
+    def targets(self) -> list[Target]:
+        fast = next((s for s in self.scenarios if s.backend.label == "fast"
+                     and s.instances == 1), None)
+        slow = [s for s in self.scenarios if s.backend.label == "slow"]
+        found: list[Target] = []
+        if fast is not None:
+            found += [self._cpu(fast), self._throughput(fast), self._light(fast),
+                      self._moderate(fast)]
+        found += [self._batching(s) for s in slow]
+        return found
+
+    def _cpu(self, s: Scenario) -> Target:
+        figures = {system: at(self.points, s.name, system, 400.0) for system in FERRY_SYSTEMS}
+        shown = [f"{LABELS[k]}: {p.ferry_cpu_us:,.0f} µs ({_split(p)})"
+                 for k, p in figures.items() if p]
+        best = min((p.ferry_cpu_us for p in figures.values() if p), default=math.inf)
+        return Target("1. CPU per inference at 400/s", "≤ 300 µs (gateway + batcher + Redis)",
+                      "; ".join(shown) or "not measured", best <= 300 if shown else None)
+
+    def _throughput(self, s: Scenario) -> Target:
+        goal_rps = min(2000.0, 0.95 * s.backend.batched_capacity(s.instances))
+        best = {system: ceiling(self.points, s.name, system) for system in FERRY_SYSTEMS}
+        shown = "; ".join(f"{LABELS[k]}: {v:,.0f}/s" for k, v in best.items())
+        return Target("2. Throughput with p99 < 100 ms", f"≥ {goal_rps:,.0f} inferences/s",
+                      shown, max(best.values()) >= goal_rps)
+
+    def _light(self, s: Scenario) -> Target:
+        anchor = at(self.points, s.name, ANCHOR, 50.0)
+        if anchor is None:
+            return Target("3. Light load (50/s)", "", "not measured", None)
+        t1 = s.backend.t_ms(1)
+        rows, met = [], True
+        for system in FERRY_SYSTEMS:
+            p = at(self.points, s.name, system, 50.0)
+            if p is None:
+                return Target("3. Light load (50/s)", "", "not measured", None)
+            ok = p.pct("p50_ms") <= t1 + 5 and p.pct("p99_ms") <= anchor.pct("p99_ms") + 10
+            met = met and ok
+            rows.append(f"{LABELS[system]}: p50 {p.pct('p50_ms'):.1f}, p99 "
+                        f"{p.pct('p99_ms'):.1f} ms")
+        goal = (f"p50 ≤ t(1) + 5 = {t1 + 5:.2f} ms; p99 ≤ Triton alone's "
+                f"{anchor.pct('p99_ms'):.1f} + 10 ms")
+        return Target("3. Light load (50/s)", goal, "; ".join(rows), met)
+
+    def _moderate(self, s: Scenario) -> Target:
+        worst: list[str] = []
+        met = True
+        for system in FERRY_SYSTEMS:
+            limit = 0.8 * ceiling(self.points, s.name, system)
+            for p in by(self.points, s.name, system):
+                anchor = at(self.points, s.name, ANCHOR, p.offered_rps)
+                if p.offered_rps > limit or anchor is None or anchor.generator_bound:
+                    continue
+                d50 = p.pct("p50_ms") - anchor.pct("p50_ms")
+                d99 = p.pct("p99_ms") - anchor.pct("p99_ms")
+                if d50 > 5 or d99 > 20:
+                    met = False
+                    worst.append(f"{LABELS[system]} at {p.offered_rps:,.0f}/s: "
+                                 f"p50 {d50:+.1f}, p99 {d99:+.1f} ms")
+        return Target("4. Moderate load (≤ 80% of Ferry's ceiling)",
+                      "p99 ≤ Triton alone + 20 ms, p50 ≤ + 5 ms, at every rate",
+                      "; ".join(worst) or "met at every rate measured on both sides", met)
+
+    def _batching(self, s: Scenario) -> Target:
+        rate = round(0.8 * s.backend.batched_capacity(s.instances))
+        bound = 2 * s.backend.t_ms(MAX_BATCH) + self.max_wait_ms
+        rows, met = [], True
+        for system in FERRY_SYSTEMS:
+            p = at(self.points, s.name, system, float(rate))
+            if p is None:
+                return Target(f"5. Batching under load ({s.name})", "", "not measured", None)
+            ok = p.achieved >= 0.98 * rate and p.pct("p99_ms") <= bound
+            met = met and ok
+            rows.append(f"{LABELS[system]}: {p.achieved:,.0f}/s, p99 {p.pct('p99_ms'):,.0f} ms, "
+                        f"mean batch {p.mean_batch:.1f}")
+        return Target(f"5. Batching under load ({s.title}, {rate}/s = 80% of capacity)",
+                      f"achieved ≥ 98%, p99 ≤ 2·t(64) + max wait = {bound:,.0f} ms",
+                      "; ".join(rows), met)
+
+    # -- markdown --------------------------------------------------------------------------------
+
+    def markdown(self, figures: Sequence[str]) -> str:
+        lines = [*self.header, "", "## Targets", "",
+                 "| target | goal | measured | |", "|---|---|---|---|"]
+        for t in self.targets():
+            verdict = {True: "met", False: "**missed**", None: "not measured"}[t.met]
+            lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} |")
+        lines += ["", "## Figures", ""]
+        lines += [f"![{Path(f).stem}]({f})" for f in figures]
+        for scenario in self.scenarios:
+            lines += ["", f"## {scenario.title}", "", *self._table(scenario)]
+        lines += ["", *self._floor(), "", *self._profile()]
+        return "\n".join(lines) + "\n"
+
+    def _table(self, s: Scenario) -> list[str]:
+        b = s.backend
+        rows = [f"Capacity: {b.batched_capacity(s.instances):,.0f}/s with full batches of "
+                f"{MAX_BATCH}, {b.unbatched_capacity(s.instances):,.0f}/s one request at a time.",
+                "",
+                "| system | offered/s | achieved/s | p50 | p90 | p99 | p99.9 ms | errors | "
+                "Triton batch | busy | Ferry CPU µs/inf (gw + batcher + Redis) | generator µs |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for system in SYSTEMS:
+            for p in by(self.points, s.name, system):
+                cpu = (f"{p.ferry_cpu_us:,.0f} ({_split(p)})" if system in FERRY_SYSTEMS
+                       else "")
+                flag = " (generator-bound)" if p.generator_bound else ""
+                rows.append(
+                    f"| {LABELS[system]} | {p.offered_rps:,.0f} | {p.achieved:,.0f} | "
+                    f"{p.pct('p50_ms'):.1f} | {p.pct('p90_ms'):.1f} | {p.pct('p99_ms'):.1f} | "
+                    f"{p.pct('p999_ms'):.1f} | {p.errors} | {p.mean_batch:.1f} | "
+                    f"{p.busy_fraction:.0%} | {cpu} | {p.generator_us:,.0f}{flag} |")
+        return rows
+
+    def _floor(self) -> list[str]:
+        if not self.floors:
+            return []
+        return ["## What this machine charges (measured in the same run)", "",
+                "| what | CPU µs each, at 400/s |", "|---|---|",
+                *(f"| {name} | {value:,.0f} |" for name, value in self.floors.items())]
+
+    def _profile(self) -> list[str]:
+        if not self.profile:
+            return [f"## Profile\n\n{self.profile_note or 'not taken in this run'}"]
+        lines = ["## Profile of what remains (Ferry, 1 request per task, fast backend, 400/s)",
+                 "", self.profile_note, ""]
+        for process, spots in self.profile.items():
+            lines += [f"**{process}** (share of its CPU samples, by function's own time)", "",
+                      "| function | share |", "|---|---|",
+                      *(f"| `{h.function}` | {h.share:.1%} |" for h in spots), ""]
+        return lines
+
+    # -- figures ---------------------------------------------------------------------------------
+
+    def draw(self, curves: Path, cpu: Path) -> None:
+        columns = max(1, math.ceil(len(self.scenarios) / 2))
+        fig, axes = plt.subplots(2 if len(self.scenarios) > 1 else 1, columns,
+                                 figsize=(6.5 * columns, 9 if len(self.scenarios) > 1 else 4.5),
+                                 squeeze=False)
+        for ax, scenario in zip(axes.flat, self.scenarios, strict=False):
+            for system in SYSTEMS:
+                pts = [p for p in by(self.points, scenario.name, system) if p.achieved > 0]
+                if pts:
+                    color, style = STYLE[system]
+                    ax.plot([p.achieved for p in pts], [p.pct("p99_ms") for p in pts], style,
+                            color=color, label=LABELS[system], markersize=4)
+            ax.set_yscale("log")
+            ax.set_title(scenario.title, fontsize=9)
+            ax.set_xlabel("achieved throughput (inferences/s)")
+            ax.set_ylabel("p99 latency (ms)")
+            ax.grid(True, which="both", alpha=0.3)
+        axes.flat[0].legend(fontsize=7)
+        fig.suptitle("p99 latency against throughput: Ferry and Triton alone, same backend")
+        fig.tight_layout()
+        fig.savefig(curves, dpi=110)
+        plt.close(fig)
+        self._draw_cpu(cpu)
+
+    def _draw_cpu(self, path: Path) -> None:
+        scenario = self.scenarios[0]
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+        colors = {"gateway": "tab:blue", "batcher": "tab:green", "redis": "tab:red"}
+        for ax, system in zip(axes, FERRY_SYSTEMS, strict=True):
+            pts = [p for p in by(self.points, scenario.name, system) if p.achieved > 0]
+            slots = list(range(len(pts)))
+            bottom = [0.0] * len(pts)
+            for process in FERRY_PROCESSES:
+                values = [p.cpu_us.get(process, 0.0) for p in pts]
+                ax.bar(slots, values, bottom=bottom, color=colors[process], label=process)
+                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+            ax.plot(slots, [p.generator_us for p in pts], "k.--", label="load generator")
+            ax.set_xticks(slots, [f"{p.offered_rps:,.0f}" for p in pts])
+            ax.axhline(300, color="gray", linestyle=":", label="target 300 µs")
+            ax.set_title(f"{LABELS[system]} — {scenario.title}", fontsize=9)
+            ax.set_xlabel("offered rate (requests/s)")
+            ax.set_ylabel("CPU µs per inference")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def _split(p: Point) -> str:
+    return " + ".join(f"{p.cpu_us.get(name, 0.0):,.0f}" for name in FERRY_PROCESSES)

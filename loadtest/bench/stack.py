@@ -1,0 +1,87 @@
+"""The processes a benchmark run measures: one Triton for every system, and Ferry in front of it.
+
+Ferry runs as ``ferry up`` runs it (a gateway process per core, one batcher, a private Redis), with
+its default settings, so the figures are those of the default configuration.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from ferry import keys
+from ferry.settings import BatcherSettings, GatewaySettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.process import ManagedProcess, env_with
+from ferry.stack.redis_server import start_redis
+from ferry.stack.triton_server import TritonPorts, start_triton
+from loadtest.bench.cpu import family
+
+
+@dataclass
+class BenchStack:
+    """Triton (all models), Redis, a gateway and a batcher, started and stopped together."""
+
+    state: Path
+    repository: Path
+    partitions: int = 16
+    processes: list[ManagedProcess] = field(default_factory=list)
+    triton_grpc: str = ""
+    triton_metrics: int = 0
+    gateway_url: str = ""
+    redis_url: str = ""
+    pids: dict[str, list[int]] = field(default_factory=dict)
+
+    def start(self, default_model: str) -> None:
+        ports = TritonPorts.free()
+        triton, ports = start_triton(self.repository, self.state / "triton", ports=ports,
+                                     timeout_s=300)
+        self.processes.append(triton)
+        self.triton_grpc, self.triton_metrics = f"{LOOPBACK}:{ports.grpc}", ports.metrics
+        redis_proc, self.redis_url = start_redis(self.state / "redis")
+        self.processes.append(redis_proc)
+        port = free_port()
+        self.gateway_url = f"http://{LOOPBACK}:{port}"
+        gateway = GatewaySettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
+                                  port=port, default_model=default_model)
+        batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
+                                  metrics_port=free_port())
+        self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"
+        self._service("batcher", to_env(batcher, BatcherSettings))
+        self._service("gateway", to_env(gateway, GatewaySettings))
+        self.processes[-1].wait_ready(lambda: http_ok(f"{self.gateway_url}/readyz"), 120)
+        time.sleep(1.0)  # every gateway worker is up
+        self.pids = {name: family(proc.pid or 0) for name, proc in
+                     (("triton", triton), ("redis", redis_proc), ("batcher", self.processes[-2]),
+                      ("gateway", self.processes[-1]))}
+
+    def _service(self, name: str, env: dict[str, str]) -> None:
+        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
+                              log_path=self.state / "logs" / f"{name}.log")
+        proc.start()
+        self.processes.append(proc)
+
+    def queue_depth(self) -> int:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return sum(int(client.xlen(keys.partition_stream(p)))
+                       for p in range(self.partitions))
+        finally:
+            client.close()
+
+    def wait_idle(self, timeout_s: float = 60.0) -> bool:
+        """Wait until Ferry has no unfinished task (after a run that overloaded it)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.queue_depth() == 0:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        while self.processes:
+            self.processes.pop().stop(grace_s=20)

@@ -1,0 +1,107 @@
+"""What one simulated client does for one inference, for each system the benchmark drives.
+
+Each flow sends a distinct 2 KB payload and checks that the answer is for that payload (the sim
+model answers with the payload's SHA-256), so a wrong answer counts as an error, not a success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from loadtest.rawhttp import Pool, Response
+
+PAYLOAD_BYTES = 2048
+POLL_WAIT_S = 10
+MAX_POLLS = 3  # a result not final after three long-polls (30 s) counts as a timeout
+
+
+def payload(index: int, size: int = PAYLOAD_BYTES) -> bytes:
+    """A distinct payload of ``size`` bytes for request ``index``."""
+    head = f"load-{index}-".encode()
+    return head + b"x" * max(0, size - len(head))
+
+
+def digest_matches(output: Any, data: bytes) -> bool:
+    """Whether the sim model's answer ``{"sha256", "length"}`` is for ``data``."""
+    return isinstance(output, dict) and output.get("sha256") == hashlib.sha256(data).hexdigest()
+
+
+class Flow(Protocol):
+    """One inference, end to end: its outcome ("SUCCESS", or what went wrong)."""
+
+    async def __call__(self, index: int) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+def _ferry_outcome(response: Response, data: bytes) -> str:
+    body = response.json()
+    if body.get("status") != "SUCCESS":
+        return str(body.get("status", f"HTTP {response.status}"))
+    output = body.get("output", {}).get("OUTPUT")
+    return "SUCCESS" if digest_matches(output, data) else "WRONG_ANSWER"
+
+
+class FerryFlow:
+    """``POST /v1/inference`` then ``GET /v1/result/<id>?wait=10`` (the two-request flow), or with
+    ``prefer_wait`` one ``POST`` with ``Prefer: wait=10`` that answers with the result."""
+
+    def __init__(self, host: str, port: int, model: str, *, prefer_wait: bool) -> None:
+        self.pool = Pool(host, port)
+        self.path = f"/v1/inference?model={model}"
+        self.headers = [("Prefer", f"wait={POLL_WAIT_S}")] if prefer_wait else []
+
+    async def __call__(self, index: int) -> str:
+        data = payload(index)
+        response = await self.pool.request("POST", self.path, data, "application/octet-stream",
+                                           self.headers)
+        if response.status == 200:
+            return _ferry_outcome(response, data)
+        if response.status != 202:
+            return f"HTTP {response.status}"
+        url = f"{response.json()['status_url']}?wait={POLL_WAIT_S}"
+        for _ in range(MAX_POLLS):
+            result = await self.pool.request("GET", url)
+            if result.status != 200:
+                return f"HTTP {result.status}"
+            if result.json().get("status") != "PENDING":
+                return _ferry_outcome(result, data)
+        return "TIMEOUT"
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+class TritonFlow:
+    """One gRPC ModelInfer of a [1, 1] BYTES tensor straight to Triton."""
+
+    def __init__(self, target: str, model: str) -> None:
+        self.channel = grpc.aio.insecure_channel(target)
+        self.infer: Callable[..., Awaitable[Any]] = service_pb2_grpc.GRPCInferenceServiceStub(
+            self.channel).ModelInfer
+        self.model = model
+
+    async def __call__(self, index: int) -> str:
+        data = payload(index)
+        request = service_pb2.ModelInferRequest(model_name=self.model)
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = "INPUT", "BYTES"
+        tensor.shape.extend((1, 1))
+        request.outputs.add().name = "OUTPUT"
+        request.raw_input_contents.append(len(data).to_bytes(4, "little") + data)
+        try:
+            response = await self.infer(request, timeout=POLL_WAIT_S * MAX_POLLS)
+        except grpc.aio.AioRpcError as exc:
+            return f"gRPC {exc.code().name}"
+        raw = response.raw_output_contents[0] if response.raw_output_contents else b""
+        output = json.loads(raw[4:]) if len(raw) > 4 else None
+        return "SUCCESS" if digest_matches(output, data) else "WRONG_ANSWER"
+
+    async def close(self) -> None:
+        await self.channel.close()

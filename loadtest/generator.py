@@ -1,0 +1,171 @@
+"""Open-loop load: sends on a schedule drawn in advance, whatever the server does.
+
+Arrival times are drawn before the run (Poisson, or a constant rate) from a seed, and each
+request's latency counts from its *scheduled* time, so a slow server cannot slow the client down
+and hide its own queueing (no coordinated omission). Latencies go into an HdrHistogram (1 µs to
+60 s, 3 significant digits). A run is bounded in count and in time: what has not finished
+``drain_s`` after the last scheduled send counts as a timeout. Targets are loopback only.
+
+    .venv/bin/python -m loadtest.generator --flow ferry-1req --url http://127.0.0.1:8000 \\
+        --model sim --rate 400 --count 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import random
+import resource
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import uvloop
+from hdrh.histogram import HdrHistogram
+
+from loadtest.flows import FerryFlow, Flow, TritonFlow
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+FLOWS = ("ferry-2req", "ferry-1req", "triton")
+MAX_COUNT = 200_000
+LATE_MS = 2.0  # a send this far behind its schedule means the generator is falling behind
+
+
+def schedule(rate: float, count: int, *, seed: int, poisson: bool = True) -> list[float]:
+    """Send times in seconds from the start: Poisson arrivals (exponential gaps) or constant."""
+    rng = random.Random(seed)
+    times, at = [], 0.0
+    for _ in range(count):
+        times.append(at)
+        at += rng.expovariate(rate) if poisson else 1.0 / rate
+    return times
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class RunResult:
+    """One run's outcome; latencies in milliseconds, from each request's scheduled send."""
+
+    flow: str
+    offered_rps: float
+    count: int
+    elapsed_s: float
+    achieved_rps: float
+    statuses: dict[str, int]
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    generator_cpu_s: float
+    late_sends: int  # sends more than LATE_MS behind schedule
+    histogram: str = field(repr=False)  # HdrHistogram, base64 of its compressed encoding
+
+    @property
+    def successes(self) -> int:
+        return self.statuses.get("SUCCESS", 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_flow(name: str, url: str, model: str) -> Flow:
+    parts = urlparse(url if "://" in url else f"grpc://{url}")
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    if host not in LOOPBACK_HOSTS:
+        raise ValueError("load goes to loopback addresses only")
+    if name == "triton":
+        return TritonFlow(f"{host}:{port}", model)
+    return FerryFlow(host, port, model, prefer_wait=name == "ferry-1req")
+
+
+async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
+              seed: int = 1, poisson: bool = True, drain_s: float = 30.0) -> RunResult:
+    """Drive one flow open-loop at ``rate`` for ``count`` requests."""
+    if not 0 < count <= MAX_COUNT or rate <= 0:
+        raise ValueError(f"count must be 1..{MAX_COUNT} and rate positive")
+    flow = make_flow(flow_name, url, model)
+    histogram = HdrHistogram(1, 60_000_000, 3)
+    statuses: Counter[str] = Counter()
+    times = schedule(rate, count, seed=seed, poisson=poisson)
+    cpu_before = cpu_seconds()
+    start = time.perf_counter() + 0.05
+    late = 0
+    last_done = start
+
+    async def one(index: int, scheduled: float) -> None:
+        nonlocal last_done
+        try:
+            outcome = await flow(index)
+        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
+            outcome = type(exc).__name__
+        done = time.perf_counter()
+        statuses[outcome] += 1
+        if outcome == "SUCCESS":
+            histogram.record_value(max(1, int((done - scheduled) * 1e6)))
+            last_done = max(last_done, done)
+
+    tasks = []
+    try:
+        for index, offset in enumerate(times):
+            scheduled = start + offset
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif -delay * 1000 > LATE_MS:
+                late += 1
+            tasks.append(asyncio.create_task(one(index, scheduled)))
+        _, unfinished = await asyncio.wait(tasks, timeout=drain_s) if tasks else (set(), set())
+        for task in unfinished:
+            task.cancel()
+        statuses["TIMEOUT"] += len(unfinished)
+    finally:
+        await flow.close()
+    cpu = cpu_seconds() - cpu_before
+    # the nominal duration, or longer if answers came later: a rate past what the system serves
+    elapsed = max(last_done - start, count / rate, 1e-9)
+    q = histogram.get_value_at_percentile
+    return RunResult(
+        flow=flow_name, offered_rps=rate, count=count, elapsed_s=round(elapsed, 3),
+        achieved_rps=round(statuses["SUCCESS"] / elapsed, 1), statuses=dict(statuses),
+        p50_ms=q(50) / 1000, p90_ms=q(90) / 1000, p99_ms=q(99) / 1000, p999_ms=q(99.9) / 1000,
+        max_ms=histogram.get_max_value() / 1000, generator_cpu_s=round(cpu, 3), late_sends=late,
+        histogram=base64.b64encode(histogram.encode()).decode("ascii"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flow", choices=FLOWS, default="ferry-2req")
+    parser.add_argument("--url", default="http://127.0.0.1:8000",
+                        help="Ferry's gateway, or Triton's gRPC host:port for --flow triton")
+    parser.add_argument("--model", default="sim")
+    parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
+    parser.add_argument("--count", type=int, default=2000, help=f"requests (max {MAX_COUNT})")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--constant", action="store_true", help="constant rate, not Poisson")
+    parser.add_argument("--drain-s", type=float, default=30.0,
+                        help="after the last send, how long to wait for answers")
+    parser.add_argument("--histogram", action="store_true", help="include the encoded histogram")
+    args = parser.parse_args()
+    try:
+        result = uvloop.run(run(args.flow, args.url, args.model, args.rate, args.count,
+                                seed=args.seed, poisson=not args.constant,
+                                drain_s=args.drain_s))
+    except ValueError as exc:
+        parser.error(str(exc))
+    document = result.to_json()
+    if not args.histogram:
+        document.pop("histogram")
+    print(json.dumps(document))
+
+
+if __name__ == "__main__":
+    main()

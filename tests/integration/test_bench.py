@@ -1,0 +1,37 @@
+"""`make bench` works: a quick run of the same code writes the report, its figures and raw data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
+    out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out), "--figures",
+         str(figures), "--state", str(state)], cwd=ROOT, capture_output=True, text=True,
+        timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = out.read_text()
+    assert "## Targets" in report and "3. Light load (50/s)" in report
+    for system in ("Ferry, 1 request (Prefer: wait)", "Ferry, POST + GET",
+                   "Triton alone, dynamic batching (delay 0)", "Triton alone, no batching"):
+        assert f"| {system} | 50 |" in report
+    assert "an HTTP request to uvicorn" in report  # the machine's own floor was measured
+    for name in ("operating-curves.png", "cpu-per-inference.png"):
+        assert (figures / name).read_bytes().startswith(PNG)
+    points = json.loads((state / "results.json").read_text())
+    ferry = [p for p in points if p["system"].startswith("ferry")]
+    assert ferry and all(p["run"]["statuses"] == {"SUCCESS": p["run"]["count"], "TIMEOUT": 0}
+                         for p in ferry)
+    assert all(p["cpu_us"]["gateway"] > 0 and p["cpu_us"]["batcher"] > 0 for p in ferry)
+    assert all(p["mean_batch"] >= 1 for p in points)
