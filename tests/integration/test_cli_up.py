@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -12,16 +13,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from ferry.stack.ports import free_port
 from ferry.stack.up import bundled_repository, sample_image
-from loadtest import open_loop
+from loadtest import generator
 from tests.conftest import TritonServer
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -114,11 +117,28 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
             accepted = client.post("/v1/inference", json={"input": "hello"})
             result = client.get(accepted.json()["status_url"], params={"wait": 20}).json()
         assert result["status"] == "SUCCESS" and result["model"] == "sim"
-        # The open-loop load generator, briefly, through the real HTTP server.
-        report = asyncio.run(open_loop.run(base, rate=100, count=100, model="sim"))
-        assert report["statuses"] == {"SUCCESS": 100}
-        assert isinstance(report["p99_ms"], float) and report["p99_ms"] > 0
+        # The open-loop load generator, briefly, through the real HTTP server: both flows.
+        for flow in ("ferry-2req", "ferry-1req"):
+            report = asyncio.run(generator.run(flow, base, "sim", rate=100, count=100))
+            assert report.statuses == {"SUCCESS": 100, "TIMEOUT": 0}, flow
+            assert 0 < report.p50_ms <= report.p99_ms
+        # And Locust, for those who prefer it: every answer checked, none wrong.
+        stats = run_locust(base, seconds=4)
+        assert sum(s["num_requests"] for s in stats) > 0
+        assert sum(s["num_failures"] for s in stats) == 0, stats
         stop_and_check(proc, state)
+
+
+def run_locust(base: str, seconds: int) -> list[dict[str, Any]]:
+    locust = Path(sys.executable).parent / "locust"
+    done = subprocess.run(
+        [str(locust), "-f", str(ROOT / "loadtest" / "locustfile.py"), "--host", base,
+         "--headless", "--users", "5", "--spawn-rate", "5", "--run-time", f"{seconds}s",
+         "--json", "--loglevel", "WARNING"], cwd=ROOT, capture_output=True, text=True,
+        timeout=seconds + 60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats: list[dict[str, Any]] = json.loads(done.stdout)
+    return stats
 
 
 def test_ferry_up_serves_another_model_repository(tmp_path: Path) -> None:
