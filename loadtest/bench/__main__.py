@@ -118,7 +118,7 @@ async def bench(args: argparse.Namespace) -> int:
     try:
         for scenario in chosen:
             for system in SYSTEMS:
-                await sweep.measure(scenario, system, 100.0)  # warm-up, not reported
+                await sweep.warm_up(scenario, system)
                 await sweep.system(scenario, system, rates(scenario, args.quick))
         floors = {"an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
                   await http_floor(),

@@ -126,12 +126,18 @@ class Sweep:
             if point.saturated():
                 return
 
-    async def measure(self, scenario: Scenario, system: str, rate: float) -> Point:
+    async def warm_up(self, scenario: Scenario, system: str) -> None:
+        """A few requests, not reported: connections, caches and model specs get ready (well
+        below any system's capacity, so no backlog is left for the first measured run)."""
+        await self.measure(scenario, system, 10.0, count=10)
+
+    async def measure(self, scenario: Scenario, system: str, rate: float,
+                      count: int = 0) -> Point:
         model = scenario.model(system)
         ferry = system in FERRY_SYSTEMS
         flow = system if ferry else "triton"
         url = self.stack.gateway_url if ferry else self.stack.triton_grpc
-        count = max(1, int(rate * duration_s(rate, self.quick)))
+        count = count or max(1, int(rate * duration_s(rate, self.quick)))
         meter = CpuMeter(self.stack.pids)
         self.seed += 1
         before, cpu_before, gen_before = (await self.stats.counts(model), meter.snapshot(),
