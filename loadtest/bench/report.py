@@ -133,12 +133,57 @@ class Report:
         for t in self.targets():
             verdict = {True: "met", False: "**missed**", None: "not measured"}[t.met]
             lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} |")
-        lines += ["", "## Figures", ""]
+        lines += ["", *self._reading(), "", "## Figures", ""]
         lines += [f"![{Path(f).stem}]({f})" for f in figures]
         for scenario in self.scenarios:
             lines += ["", f"## {scenario.title}", "", *self._table(scenario)]
         lines += ["", *self._floor(), "", *self._profile()]
         return "\n".join(lines) + "\n"
+
+    def _reading(self) -> list[str]:
+        """What the figures say, in numbers from this run."""
+        lines = ["## Reading the results", ""]
+        fast = next((s for s in self.scenarios if s.backend.label == "fast"
+                     and s.instances == 1), None)
+        if fast is None:
+            return []
+        served = [p for p in by(self.points, fast.name, "ferry-1req") if not p.saturated()]
+        if len(served) >= 2:
+            low, high = served[0], served[-1]
+            lines.append(
+                f"- **CPU per inference is mostly per wake-up, not per request.** Ferry (one "
+                f"request per task) spends {low.ferry_cpu_us:,.0f} µs at {low.offered_rps:,.0f}/s "
+                f"and {high.ferry_cpu_us:,.0f} µs at {high.offered_rps:,.0f}/s: at low rates "
+                "every request wakes each process, at high rates one wake-up serves many. On "
+                "this machine waking a process is expensive" + self._floor_clause() + "; a "
+                "request to Ferry makes eight hops between processes (client → gateway → Redis → "
+                "batcher → Triton → batcher → Redis → gateway → client), Triton alone two.")
+        anchor = at(self.points, fast.name, ANCHOR, 50.0)
+        ferry = at(self.points, fast.name, "ferry-1req", 50.0)
+        if anchor and ferry:
+            t1 = fast.backend.t_ms(1)
+            lines.append(
+                f"- **Light load.** Triton alone answers in {anchor.pct('p50_ms'):.1f} ms at "
+                f"p50 for a t(1) of {t1:g} ms: its own gRPC and Python-backend path uses "
+                f"{anchor.pct('p50_ms') - t1:.1f} ms of the 5 ms the target allows. Ferry adds "
+                f"{ferry.pct('p50_ms') - anchor.pct('p50_ms'):.1f} ms to that: its hops above, "
+                "each a wake-up of another process. On a GPU with TensorRT, Triton's own part is a "
+                "fraction of that.")
+        bound = [p for p in self.points if p.generator_bound]
+        if bound:
+            lines.append(
+                f"- **Where the generator was the bottleneck** ({len(bound)} points, marked in "
+                "the tables): it shares the two cores, and Triton alone is driven over gRPC, "
+                "which costs the Python client far more per request than Ferry's HTTP does. "
+                "Triton alone's high rates are therefore lower bounds of what it can do.")
+        return lines
+
+    def _floor_clause(self) -> str:
+        if not self.floors:
+            return ""
+        http, redis_cmd = list(self.floors.values())[:2]
+        return (f": uvicorn alone spends {http:,.0f} µs answering one trivial request and "
+                f"redis-server {redis_cmd:,.0f} µs on one command, at 400/s")
 
     def _table(self, s: Scenario) -> list[str]:
         b = s.backend

@@ -37,7 +37,8 @@ class CommonSettings:
     pending_ttl_s: int = setting(86400, "seconds an accepted task's PENDING record is kept")
     triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
     log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
-    redis_max_connections: int = setting(64, "size of each process's Redis connection pool")
+    redis_max_connections: int = setting(64, "connections of each process's pool for the "
+                                         "occasional Redis work (the hot path uses one)")
     redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
     redis_socket_timeout_s: float = setting(10.0, "longest wait for any one Redis reply")
 
@@ -94,7 +95,8 @@ class BatcherSettings(CommonSettings):
     claim_idle_ms: int = setting(30000, "a pending task idle this long is reclaimed by a batcher")
     claim_interval_ms: int = setting(5000, "how often a batcher looks for such tasks")
     max_deliveries: int = setting(5, "deliveries of one task (crashes included) before dead-letter")
-    dead_letter_maxlen: int = setting(100000, "approximate length cap of the dead-letter stream")
+    dead_letter_maxlen: int = setting(100000, "approximate length cap of each partition's "
+                                      "dead-letter stream")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")
     shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
     metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")
