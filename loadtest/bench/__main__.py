@@ -120,6 +120,9 @@ async def bench(args: argparse.Namespace) -> int:
             for system in SYSTEMS:
                 await sweep.warm_up(scenario, system)
                 await sweep.system(scenario, system, rates(scenario, args.quick))
+        if not args.quick:
+            await sweep.repeat(chosen[0], ("ferry-1req", "ferry-2req", "triton-dyn0"),
+                               (50.0, 400.0), rounds=2)
         floors = {"an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
                   await http_floor(),
                   "a Redis command (HSET) for redis-server": await redis_floor(

@@ -54,6 +54,7 @@ class Point:
     cpu_us: dict[str, float] = field(default_factory=dict)  # per successful inference
     generator_us: float = 0.0  # the generator's own CPU per request sent
     generator_bound: bool = False
+    round: int = 0  # 0: the sweep's own run; 1, 2, ...: repeats for the headline medians
 
     @property
     def achieved(self) -> float:
@@ -126,6 +127,16 @@ class Sweep:
             if point.saturated():
                 return
 
+    async def repeat(self, scenario: Scenario, systems: tuple[str, ...],
+                     rates: tuple[float, ...], rounds: int) -> None:
+        """More runs of the headline points, interleaved across systems, for medians."""
+        for number in range(1, rounds + 1):
+            for rate in rates:
+                for system in systems:
+                    point = await self.measure(scenario, system, rate)
+                    point.round = number
+                    self.points.append(point)
+
     async def warm_up(self, scenario: Scenario, system: str) -> None:
         """A few requests, not reported: connections, caches and model specs get ready (well
         below any system's capacity, so no backlog is left for the first measured run)."""
@@ -161,11 +172,18 @@ class Sweep:
 
 
 def by(points: list[Point], scenario: str, system: str) -> Iterator[Point]:
-    return (p for p in points if p.scenario == scenario and p.system == system)
+    """The sweep's own points (not the repeats)."""
+    return (p for p in points if p.scenario == scenario and p.system == system and not p.round)
 
 
 def at(points: list[Point], scenario: str, system: str, rate: float) -> Point | None:
     return next((p for p in by(points, scenario, system) if p.offered_rps == rate), None)
+
+
+def runs_at(points: list[Point], scenario: str, system: str, rate: float) -> list[Point]:
+    """Every run at that point, repeats included."""
+    return [p for p in points if p.scenario == scenario and p.system == system
+            and p.offered_rps == rate]
 
 
 def ceiling(points: list[Point], scenario: str, system: str, p99_ms: float = 100.0) -> float:
