@@ -32,7 +32,7 @@ from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
 from ferry.batching.buffer import BoardingBuffer
 from ferry.batching.estimators import ArrivalRate, BatchCost
-from ferry.batching.policy import Backend, BatchPolicy, Lane, Plan, Reason
+from ferry.batching.policy import Backend, BatchPolicy, Lane, Reason
 from ferry.compose import BatcherParts, batcher_parts
 from ferry.errors import BackendError, DependencyUnavailableError
 from ferry.queue.base import Delivery
@@ -253,7 +253,6 @@ class Batcher:
                 await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
-            await asyncio.sleep(0)  # a batch just launched sends its call before the next read
 
     def _backend_busy(self) -> bool:
         """Every model this batcher knows has all its slots taken."""
@@ -315,12 +314,10 @@ class Batcher:
             self.buffer.add(lane, delivery, now)
         for model, count in arrivals.items():
             (await self._model(model)).rate.add(now, count)
-        if arrivals:
-            self._dispatch()  # at once: a batch that may leave now does not wait for a wake-up
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(self.buffer))
-        self._changed.set()  # the dispatcher plans its next look
+        self._changed.set()
 
     def _rejection(self, delivery: Delivery) -> str:
         if delivery.task is None:
@@ -365,31 +362,25 @@ class Batcher:
     # -- dispatching ----------------------------------------------------------------------------
 
     async def _dispatch_loop(self) -> None:
-        """Plan again whenever something changes, or when a waiting batch may leave."""
         while True:
             self._changed.clear()
-            plan = self._dispatch()
-            if self._stopping.is_set() and (not self.buffer or self.gate.holding()) \
-                    and self._reader_done():
+            draining = self._stopping.is_set()
+            now = self.clock()
+            holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
+            backends = {name: m.backend(now, holding) for name, m in self.models.items()}
+            plan = self.policy.plan(self.buffer.views(self._lane_capacity), now, backends,
+                                    draining=draining)
+            for departure in plan.flush:
+                self._launch(departure.lane, self.buffer.take(departure.lane, departure.size),
+                             departure.reason)
+            self.metrics.buffered.set(len(self.buffer))
+            if draining and (not self.buffer or holding) and self._reader_done():
                 return  # what is still held when Triton is down is handed back by stop()
             # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
             timeout = None if plan.wake_in == 0 else plan.wake_in
             if not self.gate.is_open:
                 timeout = self.settings.read_block_ms / 1000.0  # look again for Triton's return
             await self._wait_changed(timeout)
-
-    def _dispatch(self) -> Plan:
-        """Ask the policy what leaves now, and send it."""
-        now = self.clock()
-        holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
-        backends = {name: m.backend(now, holding) for name, m in self.models.items()}
-        plan = self.policy.plan(self.buffer.views(self._lane_capacity), now, backends,
-                                draining=self._stopping.is_set())
-        for departure in plan.flush:
-            self._launch(departure.lane, self.buffer.take(departure.lane, departure.size),
-                         departure.reason)
-        self.metrics.buffered.set(len(self.buffer))
-        return plan
 
     def _reader_done(self) -> bool:
         return all(t.done() for t in self._loops if t.get_name() != "ferry-dispatcher")
