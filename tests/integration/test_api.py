@@ -211,3 +211,23 @@ async def test_redis_down_is_a_503_not_a_crash(triton_server: TritonServer) -> N
         assert ready.json()["checks"]["redis"].startswith("unreachable")
         polled = await client.get(f"/v1/result/{'a' * 32}")
         assert polled.status_code == 503
+
+
+async def test_a_redis_that_cannot_write_is_a_503_not_a_500(
+    gateway: httpx.AsyncClient, redis_client: redis.Redis,
+) -> None:
+    """Out of memory (also LOADING, READONLY, BUSY): Redis answers "not now", and so does Ferry."""
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", "1")
+    try:
+        refused = await gateway.post("/v1/inference", json={"input": "x"})
+        waited = await gateway.post("/v1/inference", json={"input": "x"},
+                                    headers={"Prefer": "wait=5"})
+    finally:
+        redis_client.config_set("maxmemory", "0")
+    for response in (refused, waited):
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "unavailable"
+        assert "OOM" in response.json()["error"]["message"]
+        assert response.headers["retry-after"] == "1"
+    assert stream_lengths(redis_client) == 0

@@ -163,7 +163,7 @@ async def test_password_and_database_from_the_url(tmp_path: Path) -> None:
         assert check.get("where") == b"db3"
         check.close()
         wrong = client(f"redis://:nope@127.0.0.1:{port}/0")
-        with pytest.raises(RespError, match=r"WRONGPASS|invalid"):
+        with pytest.raises(RespConnectionError, match=r"WRONGPASS"):  # Redis unusable as set
             await wrong.execute("PING")
         await wrong.close()
     finally:
@@ -214,3 +214,48 @@ async def test_a_subscriber_stops_at_once_at_any_point_of_its_life(redis_url: st
             async with asyncio.timeout(2.0):
                 await sub.stop()
             assert not sub.connected.is_set()
+
+
+async def test_callers_share_one_connection_attempt_to_a_redis_that_does_not_answer() -> None:
+    """Fifty callers against a server that accepts but never answers all fail in about one
+    timeout, not fifty of them one after the other."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(1 << 16):  # never answers; ends when the client hangs up
+                pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = client(f"redis://127.0.0.1:{port}/0", timeout_s=0.3, connect_timeout_s=0.3)
+    try:
+        started = asyncio.get_running_loop().time()
+        results = await asyncio.gather(*(c.execute("PING") for _ in range(50)),
+                                       return_exceptions=True)
+        took = asyncio.get_running_loop().time() - started
+        assert all(isinstance(r, RespConnectionError) for r in results), results[:3]
+        assert took < 2.0
+        with pytest.raises(RespConnectionError, match="unreachable"):  # held down, at once
+            await c.execute("PING")
+    finally:
+        await c.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_unix_socket(tmp_path: Path) -> None:
+    socket_path = tmp_path / "redis.sock"
+    proc = ManagedProcess("redis-server", ["redis-server", "--port", "0", "--unixsocket",
+                                           str(socket_path), "--save", ""])
+    proc.start()
+    try:
+        assert await wait_until(socket_path.exists, 10)
+        c = client(f"unix://{socket_path}?db=1")
+        assert await c.execute("SET", "via", "socket") == b"OK"
+        await c.close()
+        check = redis.Redis(unix_socket_path=str(socket_path), db=1)
+        assert check.get("via") == b"socket"
+        check.close()
+    finally:
+        proc.stop(grace_s=5)

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+import redis
 
 from ferry.batcher.worker import Batcher
 from tests.conftest import TritonServer
@@ -106,3 +107,25 @@ async def test_max_inflight_batches_overrides_the_instance_count(
         results = await stack.results([first, *rest], wait=20)
     assert [r["status"] for r in results] == ["SUCCESS"] * 4
     assert executions_since(before, batch_executions(url, "sim_slow2")) == {1: 1, 3: 1}
+
+
+async def test_a_busy_backend_with_no_max_wait_does_not_make_the_reader_poll(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    """max_wait_ms 0 and every slot busy: the parked reader still waits between reads."""
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url),
+                             batcher_settings(redis_url, url, max_wait_ms=0)) as stack:
+        batcher = stack.batchers[0]
+        task_id = await stack.submit("busy", model="sim_slow")
+        assert await wait_until(lambda: inflight(batcher, "sim_slow") == 1, 10)
+        before = _reads(redis_client)
+        await asyncio.sleep(1.0)  # sim_slow holds its only instance for 1.5 s
+        reads = _reads(redis_client) - before
+        result = await stack.result(task_id)
+    assert result["status"] == "SUCCESS"
+    assert reads <= 250, f"{reads} reads in a second while parked"
+
+
+def _reads(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_xreadgroup", {}).get("calls", 0))

@@ -155,6 +155,8 @@ async def test_an_unreadable_entry_is_dead_lettered_and_acknowledged(
     delivery = Delivery(5, stream, entry_id, b"\xff garbage", None, "undecodable")
     assert await store.complete([Completion(delivery, None, "undecodable")]) == [True]
     assert redis_client.xlen(stream) == 0
+    # settled again (a retry after a lost reply): acknowledged already, so no second letter
+    assert await store.complete([Completion(delivery, None, "undecodable")]) == [False]
     letters = dead_letters(redis_client)
     assert len(letters) == 1 and letters[0][b"task"] == b"\xff garbage"
 

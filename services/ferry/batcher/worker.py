@@ -42,6 +42,7 @@ from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend
 
 log = logging.getLogger(__name__)
+PARK_MIN_S = 0.005
 REDIS_TROUBLE = (RedisError, OSError, DependencyUnavailableError)
 
 
@@ -193,9 +194,9 @@ class Batcher:
             self._metrics_server = None
         await self.gate.close()
         await self.backend.close()
+        await self.queue.close()  # no read in flight may land after the consumer is forgotten
         with contextlib.suppress(*REDIS_TROUBLE):
             await self.queue.forget_consumer()
-        await self.queue.close()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
 
@@ -241,7 +242,8 @@ class Batcher:
                 await self._wait_changed(block_s)
                 continue
             block_ms = self.settings.read_block_ms
-            if self._backend_busy():
+            caught_up = self._backend_busy()
+            if caught_up:
                 await self._park()
                 block_ms = 0  # catch up without blocking: the dispatcher is waiting for this read
             try:
@@ -249,19 +251,24 @@ class Batcher:
                 failures = 0
             except REDIS_TROUBLE as exc:
                 failures += 1
+                self._changed.set()  # whatever waited for this read plans without it
                 log.warning("reading the queue failed (%s); retrying", exc)
                 await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
+            if caught_up:
+                self._changed.set()  # a slot may have freed: the dispatcher plans again
 
     def _backend_busy(self) -> bool:
         """Every model this batcher knows has all its slots taken."""
         return bool(self.models) and all(m.inflight >= m.slots for m in self.models.values())
 
     async def _park(self) -> None:
+        """Until a slot frees, or a quarter of the max wait (at least ``PARK_MIN_S``: reading
+        less must not become polling)."""
         self._parked = True
         self._slot_freed.clear()
-        await _wait(self._slot_freed, self.settings.max_wait_ms / 4000.0)
+        await _wait(self._slot_freed, max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0))
         self._parked = False
 
     async def _claim_loop(self) -> None:
@@ -317,7 +324,8 @@ class Batcher:
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(self.buffer))
-        self._changed.set()
+        if deliveries:
+            self._changed.set()
 
     def _rejection(self, delivery: Delivery) -> str:
         if delivery.task is None:

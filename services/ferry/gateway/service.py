@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 
 from ferry import keys
 from ferry.compose import GatewayParts
-from ferry.errors import BackendError, BadRequestError, DependencyUnavailableError
+from ferry.errors import BackendError, BadRequestError
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
@@ -35,8 +35,7 @@ class Gateway:
         await self.parts.subscriber.start()
 
     async def stop(self) -> None:
-        await self.parts.subscriber.stop()
-        self.waiters.wake_all()  # open long-polls answer with what they have
+        await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
         await self.parts.backend.close()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
@@ -64,9 +63,8 @@ class Gateway:
             self.metrics.accepted.labels(spec.name).inc()
             try:
                 record = await watch.final(wait_s, admitted, read_first=False)
-            except (DependencyUnavailableError, RedisError, OSError) as exc:
-                # Accepted is accepted: the client polls for the result instead of retrying.
-                log.warning("waiting for task %s failed (%s); answering 202", task.task_id, exc)
+            except Exception:  # accepted is accepted: the client polls instead of retrying
+                log.exception("waiting for task %s failed; answering 202", task.task_id)
                 return task.task_id, None
         return task.task_id, record if record is not None and record.status.final else None
 

@@ -17,12 +17,13 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
 from ferry.errors import ConfigError, DependencyUnavailableError, FerryError
 
+HOLD_DOWN_S = 0.5  # after a failed connection attempt, how long callers fail without retrying
 Arg = bytes | str | int | float
 Command = Sequence[Arg]  # or a Packed command, sent as it is
 
@@ -35,13 +36,33 @@ class RespConnectionError(DependencyUnavailableError, ConnectionError):
     """Redis cannot be reached, or the connection broke: the command's effect is unknown."""
 
 
+class RespUnavailableError(RespError, DependencyUnavailableError):
+    """Redis answered that it cannot serve now (loading its data, out of memory, a replica,
+    busy with a script...): the command had no effect, and may succeed later."""
+
+
+# Error replies that say "not now" rather than "never": their first word.
+_UNAVAILABLE = frozenset({"LOADING", "READONLY", "OOM", "BUSY", "MASTERDOWN", "MISCONF",
+                          "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"})
+
+
+def _error_reply(reply: RespError) -> RespError:
+    message = str(reply)
+    if message.split(" ", 1)[0] in _UNAVAILABLE:
+        return RespUnavailableError(message)
+    return reply
+
+
 class RespTimeoutError(RespConnectionError, TimeoutError):
     """Redis did not answer within the command's timeout; the connection was dropped."""
 
 
 @dataclass(frozen=True)
 class RedisAddress:
-    """Where and how to reach Redis, from a ``redis://`` or ``rediss://`` URL."""
+    """Where and how to reach Redis, from a URL as redis-py reads it: ``redis://`` or
+    ``rediss://`` (TLS) with ``user:password@host:port/db``, or ``unix:///path.sock``; the
+    database may also be given as ``?db=N``. Anything else in the query is refused, so the two
+    clients of a service never disagree about where they are."""
 
     host: str = "127.0.0.1"
     port: int = 6379
@@ -49,22 +70,35 @@ class RedisAddress:
     username: str | None = None
     password: str | None = None
     tls: bool = False
+    path: str | None = None  # a Unix socket instead of host:port
     ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
 
     @classmethod
     def from_url(cls, url: str) -> RedisAddress:
         parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
-            raise ConfigError(f"Redis URL {url!r} must start with redis:// or rediss://")
-        path = parts.path.strip("/")
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(f"Redis URL {url!r} must start with redis://, rediss:// or "
+                              "unix://")
+        query = parse_qs(parts.query)
+        unknown = sorted(set(query) - {"db"})
+        if unknown:
+            raise ConfigError(f"Redis URL {url!r}: options {unknown} are not supported; give "
+                              "the database as /N or ?db=N")
+        database = query["db"][-1] if "db" in query else (
+            "" if parts.scheme == "unix" else parts.path.strip("/"))
         try:
-            db = int(path) if path else 0
+            db = int(database) if database else 0
         except ValueError:
-            raise ConfigError(f"Redis URL {url!r}: database {path!r} is not a number") from None
+            raise ConfigError(f"Redis URL {url!r}: database {database!r} is not a number"
+                              ) from None
         return cls(host=parts.hostname or "127.0.0.1", port=parts.port or 6379, db=db,
                    username=unquote(parts.username) if parts.username else None,
                    password=unquote(parts.password) if parts.password else None,
-                   tls=parts.scheme == "rediss")
+                   tls=parts.scheme == "rediss",
+                   path=parts.path if parts.scheme == "unix" else None)
+
+    def __str__(self) -> str:
+        return self.path or f"{self.host}:{self.port}"
 
 
 def pack(command: Command) -> bytes:
@@ -114,7 +148,7 @@ class _Connection(asyncio.Protocol):
             future, _ = self._waiting.popleft()
             if not future.done():  # a caller that gave up (cancelled) no longer wants it
                 if isinstance(reply, RespError):
-                    future.set_exception(reply)
+                    future.set_exception(_error_reply(reply))
                 else:
                     future.set_result(reply)
 
@@ -190,7 +224,8 @@ class RespClient:
         self.connect_timeout_s = connect_timeout_s
         self.name = name
         self._connection: _Connection | None = None
-        self._connecting: asyncio.Lock | None = None
+        self._connecting: asyncio.Future[_Connection] | None = None
+        self._failed: tuple[float, BaseException] | None = None  # last failed attempt
         self._scripts: dict[bytes, bytes] = {}  # sha1 -> source, loaded on every connect
 
     async def execute(self, *command: Arg, timeout_s: float | None = None) -> Any:
@@ -234,20 +269,38 @@ class RespClient:
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
     async def close(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
         if self._connection is not None:
             self._connection.close()
             self._connection = None
 
     async def _connected(self) -> _Connection:
+        """The live connection, or one attempt to open it shared by every caller waiting for it.
+
+        After a failed attempt, callers fail at once for ``HOLD_DOWN_S`` instead of each making
+        its own attempt, so an unreachable Redis answers everyone quickly.
+        """
         connection = self._connection
         if connection is not None and connection.closed is None:
             return connection
+        loop = asyncio.get_running_loop()
+        if self._failed is not None and loop.time() - self._failed[0] < HOLD_DOWN_S:
+            raise RespConnectionError(f"Redis is unreachable: {self._failed[1]}")
         if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            if self._connection is None or self._connection.closed is not None:
-                self._connection = await self._open()
-            return self._connection
+            self._connecting = asyncio.ensure_future(self._open())
+            self._connecting.add_done_callback(self._attempt_done)
+        return await asyncio.shield(self._connecting)
+
+    def _attempt_done(self, attempt: asyncio.Future[_Connection]) -> None:
+        self._connecting = None
+        if attempt.cancelled():
+            return
+        error = attempt.exception()
+        if error is None:
+            self._connection, self._failed = attempt.result(), None
+        else:
+            self._failed = (asyncio.get_running_loop().time(), error)
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -256,8 +309,15 @@ class RespClient:
         try:
             setup = [*handshake(self.address, self.name),
                      *(("SCRIPT", "LOAD", source) for source in self._scripts.values())]
-            for future in connection.send(setup):
-                await future
+            for reply in await asyncio.gather(*connection.send(setup), return_exceptions=True):
+                if isinstance(reply, BaseException):
+                    raise reply
+        except RespUnavailableError:
+            connection.close()
+            raise
+        except RespError as exc:  # AUTH refused, no such database...: Redis is unusable as set
+            connection.close()
+            raise RespConnectionError(f"Redis refused the connection's set-up: {exc}") from exc
         except BaseException:
             connection.close()
             raise
@@ -274,10 +334,13 @@ async def open_connection(address: RedisAddress, factory: Callable[[], P],
     context = address.ssl_context or (ssl.create_default_context() if address.tls else None)
     try:
         async with asyncio.timeout(timeout_s):  # unlike wait_for, never swallows a cancel
-            _, protocol = await loop.create_connection(factory, address.host, address.port,
-                                                       ssl=context)
+            if address.path is not None:
+                _, protocol = await loop.create_unix_connection(factory, address.path)
+            else:
+                _, protocol = await loop.create_connection(factory, address.host, address.port,
+                                                           ssl=context)
     except (OSError, TimeoutError) as exc:
-        raise RespConnectionError(f"cannot connect to Redis at {address.host}:{address.port}: "
+        raise RespConnectionError(f"cannot connect to Redis at {address}: "
                                   f"{exc or type(exc).__name__}") from exc
     return protocol
 

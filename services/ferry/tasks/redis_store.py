@@ -32,7 +32,8 @@ return redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
 # ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, then 8 per item:
 # entry id, task id ('' for an unreadable entry), status, body, dead-letter reason ('' if none),
 # envelope (only for a dead letter), deliveries, model.
-# The first final answer stands: an item whose record is already final writes nothing.
+# The first final answer stands: an item whose record is already final writes nothing; an
+# unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
 # Announcement frames: "<task id> <status> <n> <body of n bytes>", n = 0: body not inlined.
 _COMPLETE = """
 local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -41,8 +42,9 @@ local written, ids, frames, k = {}, {}, {}, 3
 for i = 7, #ARGV, 8 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
-  local fresh = 1
+  local fresh = redis.call('XACK', KEYS[1], group, entry)
   if id ~= '' then
+    fresh = 1
     local key = KEYS[k]
     k = k + 1
     local current = redis.call('HGET', key, 'status')
@@ -65,7 +67,6 @@ for i = 7, #ARGV, 8 do
   end
   written[#written + 1] = fresh
 end
-redis.call('XACK', KEYS[1], group, unpack(ids))
 redis.call('XDEL', KEYS[1], unpack(ids))
 if #frames > 0 then
   redis.call('PUBLISH', channel, table.concat(frames))
