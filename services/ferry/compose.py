@@ -19,6 +19,7 @@ from ferry.redis_conn import address, connect, lean
 from ferry.resp.client import RespClient
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, GatewaySettings, parse_partitions
+from ferry.tasks.capacity import CapacityBoard
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
 from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics
@@ -35,6 +36,7 @@ class GatewayParts:
     store: RedisTaskStore
     waiters: ResultWaiters
     subscriber: Subscriber  # completion announcements, which wake the waiters
+    capacity: CapacityBoard  # the models' measured service rates, for admission
     metrics: GatewayMetrics
 
 
@@ -51,7 +53,7 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
         settings=settings,
         backend=backend or TritonGrpcBackend(settings.triton_grpc_target),
         hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
-        metrics=metrics or GatewayMetrics())
+        capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics())
 
 
 @dataclass

@@ -4,6 +4,8 @@ Redis and gRPC errors are translated into these at the adapter boundary; whether
 retrying is decided here, by the class, and nowhere else.
 """
 
+import math
+
 
 class FerryError(Exception):
     """Base of every error Ferry raises on purpose."""
@@ -17,14 +19,81 @@ class ConfigError(FerryError):
     """A setting has a value Ferry cannot use."""
 
 
-class BadRequestError(FerryError):
-    """A client sent something Ferry will not enqueue; ``code`` names the problem."""
+class ClientError(FerryError):
+    """A request Ferry refuses, with the HTTP status that says why and a ``code`` naming the
+    problem; each status has its own class, so that callers and metrics tell them apart."""
 
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
+    status = 400
+
+    def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.status = status
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """Extra response headers this refusal carries."""
+        return []
+
+
+class BadRequestError(ClientError):
+    """400: the request is malformed or names something invalid."""
+
+
+class NotFoundError(ClientError):
+    """404: no such task or model."""
+
+    status = 404
+
+
+class MethodNotAllowedError(ClientError):
+    status = 405
+
+
+class ConflictError(ClientError):
+    """409: the request conflicts with the task's state (it has already finished)."""
+
+    status = 409
+
+
+class PayloadTooLargeError(ClientError):
+    status = 413
+
+
+class UnsupportedMediaTypeError(ClientError):
+    status = 415
+
+
+class UnprocessableError(ClientError):
+    """422: well-formed, but Ferry cannot act on it (an unusable model, a reused idempotency key
+    with another body)."""
+
+    status = 422
+
+
+class TooManyRequestsError(ClientError):
+    """429: over a limit now; ``retry_after_s`` says when trying again may succeed."""
+
+    status = 429
+
+    def __init__(self, code: str, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(code, message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", b"%d" % max(1, math.ceil(self.retry_after_s)))]
+
+
+class ServiceUnavailableError(ClientError):
+    """503 for a reason of Ferry's own (a model's circuit breaker is open), with Retry-After."""
+
+    status = 503
+
+    def __init__(self, code: str, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(code, message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", b"%d" % max(1, math.ceil(self.retry_after_s)))]
 
 
 class DependencyUnavailableError(FerryError):

@@ -11,6 +11,8 @@ import re
 import secrets
 import zlib
 
+from ferry.priority import BY_URGENCY, Priority
+
 PREFIX = "ferry"
 CONSUMER_GROUP = "ferry-batchers"
 DONE_CHANNEL = f"{PREFIX}:done"  # completions, announced per batch and partition
@@ -25,9 +27,29 @@ def slot_tag(partition: int) -> str:
     return f"{{p{partition}}}"
 
 
-def partition_stream(partition: int) -> str:
-    """The stream of one partition: ``ferry:{p0}:tasks`` ... ``ferry:{p15}:tasks``."""
-    return f"{PREFIX}:{slot_tag(partition)}:tasks"
+def partition_stream(partition: int, priority: Priority = Priority.NORMAL) -> str:
+    """The stream of one partition and priority: ``ferry:{p0}:tasks`` (normal),
+    ``ferry:{p0}:tasks:high``, ``ferry:{p0}:tasks:low``."""
+    suffix = "" if priority is Priority.NORMAL else f":{priority.label}"
+    return f"{PREFIX}:{slot_tag(partition)}:tasks{suffix}"
+
+
+def partition_streams(partition: int) -> list[str]:
+    """Every priority's stream of a partition, most urgent first."""
+    return [partition_stream(partition, priority) for priority in BY_URGENCY]
+
+
+def backlog_key(partition: int) -> str:
+    """Unfinished tasks of one partition, counted per model and priority (fields
+    ``<model>|<priority value>``), kept by the admission and completion scripts."""
+    return f"{PREFIX}:{slot_tag(partition)}:backlog"
+
+
+def backlog_field(model: str, priority: Priority) -> str:
+    return f"{model}|{int(priority)}"
+
+
+CAPACITY_KEY = f"{PREFIX}:capacity"  # batchers' measured service rates and breaker states
 
 
 def dead_letter_stream(partition: int) -> str:

@@ -66,6 +66,12 @@ class GatewaySettings(CommonSettings):
     catalog_refresh_s: float = setting(5.0, "seconds the gateway trusts its cached model list")
     access_log: bool = setting(False, "log every HTTP request (metrics count them anyway)")
     workers: int = setting(0, "gateway processes sharing the port; 0: one per available core")
+    max_backlog: int = setting(0, "unfinished tasks a model may have before POST answers 429; "
+                               "0: sized from the model's measured throughput so that a new "
+                               "task waits at most max_queue_wait_s")
+    max_queue_wait_s: float = setting(10.0, "the wait that sizes the automatic backlog limit")
+    default_timeout_s: float = setting(0.0, "deadline of a task whose request sets none "
+                                       "(X-Request-Timeout or timeout_s); 0: none")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +79,9 @@ class GatewaySettings(CommonSettings):
             raise ConfigError("max_body_bytes must be positive")
         if self.workers < 0:
             raise ConfigError("workers must be 0 (one per core) or more")
+        if self.max_backlog < 0 or self.max_queue_wait_s <= 0 or self.default_timeout_s < 0:
+            raise ConfigError("max_backlog and default_timeout_s must be >= 0, max_queue_wait_s "
+                              "> 0")
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,16 @@ class BatcherSettings(CommonSettings):
     max_deliveries: int = setting(5, "deliveries of one task (crashes included) before dead-letter")
     dead_letter_maxlen: int = setting(100000, "approximate length cap of each partition's "
                                       "dead-letter stream")
+    breaker_threshold: float = setting(0.5, "a model's circuit breaker opens when this share of "
+                                       "its calls failed over breaker_window_s ...")
+    breaker_window_s: float = setting(10.0, "... the window the error rate is measured over ...")
+    breaker_min_calls: int = setting(20, "... with at least this many calls in it")
+    breaker_cooldown_s: float = setting(30.0, "an open breaker half-opens (one probe call) after "
+                                        "this long")
+    fallback_models: str = setting("", "models that answer while a model's breaker is open: "
+                                   "'model=fallback,...'; also FERRY_FALLBACK_<MODEL>=fallback")
+    priority_aging_s: float = setting(2.0, "a task read this long ago boards ahead of every "
+                                      "priority, so that low priority is never starved")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")
     shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
     metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")
@@ -111,6 +130,13 @@ class BatcherSettings(CommonSettings):
         parse_partitions(self.owned_partitions, self.partitions)
         if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:
             raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")
+        if not 0 < self.breaker_threshold <= 1 or self.breaker_min_calls < 1:
+            raise ConfigError("breaker_threshold must be in (0, 1] and breaker_min_calls >= 1")
+        parse_fallbacks(self.fallback_models, {})
+
+    def fallbacks(self, environ: Mapping[str, str] | None = None) -> Fallbacks:
+        """The fallback models, from ``fallback_models`` and ``FERRY_FALLBACK_<MODEL>``."""
+        return parse_fallbacks(self.fallback_models, os.environ if environ is None else environ)
 
 
 @dataclass(frozen=True)
@@ -122,6 +148,43 @@ class UpSettings(GatewaySettings, BatcherSettings):
     model_repository: str = setting("", "Triton model repository to serve (default: bundled)")
     state_dir: str = setting(".ferry", "where logs and Redis data of the local stack go")
     metrics_port: int = setting(0, "batcher /metrics port (0: pick a free one)")
+
+
+FALLBACK_ENV_PREFIX = ENV_PREFIX + "FALLBACK_"
+
+
+def env_model_name(model: str) -> str:
+    """How a ``FERRY_FALLBACK_<MODEL>`` variable names a model: upper case, '-' and '.' as '_'."""
+    return model.upper().replace("-", "_").replace(".", "_")
+
+
+@dataclass(frozen=True)
+class Fallbacks:
+    """Which model answers for a model whose circuit breaker is open."""
+
+    named: Mapping[str, str]  # from fallback_models
+    variables: Mapping[str, str]  # FERRY_FALLBACK_<MODEL> values, by <MODEL>
+
+    def of(self, model: str) -> str | None:
+        """The fallback of ``model`` (a variable wins over the list), or None."""
+        fallback = self.variables.get(env_model_name(model)) or self.named.get(model)
+        return fallback if fallback and fallback != model else None
+
+
+NO_FALLBACKS = Fallbacks({}, {})
+
+
+def parse_fallbacks(spec: str, environ: Mapping[str, str]) -> Fallbacks:
+    """'a=b,c=d' and the ``FERRY_FALLBACK_*`` variables."""
+    named: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        model, sep, fallback = (x.strip() for x in part.partition("="))
+        if not sep or not model or not fallback or model == fallback:
+            raise ConfigError(f"fallback_models {spec!r}: {part!r} is not 'model=other_model'")
+        named[model] = fallback
+    variables = {name[len(FALLBACK_ENV_PREFIX):]: value.strip() for name, value in environ.items()
+                 if name.startswith(FALLBACK_ENV_PREFIX) and value.strip()}
+    return Fallbacks(named, variables)
 
 
 def parse_partitions(spec: str, total: int) -> tuple[int, ...]:

@@ -137,7 +137,8 @@ async def test_health_readiness_metrics_and_docs(gateway: httpx.AsyncClient) -> 
     ready = await gateway.get("/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"ready": True,
-                            "checks": {"redis": "ok", "triton": "ok", "default_model": "ok"}}
+                            "checks": {"redis": "ok", "triton": "ok", "default_model": "ok"},
+                            "circuits": {}}
     await gateway.post("/v1/inference", json={"input": "x"})
     metrics = (await gateway.get("/metrics")).text
     assert 'ferry_tasks_accepted_total{model="sim"} 1.0' in metrics

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from PIL import Image
 
-from ferry.errors import BadRequestError
+from ferry.errors import ClientError
 from ferry.gateway.intake import (
     MAX_ID_LENGTH,
     RAW_TYPES,
@@ -45,14 +45,14 @@ def png_claiming_size(width: int, height: int) -> bytes:
     return bytes(data)
 
 
-def refused(body: bytes, content_type: str, model: str | None = None) -> BadRequestError:
-    with pytest.raises(BadRequestError) as info:
+def refused(body: bytes, content_type: str, model: str | None = None) -> ClientError:
+    with pytest.raises(ClientError) as info:
         parse_submission(body, content_type, model)
     return info.value
 
 
-def payload_refused(kind: str, payload: bytes) -> BadRequestError:
-    with pytest.raises(BadRequestError) as info:
+def payload_refused(kind: str, payload: bytes) -> ClientError:
+    with pytest.raises(ClientError) as info:
         check_payload(kind, payload)
     return info.value
 
@@ -266,20 +266,20 @@ async def test_read_body_empty() -> None:
 
 
 async def test_read_body_refuses_declared_length_over_limit_without_reading() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         await read_body(must_not_be_read(), "11", 10)
     assert (info.value.code, info.value.status) == ("body_too_large", 413)
     assert info.value.message == "request body exceeds the limit of 10 bytes"
 
 
 async def test_read_body_refuses_streamed_body_over_limit() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         await read_body(stream(b"12345", b"678901"), None, 10)
     assert (info.value.code, info.value.status) == ("body_too_large", 413)
 
 
 async def test_read_body_refuses_body_longer_than_declared_length() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         await read_body(stream(b"x" * 6, b"x" * 6), "3", 10)
     assert (info.value.code, info.value.status) == ("body_too_large", 413)
 
@@ -296,7 +296,7 @@ async def test_read_body_stops_at_the_first_chunk_over_the_limit() -> None:
             consumed.append(part)
             yield part
 
-    with pytest.raises(BadRequestError):
+    with pytest.raises(ClientError):
         await read_body(chunks(), None, 10)
     assert consumed == [b"x" * 8, b"x" * 8]
 
@@ -357,7 +357,7 @@ def test_text_kind_does_not_check_images() -> None:
 
 def test_check_image_directly() -> None:
     check_image(image_bytes("PNG"))
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         check_image(b"")
     assert info.value.code == "undecodable_image"
 
@@ -366,19 +366,19 @@ def test_check_image_directly() -> None:
 
 
 def test_unpaired_surrogate_in_text_is_a_400() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         parse_submission(b'{"input": "\\ud800"}', "application/json", None)
     assert (info.value.code, info.value.status) == ("invalid_text", 400)
 
 
 def test_deeply_nested_json_is_a_400() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         parse_submission(b"[" * 100_000, "application/json", None)
     assert (info.value.code, info.value.status) == ("malformed_json", 400)
 
 
 def test_empty_model_in_json_is_refused_not_replaced() -> None:
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         parse_submission(b'{"model": "", "input": "x"}', "application/json", "sim")
     assert info.value.code == "invalid_field"
 
@@ -393,6 +393,6 @@ def test_multi_frame_jpeg_is_accepted() -> None:
 def test_image_past_pillows_own_bomb_limit_is_a_413() -> None:
     buffer = io.BytesIO()
     Image.new("1", (12_000, 10_000)).save(buffer, format="PNG")  # 120 M pixels, tiny file
-    with pytest.raises(BadRequestError) as info:
+    with pytest.raises(ClientError) as info:
         check_payload("image", buffer.getvalue())
     assert (info.value.code, info.value.status) == ("image_too_large", 413)

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from ferry import keys
+from ferry.priority import Priority
 
 
 def test_fixed_names() -> None:
@@ -21,6 +22,16 @@ def test_partition_names_carry_the_partitions_hash_tag() -> None:
     assert keys.partition_stream(0) == "ferry:{p0}:tasks"
     assert keys.partition_stream(15) == "ferry:{p15}:tasks"
     assert keys.dead_letter_stream(3) == "ferry:{p3}:dead"
+    assert keys.backlog_key(3) == "ferry:{p3}:backlog"
+
+
+def test_each_priority_has_its_stream_most_urgent_first() -> None:
+    assert keys.partition_stream(2, Priority.HIGH) == "ferry:{p2}:tasks:high"
+    assert keys.partition_stream(2, Priority.NORMAL) == "ferry:{p2}:tasks"
+    assert keys.partition_stream(2, Priority.LOW) == "ferry:{p2}:tasks:low"
+    assert keys.partition_streams(2) == ["ferry:{p2}:tasks:high", "ferry:{p2}:tasks",
+                                         "ferry:{p2}:tasks:low"]
+    assert keys.backlog_field("sim", Priority.LOW) == "sim|-1"
 
 
 def test_task_key_name() -> None:
@@ -37,8 +48,8 @@ def hash_tag(key: str) -> str:
 def test_everything_about_a_task_lives_in_its_partitions_slot() -> None:
     task_id = keys.new_task_id()
     partition = keys.partition_of(task_id, 16)
-    names = [keys.task_key(task_id, partition), keys.partition_stream(partition),
-             keys.dead_letter_stream(partition)]
+    names = [keys.task_key(task_id, partition), *keys.partition_streams(partition),
+             keys.dead_letter_stream(partition), keys.backlog_key(partition)]
     assert {hash_tag(name) for name in names} == {f"p{partition}"}
 
 

@@ -13,7 +13,6 @@ from ferry.batching.policy import (
     Plan,
     Reason,
     Waiting,
-    is_expired,
 )
 
 FULL, WAIT, ADAPTIVE, DRAIN = Reason.FULL, Reason.WAIT, Reason.ADAPTIVE, Reason.DRAIN
@@ -22,8 +21,8 @@ POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05, adaptive=False)
 
 def queue(model: str, count: int, oldest: float, capacity: int = 64,
           newest: float | None = None, suspect: bool = False) -> Waiting:
-    return Waiting(Lane(model, suspect), count, oldest, oldest if newest is None else newest,
-                   capacity)
+    return Waiting(Lane(model, suspect=suspect), count, oldest,
+                   oldest if newest is None else newest, capacity)
 
 
 def free(slots: int, *models: str, rate: float = 0.0, fixed_s: float = 0.0
@@ -32,7 +31,7 @@ def free(slots: int, *models: str, rate: float = 0.0, fixed_s: float = 0.0
 
 
 def leave(model: str, size: int, reason: Reason, suspect: bool = False) -> Departure:
-    return Departure(Lane(model, suspect), size, reason)
+    return Departure(Lane(model, suspect=suspect), size, reason)
 
 
 # --- limit / due_at -------------------------------------------------------------------------------
@@ -263,20 +262,3 @@ def test_adaptive_off_keeps_the_classic_rule() -> None:
     plan = classic.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=free(1, rate=1.0))
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.05)
-
-
-# --- is_expired ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("deadline_ms", "now_ms", "expected"),
-    [
-        (0, 10**15, False),  # no deadline
-        (-1, 10**15, False),
-        (1000, 999, False),
-        (1000, 1000, True),
-        (1000, 1001, True),
-    ],
-)
-def test_is_expired(deadline_ms: int, now_ms: int, expected: bool) -> None:
-    assert is_expired(deadline_ms, now_ms) is expected

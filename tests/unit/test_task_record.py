@@ -31,14 +31,14 @@ def pending_record() -> TaskRecord:
 @pytest.mark.parametrize(
     ("status", "final"),
     [(Status.PENDING, False), (Status.SUCCESS, True), (Status.FAILED, True),
-     (Status.EXPIRED, True)],
+     (Status.EXPIRED, True), (Status.CANCELLED, True)],
 )
 def test_status_final(status: Status, final: bool) -> None:
     assert status.final is final
 
 
 def test_status_values_are_their_names() -> None:
-    assert [s.value for s in Status] == ["PENDING", "SUCCESS", "FAILED", "EXPIRED"]
+    assert [s.value for s in Status] == ["PENDING", "SUCCESS", "FAILED", "EXPIRED", "CANCELLED"]
     assert Status("FAILED") is Status.FAILED
 
 

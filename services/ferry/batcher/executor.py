@@ -16,24 +16,26 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from ferry.backoff import backoff_delay
 from ferry.batcher.gate import BackendGate
-from ferry.batching.policy import is_expired
+from ferry.batching import fate
+from ferry.batching.breaker import CircuitBreaker
+from ferry.batching.fate import Failure, Fate
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
     DependencyUnavailableError,
     ModelContractError,
-    PermanentBackendError,
     UnknownModelError,
 )
+from ferry.priority import Priority
 from ferry.queue.base import Delivery
-from ferry.settings import BatcherSettings
+from ferry.settings import NO_FALLBACKS, BatcherSettings, Fallbacks
 from ferry.tasks.base import Completion, TaskStore
 from ferry.tasks.record import Status, TaskRecord
 from ferry.telemetry.metrics import BatcherMetrics
@@ -54,6 +56,7 @@ class Outcome:
     output: Any = None
     error: str | None = None
     model_version: str = ""
+    answered_by: str | None = None  # the fallback model that answered, if not the task's own
 
     def record(self, finished_at: float) -> TaskRecord | None:
         task = self.delivery.task
@@ -62,7 +65,10 @@ class Outcome:
         return TaskRecord(
             task_id=task.task_id, status=self.status, model=task.model,
             created_at=task.enqueued_at_ms / 1000.0, model_version=self.model_version,
-            finished_at=finished_at, output=self.output, error=self.error)
+            finished_at=finished_at, output=self.output, error=self.error,
+            priority=Priority.of(task.priority).label,
+            deadline_at=task.deadline_ms / 1000.0 if task.deadline_ms else None,
+            answered_by=self.answered_by)
 
     def completion(self, finished_at: float) -> Completion:
         """Its record, and a dead letter for a failure (or an entry that could not be read)."""
@@ -91,6 +97,10 @@ class BatchExecutor:
         observe_call: CallObserver = lambda model, size, seconds: None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[], float] = random.random,
+        cancelled: Callable[[Delivery], bool] = lambda delivery: False,
+        breakers: Callable[[str], CircuitBreaker] | None = None,
+        fallbacks: Fallbacks = NO_FALLBACKS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -100,54 +110,119 @@ class BatchExecutor:
         self.observe_call = observe_call
         self.sleep = sleep
         self.jitter = jitter
+        self.cancelled = cancelled
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self.breaker = breakers or self._own_breaker
+        self.fallbacks = fallbacks
+        self.clock = clock
 
     async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
         """Give every delivery a final status and settle it."""
-        now_ms = int(time.time() * 1000)
-        expired: list[Delivery] = []
-        live: list[Delivery] = []
-        for d in deliveries:
-            (expired if d.task and is_expired(d.task.deadline_ms, now_ms) else live).append(d)
-        self._observe_wait(model, live, now_ms)
-        outcomes = [Outcome(d, Status.EXPIRED, error="deadline passed before inference")
-                    for d in expired]
+        live, outcomes = self.unwanted(deliveries)
+        self._observe_wait(model, live)
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
         await self.settle(outcomes)
 
-    async def _attempt(self, model: str, items: Sequence[Delivery],
-                       attempt: int) -> list[Outcome]:
+    def unwanted(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[Outcome]]:
+        """Split off the tasks that must not reach Triton (expired, cancelled) with their final
+        outcome; the rest go on."""
+        now_ms = int(time.time() * 1000)
+        live: list[Delivery] = []
+        ended: list[Outcome] = []
+        for d in deliveries:
+            verdict = fate.before_inference(deadline_ms=d.task.deadline_ms if d.task else 0,
+                                            now_ms=now_ms, cancelled=self.cancelled(d))
+            if verdict is None:
+                live.append(d)
+            else:
+                ended.append(Outcome(d, verdict[0], error=verdict[1]))
+        return live, ended
+
+    def _own_breaker(self, model: str) -> CircuitBreaker:
+        breaker = self._breakers.get(model)
+        if breaker is None:
+            breaker = self._breakers[model] = CircuitBreaker()
+        return breaker
+
+    async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
+                       *, fallback: bool = True) -> list[Outcome]:
+        breaker = self.breaker(model)
+        if not breaker.allow(self.clock()):
+            return await self._circuit_open(model, items, attempt, fallback)
         try:
             spec = await self.backend.model_spec(model)
             if len(items) > spec.max_batch_size:
+                breaker.abandon()
                 return await self._split(model, items, attempt, spec.max_batch_size)
-            return await self._infer(spec, items)
+            outcomes = await self._infer(spec, items)
         except BackendError as exc:
             return await self._recover(model, items, attempt, exc)
+        breaker.record(self.clock(), ok=True)
+        return outcomes
+
+    async def _circuit_open(self, model: str, items: Sequence[Delivery], attempt: int,
+                            fallback: bool) -> list[Outcome]:
+        """The model's breaker refuses calls: its fallback answers, or the tasks fail fast."""
+        other = self.fallbacks.of(model) if fallback else None
+        if other is not None:
+            outcomes = await self._attempt(other, items, attempt, fallback=False)
+            return [replace(o, answered_by=other) if o.status is Status.SUCCESS else o
+                    for o in outcomes]
+        breaker, now = self.breaker(model), self.clock()
+        return failed(items, f"circuit open for model {model!r}: {breaker.error_rate(now):.0%} "
+                      f"of its calls failed in the last {breaker.window_s:g} s; calls resume in "
+                      f"{breaker.retry_after(now):.0f} s, and no fallback model is configured")
+
+    async def _classify(self, exc: BackendError) -> Failure:
+        """The kind of failure (asking Triton whether it is live for a transient one)."""
+        if isinstance(exc, ModelContractError):
+            return Failure.CONTRACT
+        if exc.transient:
+            return Failure.TRANSIENT if await self.backend.server_live() else Failure.UNREACHABLE
+        if isinstance(exc, UnknownModelError):
+            return Failure.UNKNOWN_MODEL
+        return Failure.PERMANENT
 
     async def _recover(self, model: str, items: Sequence[Delivery], attempt: int,
                        exc: BackendError) -> list[Outcome]:
-        """What happens to a batch after a failure, by the kind of failure."""
-        if isinstance(exc, ModelContractError):
-            return failed(items, str(exc))  # no retry or split can help
-        kind = "transient" if exc.transient else "permanent"
-        self.metrics.infer_failures.labels(model, kind).inc()
-        if exc.transient and not await self.backend.server_live():
-            return await self._outage(model, items, attempt, exc)
-        # An unknown model may be (re)loading: retry it whole, since splitting cannot help.
-        splittable = isinstance(exc, PermanentBackendError) and not isinstance(
-            exc, UnknownModelError)
-        if splittable and len(items) > 1:
+        """Carry out the fate the pure rules give the batch after ``exc``."""
+        failure = await self._classify(exc)
+        if failure is not Failure.CONTRACT:
+            kind = "transient" if exc.transient else "permanent"
+            self.metrics.infer_failures.labels(model, kind).inc()
+        at = fate.Attempt(len(items), attempt, self.settings.max_attempts)
+        decision = fate.after_failure(failure, at)
+        breaker = self.breaker(model)
+        if fate.counts_against_model(failure, decision):
+            breaker.record(self.clock(), ok=False)
+        else:
+            breaker.abandon()  # an outage, or a batch split to find its bad request
+        if decision is Fate.WAIT:
+            self.gate.close_for_outage(str(exc))
+            if await self.gate.wait_open():
+                return await self._again(model, items, attempt)
+            return failed(items, f"Triton unreachable for {self.gate.budget_s:g} s: {exc}")
+        if decision is Fate.SPLIT:
             return await self._split(model, items, attempt, (len(items) + 1) // 2)
-        return await self._retry_or_fail(model, items, attempt, exc)
+        if decision is Fate.RETRY:
+            await self.sleep(backoff_delay(attempt, self.settings.backoff_base_ms / 1000.0,
+                                           self.settings.backoff_max_ms / 1000.0, self.jitter()))
+            return await self._again(model, items, attempt + 1)
+        if failure is Failure.CONTRACT:
+            return failed(items, str(exc))
+        log.warning("giving up on %d task(s) of %s after %d attempts: %s",
+                    len(items), model, attempt, exc)
+        return failed(items, f"failed after {attempt} attempt(s): {exc}")
 
-    async def _outage(self, model: str, items: Sequence[Delivery], attempt: int,
-                      exc: BackendError) -> list[Outcome]:
-        """Triton is unreachable: wait for it (within the outage's budget), spending no attempt."""
-        self.gate.close_for_outage(str(exc))
-        if await self.gate.wait_open():
-            return await self._attempt(model, items, attempt)
-        return failed(items, f"Triton unreachable for {self.gate.budget_s:g} s: {exc}")
+    async def _again(self, model: str, items: Sequence[Delivery],
+                     attempt: int) -> list[Outcome]:
+        """Another call for the batch, without the tasks that expired (or were cancelled) while
+        it waited."""
+        live, ended = self.unwanted(items)
+        if live:
+            ended += await self._attempt(model, live, attempt)
+        return ended
 
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
@@ -166,16 +241,6 @@ class BatchExecutor:
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
         parts = await asyncio.gather(*(self._attempt(model, c, attempt) for c in chunks))
         return [outcome for part in parts for outcome in part]
-
-    async def _retry_or_fail(self, model: str, items: Sequence[Delivery], attempt: int,
-                             exc: BackendError) -> list[Outcome]:
-        if attempt >= self.settings.max_attempts:
-            log.warning("giving up on %d task(s) of %s after %d attempts: %s",
-                        len(items), model, attempt, exc)
-            return failed(items, f"failed after {attempt} attempt(s): {exc}")
-        await self.sleep(backoff_delay(attempt, self.settings.backoff_base_ms / 1000.0,
-                                       self.settings.backoff_max_ms / 1000.0, self.jitter()))
-        return await self._attempt(model, items, attempt + 1)
 
     async def settle(self, outcomes: Sequence[Outcome]) -> bool:
         """Write results and dead letters and acknowledge, in one round trip; False if Redis
@@ -204,7 +269,8 @@ class BatchExecutor:
             if outcome.status is Status.FAILED:
                 self.metrics.dead_lettered.inc()
 
-    def _observe_wait(self, model: str, items: Sequence[Delivery], now_ms: int) -> None:
+    def _observe_wait(self, model: str, items: Sequence[Delivery]) -> None:
+        now_ms = int(time.time() * 1000)
         for delivery in items:
             if delivery.task is not None:
                 waited = max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0

@@ -30,13 +30,18 @@ from redis.exceptions import RedisError
 from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
+from ferry.batching import fate
+from ferry.batching.breaker import BreakerState, CircuitBreaker
 from ferry.batching.buffer import BoardingBuffer
-from ferry.batching.estimators import ArrivalRate, BatchCost
+from ferry.batching.estimators import ArrivalRate, BatchCost, Window, service_rate
 from ferry.batching.policy import Backend, BatchPolicy, Lane, Reason
 from ferry.compose import BatcherParts, batcher_parts
 from ferry.errors import BackendError, DependencyUnavailableError
+from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
 from ferry.settings import BatcherSettings, parse_partitions
+from ferry.tasks import capacity
+from ferry.tasks.capacity import Capacity
 from ferry.tasks.record import Status
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend
@@ -47,20 +52,27 @@ REDIS_TROUBLE = (RedisError, OSError, DependencyUnavailableError)
 
 
 def lane_of(delivery: Delivery) -> Lane:
-    """The boarding lane: the model, alone for a task that was delivered before."""
+    """The boarding lane: the model and priority, alone for a task delivered before."""
     assert delivery.task is not None
-    return Lane(delivery.task.model, suspect=delivery.deliveries > 1)
+    return Lane(delivery.task.model, Priority.of(delivery.task.priority),
+                suspect=delivery.deliveries > 1)
 
 
 @dataclass
 class ModelState:
-    """What the dispatcher knows about one model: batch limit, instances, load, call cost."""
+    """What the dispatcher knows about one model: batch limit, instances, load, call cost, the
+    window of batches Triton is given at once, and the model's circuit breaker."""
 
     capacity: int
-    slots: int  # batches that may be at Triton at once
+    window: Window  # batches that may be at Triton at once (at most the instances)
+    breaker: CircuitBreaker
     inflight: int = 0
     rate: ArrivalRate = field(default_factory=ArrivalRate)
     cost: BatchCost = field(default_factory=BatchCost)
+
+    @property
+    def slots(self) -> int:
+        return self.window.allowed
 
     def backend(self, now: float, holding: bool) -> Backend:
         free = 0 if holding else max(0, self.slots - self.inflight)
@@ -84,14 +96,18 @@ class Batcher:
         self.clock = clock
         self.metrics = self.parts.metrics
         self.policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
-                                  adaptive=settings.adaptive_flush)
+                                  adaptive=settings.adaptive_flush,
+                                  aging_s=settings.priority_aging_s)
         self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
         self.backend = self.parts.backend
         self.queue = self.parts.queue
         self.gate = BackendGate(self.backend, settings.outage_budget_s)
         self.consumer = self.parts.consumer
+        self.fallbacks = settings.fallbacks()
         self.executor = BatchExecutor(settings, self.backend, self.parts.store, self.metrics,
-                                      gate=self.gate, observe_call=self._observe_call)
+                                      gate=self.gate, observe_call=self._observe_call,
+                                      breakers=self._breaker, fallbacks=self.fallbacks,
+                                      clock=clock)
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self.models: dict[str, ModelState] = {}
@@ -120,6 +136,7 @@ class Batcher:
             asyncio.create_task(self._claim_loop(), name="ferry-claimer"),
             asyncio.create_task(self._keep_loop(), name="ferry-keeper"),
             asyncio.create_task(self._dispatch_loop(), name="ferry-dispatcher"),
+            asyncio.create_task(self._report_loop(), name="ferry-reporter"),
         ]
         for loop_task in self._loops:
             loop_task.add_done_callback(self._loop_done)
@@ -189,6 +206,8 @@ class Batcher:
                         "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
     async def _close(self) -> None:
+        with contextlib.suppress(*REDIS_TROUBLE):
+            await capacity.withdraw(self.parts.hot, self.consumer, list(self.models))
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
@@ -220,10 +239,21 @@ class Batcher:
     # -- reading --------------------------------------------------------------------------------
 
     @property
-    def room(self) -> int:
-        """How many more tasks may board before reading pauses: a batch per slot, and one more."""
+    def quota(self) -> int:
+        """Tasks of one priority that may wait in the buffer: a batch per slot, and one more."""
         slots = sum(m.slots for m in self.models.values()) or 1
-        return self.settings.max_batch * (slots + 1) - len(self.buffer)
+        return self.settings.max_batch * (slots + 1)
+
+    def rooms(self) -> dict[Priority, int]:
+        """Room per priority: each has its own quota, so that waiting low-priority work never
+        stops high-priority work from being read."""
+        waiting = self.buffer.count_by(lambda lane: lane.priority)
+        return {p: self.quota - waiting.get(p, 0) for p in BY_URGENCY}
+
+    @property
+    def room(self) -> int:
+        """How many more tasks may board (of the priority with the most room)."""
+        return max(self.rooms().values())
 
     async def _read_loop(self) -> None:
         """Read while a batch could leave; while every slot is busy, park and catch up later.
@@ -238,7 +268,9 @@ class Batcher:
         block_s = self.settings.read_block_ms / 1000.0
         failures = 0
         while not self._stopping.is_set():
-            if self.room <= 0 or not self.gate.is_open:  # full, or Triton is down: leave it queued
+            rooms = self.rooms()
+            readable = [p for p in BY_URGENCY if rooms[p] > 0]
+            if not readable or not self.gate.is_open:  # full, or Triton is down: leave it queued
                 await self._wait_changed(block_s)
                 continue
             block_ms = self.settings.read_block_ms
@@ -246,8 +278,9 @@ class Batcher:
             if caught_up:
                 await self._park()
                 block_ms = 0  # catch up without blocking: the dispatcher is waiting for this read
+            count = min(per_stream, *(rooms[p] for p in readable))
             try:
-                deliveries = await self.queue.read(min(self.room, per_stream), block_ms)
+                deliveries = await self.queue.read(count, block_ms, readable)
                 failures = 0
             except REDIS_TROUBLE as exc:
                 failures += 1
@@ -277,8 +310,34 @@ class Batcher:
             try:
                 await self._reclaim()
                 self.metrics.queue_depth.set(await self.queue.depth())
+                await self.parts.store.heal_backlog(self.partitions)
             except REDIS_TROUBLE as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
+
+    async def _report_loop(self) -> None:
+        """Publish each model's measured capacity every second, for the gateways' admission."""
+        while not await self._stop_within(capacity.REPORT_INTERVAL_S):
+            try:
+                await capacity.report(self.parts.hot, self.consumer, self.capacities(),
+                                      time.time())
+            except REDIS_TROUBLE as exc:
+                log.warning("reporting capacity failed: %s", exc)
+
+    def capacities(self) -> dict[str, Capacity]:
+        """What each model this batcher has called can serve (full batches on every slot), and
+        its circuit breaker's state."""
+        now = self.clock()
+        measured: dict[str, Capacity] = {}
+        for name, state in self.models.items():
+            batch = self.policy.limit(state.capacity)
+            rate = service_rate(state.cost, state.slots, batch)
+            breaker = state.breaker.state(now)
+            self.metrics.circuit.labels(name).set(breaker.gauge)
+            if rate > 0 or breaker is not BreakerState.CLOSED:
+                measured[name] = Capacity(rate, state.cost.mean_s, breaker.value,
+                                          self.fallbacks.of(name) or "",
+                                          state.breaker.retry_after(now))
+        return measured
 
     async def _keep_loop(self) -> None:
         """Reset the idle time of held entries, well within ``claim_idle_ms``, on its own timer."""
@@ -311,9 +370,9 @@ class Batcher:
         rejected: list[Outcome] = []
         arrivals: dict[str, int] = {}
         for delivery in deliveries:
-            problem = self._rejection(delivery)
-            if problem:
-                rejected.append(Outcome(delivery, Status.FAILED, error=problem))
+            verdict = self._rejection(delivery)
+            if verdict is not None:
+                rejected.append(Outcome(delivery, verdict[0], error=verdict[1]))
                 continue
             lane = lane_of(delivery)
             arrivals[lane.model] = arrivals.get(lane.model, 0) + 1
@@ -327,33 +386,39 @@ class Batcher:
         if deliveries:
             self._changed.set()
 
-    def _rejection(self, delivery: Delivery) -> str:
+    def _rejection(self, delivery: Delivery) -> tuple[Status, str] | None:
+        """A final status for a task that must not board (unreadable, expired, delivered too
+        often), with the reason."""
         if delivery.task is None:
-            return delivery.problem or "unreadable task"
-        if delivery.deliveries > self.settings.max_deliveries:
-            return (f"delivered {delivery.deliveries} times without finishing "
-                    f"(limit {self.settings.max_deliveries}); a batcher may crash on it")
-        return ""
+            return Status.FAILED, delivery.problem or "unreadable task"
+        return fate.before_inference(
+            deadline_ms=delivery.task.deadline_ms, now_ms=int(time.time() * 1000),
+            deliveries=delivery.deliveries, max_deliveries=self.settings.max_deliveries)
 
     async def _model(self, model: str) -> ModelState:
         """The model's state, its batch limit and instance count refreshed from Triton's config
         (cached by the backend)."""
-        state = self.models.get(model)
+        state = self._state(model)
         try:
             spec = await self.backend.model_spec(model)
         except BackendError:  # the executor reports it with the batch; chunking still applies
-            if state is None:
-                state = self.models[model] = ModelState(self.settings.max_batch,
-                                                        self._slots(1))
             return state
-        if state is None:
-            state = self.models[model] = ModelState(spec.max_batch_size, self._slots(1))
         state.capacity = spec.max_batch_size
-        state.slots = self._slots(spec.instances)
+        state.window.resize(self.settings.max_inflight_batches or spec.instances)
         return state
 
-    def _slots(self, instances: int) -> int:
-        return self.settings.max_inflight_batches or instances
+    def _state(self, model: str) -> ModelState:
+        state = self.models.get(model)
+        if state is None:
+            s = self.settings
+            breaker = CircuitBreaker(s.breaker_threshold, s.breaker_window_s,
+                                     s.breaker_min_calls, s.breaker_cooldown_s)
+            state = self.models[model] = ModelState(
+                s.max_batch, Window(s.max_inflight_batches or 1), breaker)
+        return state
+
+    def _breaker(self, model: str) -> CircuitBreaker:
+        return self._state(model).breaker
 
     def _lane_capacity(self, lane: Lane) -> int:
         """Suspects go one at a time; a model's lane takes what the model takes."""
@@ -365,7 +430,9 @@ class Batcher:
     def _observe_call(self, model: str, size: int, seconds: float) -> None:
         state = self.models.get(model)
         if state is not None:
+            state.window.observe(seconds, state.cost.time_at(size) if state.cost.settled else 0.0)
             state.cost.add(size, seconds)
+            self.metrics.window.labels(model).set(state.slots)
 
     # -- dispatching ----------------------------------------------------------------------------
 

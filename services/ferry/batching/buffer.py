@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 from ferry.batching.policy import Lane, Waiting
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,13 @@ class BoardingBuffer(Generic[T]):
 
     def add(self, lane: Lane, item: T, arrived: float) -> None:
         self._queues.setdefault(lane, deque()).append(Boarded(item, arrived))
+
+    def count_by(self, key: Callable[[Lane], K]) -> dict[K, int]:
+        """Items waiting, summed by ``key`` of their lane."""
+        counts: dict[K, int] = {}
+        for lane, queue in self._queues.items():
+            counts[key(lane)] = counts.get(key(lane), 0) + len(queue)
+        return counts
 
     def take(self, lane: Lane, count: int) -> list[T]:
         """Remove and return up to ``count`` of ``lane``'s oldest items."""

@@ -11,6 +11,10 @@ each); the next is expected ``1 / rate`` after the last arrival. So: leave if th
 is more than ``fixed_s / n`` away, or already overdue. Under load no slot is free, batches fill
 while the backend works, and the rule never fires; when the backend idles, a lone request leaves
 at once. Nothing ever waits longer than ``max_wait_s``.
+
+Priorities: when queues compete for a model's free slots, the higher priority's go first, oldest
+first within a priority; a queue whose oldest request has waited ``aging_s`` goes ahead of every
+priority (oldest first among such), so that no priority is starved.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from ferry.priority import Priority
+
 
 class Lane(NamedTuple):
     """A boarding queue: requests that may travel together."""
 
     model: str
+    priority: Priority = Priority.NORMAL
     suspect: bool = False  # reclaimed after a batcher died holding it: it travels alone
 
 
@@ -79,6 +86,12 @@ class BatchPolicy:
     max_batch: int
     max_wait_s: float
     adaptive: bool = True
+    aging_s: float = 2.0
+
+    def urgency(self, queue: Waiting, now: float) -> tuple[int, float]:
+        """Sort key, most urgent first: aged queues, then by priority, then oldest."""
+        rank = len(Priority) if now - queue.oldest >= self.aging_s else int(queue.lane.priority)
+        return -rank, queue.oldest
 
     def limit(self, capacity: int) -> int:
         """The batch size for a lane that takes at most ``capacity`` per call."""
@@ -92,14 +105,15 @@ class BatchPolicy:
              *, draining: bool = False) -> Plan:
         """Batches to send now, within each model's free slots, and the wait until the next.
 
-        A queue holding several full batches yields them all. Queues are served oldest first.
+        A queue holding several full batches yields them all. Queues are served by urgency.
         When a batch that may leave finds no free slot, ``wake_in`` is 0: send it as soon as a
         slot frees.
         """
         free = {model: backend.free for model, backend in backends.items()}
         flush: list[Departure] = []
         wake_in: float | None = None
-        for queue in sorted((q for q in queues if q.count > 0), key=lambda q: q.oldest):
+        waiting = sorted((q for q in queues if q.count > 0), key=lambda q: self.urgency(q, now))
+        for queue in waiting:
             model = queue.lane.model
             backend = backends.get(model, Backend(free=0))
             ready = self._departures(queue, now, backend, free.get(model, 0), draining)
@@ -145,8 +159,3 @@ class BatchPolicy:
         if self.adaptive and free > 0 and backend.rate > 0:
             at = min(at, queue.newest + 1.0 / backend.rate)
         return max(0.0, at - now)
-
-
-def is_expired(deadline_ms: int, now_ms: int) -> bool:
-    """A request with a deadline (``deadline_ms`` > 0) that has passed is no longer wanted."""
-    return 0 < deadline_ms <= now_ms

@@ -77,7 +77,8 @@ def _add_routes(api: FastAPI, gateway: Gateway) -> None:
     @api.get("/readyz", summary="Redis and Triton reachable, default model ready")
     async def readyz() -> JSONResponse:
         ready, checks = await gateway.readiness()
-        return JSONResponse({"ready": ready, "checks": checks}, 200 if ready else 503)
+        return JSONResponse({"ready": ready, "checks": checks,
+                             "circuits": await gateway.circuits()}, 200 if ready else 503)
 
     @api.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     async def metrics() -> Response:

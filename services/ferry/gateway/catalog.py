@@ -8,10 +8,11 @@ from collections.abc import Callable
 
 from ferry.errors import (
     BackendError,
-    BadRequestError,
     DependencyUnavailableError,
     ModelContractError,
+    NotFoundError,
     UnknownModelError,
+    UnprocessableError,
 )
 from ferry.triton.base import InferenceBackend, ModelSpec
 
@@ -50,13 +51,12 @@ class ModelCatalog:
         names = await self.names()
         if name not in names:
             known = ", ".join(names) or "none"
-            raise BadRequestError("unknown_model", f"unknown model {name!r}; ready models: {known}",
-                                  404)
+            raise NotFoundError("unknown_model", f"unknown model {name!r}; ready models: {known}")
         try:
             return await self.backend.model_spec(name)
         except ModelContractError as exc:
-            raise BadRequestError("unsupported_model", str(exc), 422) from exc
+            raise UnprocessableError("unsupported_model", str(exc)) from exc
         except UnknownModelError as exc:
-            raise BadRequestError("unknown_model", str(exc), 404) from exc
+            raise NotFoundError("unknown_model", str(exc)) from exc
         except BackendError as exc:
             raise DependencyUnavailableError(f"cannot read model {name!r}: {exc}") from exc

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from redis.exceptions import RedisError
 from starlette.types import Receive, Scope, Send
 
-from ferry.errors import BadRequestError, DependencyUnavailableError
+from ferry.errors import BadRequestError, ClientError, DependencyUnavailableError
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.telemetry.metrics import GatewayMetrics
@@ -135,9 +135,9 @@ class HotLane:
     async def _answer(self, handler: Handler, scope: Scope, receive: Receive) -> Answer:
         try:
             return await handler(scope, receive)
-        except BadRequestError as exc:
-            self.metrics.rejected.labels(exc.code).inc()
-            return exc.status, error_body(exc.code, exc.message), []
+        except ClientError as exc:
+            self.metrics.rejected.labels(str(exc.status), exc.code).inc()
+            return exc.status, error_body(exc.code, exc.message), exc.headers()
         except (DependencyUnavailableError, RedisError, ConnectionError) as exc:
             return 503, error_body("unavailable", f"a dependency is unavailable: {exc}"), [
                 (b"retry-after", b"1")]
@@ -152,7 +152,8 @@ class HotLane:
         body = await read_body(_chunks(receive), _last(headers, b"content-length"),
                                self.settings.max_body_bytes)
         submission = parse_submission(body, media_type(_last(headers, b"content-type")),
-                                      query.get("model"))
+                                      query.get("model"), query,
+                                      _last(headers, b"x-request-timeout"))
         wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
         task_id, record = await self.gateway.submit(submission, wait)
         status_url = f"{RESULT_PREFIX}{task_id}"

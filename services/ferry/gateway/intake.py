@@ -5,23 +5,31 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
 import warnings
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import orjson
 from PIL import Image, UnidentifiedImageError
 
-from ferry.errors import BadRequestError
+from ferry.errors import (
+    BadRequestError,
+    ClientError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+)
+from ferry.priority import Priority
 
-JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id"})
+JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s"})
 RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                        "application/octet-stream", "text/plain"})
 # Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
 IMAGE_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "BMP", "TIFF"})  # MPO: multi-frame JPEG
 MAX_IMAGE_PIXELS = 50_000_000
 MAX_ID_LENGTH = 256
+MAX_TIMEOUT_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,8 @@ class Submission:
     payload: bytes
     content_type: str
     client_id: str = ""
+    priority: Priority = Priority.NORMAL
+    timeout_s: float | None = None  # the client's deadline, seconds from admission
 
 
 def media_type(header: str | None) -> str:
@@ -40,8 +50,8 @@ def media_type(header: str | None) -> str:
 
 async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
     """The whole body, refusing (413) as soon as it is known to exceed ``limit`` bytes."""
-    too_big = BadRequestError("body_too_large", f"request body exceeds the limit of {limit} bytes",
-                              413)
+    too_big = PayloadTooLargeError("body_too_large",
+                                   f"request body exceeds the limit of {limit} bytes")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_big
     body = bytearray()
@@ -52,28 +62,59 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: i
     return bytes(body)
 
 
-def parse_submission(body: bytes, content_type: str, model_param: str | None) -> Submission:
-    """A JSON document or a raw payload, by ``Content-Type``."""
+def parse_submission(body: bytes, content_type: str, model_param: str | None,
+                     query: Mapping[str, str] | None = None,
+                     timeout_header: str | None = None) -> Submission:
+    """A JSON document or a raw payload, by ``Content-Type``; the priority and timeout from the
+    JSON fields, or ``?priority=`` and the ``X-Request-Timeout`` header (any body kind)."""
+    query = query or {}
+    timeout = parse_timeout(timeout_header, "header X-Request-Timeout")
+    priority = Priority.parse(query.get("priority"), "query.priority")
     if content_type == "application/json" or content_type.endswith("+json"):
-        return _from_json(body, model_param)
-    if content_type in RAW_TYPES:
-        return _from_raw(body, content_type, model_param)
+        submission = _from_json(body, model_param, priority)
+    elif content_type in RAW_TYPES:
+        submission = _from_raw(body, content_type, model_param, priority)
+    else:
+        _refuse_media_type(content_type)
+    if timeout is not None:
+        submission = replace(submission, timeout_s=timeout)
+    return submission
+
+
+def parse_timeout(raw: str | float | None, where: str) -> float | None:
+    """Seconds in (0, 86400], or a 400 naming ``where``."""
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except (ValueError, OverflowError):
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails too
+        shown = repr(raw[:40]) if isinstance(raw, str) else "out of range"
+        raise BadRequestError("invalid_timeout", f"{where} must be a number of seconds above 0 "
+                              f"and at most {MAX_TIMEOUT_S:g}, not {shown}")
+    return seconds
+
+
+def _refuse_media_type(content_type: str) -> NoReturn:
     if not content_type:
-        raise BadRequestError("unsupported_media_type",
-                              "missing Content-Type: send application/json or a raw payload "
-                              f"({', '.join(sorted(RAW_TYPES))})", 415)
-    raise BadRequestError("unsupported_media_type",
-                          f"Content-Type {content_type!r} is not accepted; use application/json "
-                          f"or one of {', '.join(sorted(RAW_TYPES))}", 415)
+        raise UnsupportedMediaTypeError(
+            "unsupported_media_type", "missing Content-Type: send application/json or a raw "
+            f"payload ({', '.join(sorted(RAW_TYPES))})")
+    raise UnsupportedMediaTypeError(
+        "unsupported_media_type", f"Content-Type {content_type!r} is not accepted; use "
+        f"application/json or one of {', '.join(sorted(RAW_TYPES))}")
 
 
-def _from_raw(body: bytes, content_type: str, model: str | None) -> Submission:
+def _from_raw(body: bytes, content_type: str, model: str | None,
+              priority: Priority) -> Submission:
     if not body:
         raise BadRequestError("empty_input", "the request body is empty: send the payload bytes")
-    return Submission(model=_clean_name(model, "model"), payload=body, content_type=content_type)
+    return Submission(model=_clean_name(model, "model"), payload=body, content_type=content_type,
+                      priority=priority)
 
 
-def _from_json(body: bytes, model_param: str | None) -> Submission:
+def _from_json(body: bytes, model_param: str | None, priority: Priority) -> Submission:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -91,7 +132,16 @@ def _from_json(body: bytes, model_param: str | None) -> Submission:
     model = _clean_name(named if named is not None else model_param, "model")
     client_id = _clean_name(_optional_str(doc, "client_id"), "client_id") or ""
     payload, content_type = _json_payload(doc)
-    return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id)
+    named_priority = _optional_str(doc, "priority")
+    if named_priority is not None:
+        priority = Priority.parse(named_priority, "'priority'")
+    timeout = doc.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or
+                                not isinstance(timeout, int | float)):
+        raise BadRequestError("invalid_timeout", "'timeout_s' must be a number of seconds, "
+                              f"not {type(timeout).__name__}")
+    return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id,
+                      priority=priority, timeout_s=parse_timeout(timeout, "'timeout_s'"))
 
 
 def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:
@@ -154,14 +204,14 @@ def check_image(payload: bytes) -> None:
                         "undecodable_image", f"{image.format} images are not accepted; send "
                         f"one of {', '.join(sorted(IMAGE_FORMATS))}")
                 if image.width * image.height > MAX_IMAGE_PIXELS:
-                    raise BadRequestError("image_too_large", f"the image has more than "
-                                          f"{MAX_IMAGE_PIXELS} pixels", 413)
+                    raise PayloadTooLargeError("image_too_large", f"the image has more "
+                                               f"than {MAX_IMAGE_PIXELS} pixels")
                 image.load()
-    except BadRequestError:
+    except ClientError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise BadRequestError("image_too_large", f"the image has more than {MAX_IMAGE_PIXELS} "
-                              "pixels", 413) from None
+        raise PayloadTooLargeError("image_too_large", f"the image has more than "
+                                   f"{MAX_IMAGE_PIXELS} pixels") from None
     except UnidentifiedImageError:
         raise BadRequestError("undecodable_image", "the payload is not a decodable image in a "
                               f"known format ({', '.join(sorted(IMAGE_FORMATS))})") from None

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
 from redis.exceptions import RedisError
 
 from ferry import keys
 from ferry.compose import GatewayParts
-from ferry.errors import BackendError, BadRequestError
+from ferry.errors import BackendError, BadRequestError, NotFoundError, ServiceUnavailableError
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
+from ferry.priority import Priority
+from ferry.tasks.base import Admission
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
+UNMEASURED_BACKLOG_LIMIT = 1000  # per model, until a batcher has measured its throughput
 
 
 class Gateway:
@@ -28,6 +32,7 @@ class Gateway:
         self.metrics = parts.metrics
         self.store = parts.store
         self.waiters = parts.waiters
+        self.capacity = parts.capacity
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
 
     async def start(self) -> None:
@@ -49,17 +54,22 @@ class Gateway:
         else:
             check_payload(spec.input_kind, submission.payload)
         now = time.time()
+        timeout_s = submission.timeout_s or self.settings.default_timeout_s
+        enqueued_ms = int(now * 1000)
         task = Task(task_id=keys.new_task_id(), model=spec.name, payload=submission.payload,
-                    content_type=submission.content_type, enqueued_at_ms=int(now * 1000),
-                    client_id=submission.client_id)
+                    content_type=submission.content_type, enqueued_at_ms=enqueued_ms,
+                    client_id=submission.client_id, priority=int(submission.priority),
+                    deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0)
         pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=spec.name,
-                             created_at=now)
+                             created_at=now, priority=submission.priority.label,
+                             deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)
+        admission = await self.admission(spec.name, submission.priority, timeout_s)
         if wait_s <= 0:
-            await self.store.admit(task, pending)
+            await self.store.admit(task, pending, admission)
             self.metrics.accepted.labels(spec.name).inc()
             return task.task_id, None
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
-            admitted = await self.store.admit(task, pending)
+            admitted = await self.store.admit(task, pending, admission)
             self.metrics.accepted.labels(spec.name).inc()
             try:
                 record = await watch.final(wait_s, admitted, read_first=False)
@@ -67,6 +77,22 @@ class Gateway:
                 log.exception("waiting for task %s failed; answering 202", task.task_id)
                 return task.task_id, None
         return task.task_id, record if record is not None and record.status.final else None
+
+    async def admission(self, model: str, priority: Priority, timeout_s: float) -> Admission:
+        """The limits for a new task: its priority's share of the model's backlog limit (set, or
+        sized from the measured rate), and the measured rate to predict its wait."""
+        capacity = await self.capacity.of(model)
+        if capacity.breaker == "open" and not capacity.fallback:
+            raise ServiceUnavailableError(
+                "circuit_open", f"model {model!r} is failing (its circuit breaker is open) and "
+                "has no fallback model; try again later", capacity.retry_after_s)
+        limit = self.settings.max_backlog
+        if not limit:
+            limit = (math.ceil(capacity.rate * self.settings.max_queue_wait_s) if capacity.rate
+                     else UNMEASURED_BACKLOG_LIMIT)
+        return Admission(limit=max(1, math.floor(limit * priority.backlog_share)),
+                         rate=capacity.rate, batch_s=capacity.batch_s, timeout_s=timeout_s,
+                         partitions=self.settings.partitions)
 
     async def result(self, task_id: str, wait_s: float) -> StoredRecord:
         """The task's record, waiting up to ``wait_s`` for a final one; 404 if there is none."""
@@ -81,9 +107,9 @@ class Gateway:
             else:
                 record = await self.store.read(task_id)
         if record is None:
-            raise BadRequestError("unknown_task", f"no task {task_id!r}: it never existed, or its "
+            raise NotFoundError("unknown_task", f"no task {task_id!r}: it never existed, or its "
                                   f"result expired ({self.settings.result_ttl_s} s after "
-                                  "it finished)", 404)
+                                  "it finished)")
         return record
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
@@ -101,3 +127,9 @@ class Gateway:
         except BackendError as exc:
             checks["default_model"] = f"unknown: {exc}"
         return all(v == "ok" for v in checks.values()), checks
+
+    async def circuits(self) -> dict[str, str]:
+        """Each reported model's circuit breaker (with its fallback while not closed)."""
+        return {model: c.breaker + (f", fallback {c.fallback}" if c.fallback and
+                                    c.breaker != "closed" else "")
+                for model, c in (await self.capacity.all()).items()}

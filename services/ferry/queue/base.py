@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ferry.priority import BY_URGENCY, Priority
 from ferry.v1.task_pb2 import Task
 
 
@@ -34,7 +35,8 @@ class Delivery:
 class TaskQueue(Protocol):
     async def ensure_groups(self) -> None: ...
 
-    async def read(self, count: int, block_ms: int) -> list[Delivery]: ...
+    async def read(self, count: int, block_ms: int,
+                   priorities: Sequence[Priority] = BY_URGENCY) -> list[Delivery]: ...
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]: ...
 

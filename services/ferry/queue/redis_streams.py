@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from ferry import keys
 from ferry.codec import EnvelopeError, decode_task
+from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
 from ferry.redis_conn import text
 from ferry.resp.client import Packed, RespClient, RespError, pack
@@ -68,12 +69,15 @@ class RedisStreamQueue:
         self.reader = reader
         self.partitions = partitions
         self.owned = tuple(owned)
-        self.streams = [keys.partition_stream(p) for p in self.owned]
-        self._partition_of_stream = {s.encode(): p for s, p in zip(self.streams, self.owned,
-                                                                    strict=True)}
+        self.by_priority = {priority: [keys.partition_stream(p, priority) for p in self.owned]
+                            for priority in BY_URGENCY}
+        self.streams = [s for priority in BY_URGENCY for s in self.by_priority[priority]]
+        self._partition_of_stream = {
+            keys.partition_stream(p, priority).encode(): p
+            for p in self.owned for priority in BY_URGENCY}
         self.consumer = consumer
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
-        self._read_commands: dict[tuple[int, int], Packed] = {}
+        self._read_commands: dict[tuple[tuple[Priority, ...], int, int], Packed] = {}
         self._touch = redis.register_script(_TOUCH_OWN)
 
     async def ensure_groups(self) -> None:
@@ -85,14 +89,15 @@ class RedisStreamQueue:
                 if "BUSYGROUP" not in str(exc):
                     raise
 
-    async def read(self, count: int, block_ms: int) -> list[Delivery]:
-        """Up to ``count`` new entries per owned stream, blocking up to ``block_ms`` for any
-        (0: only what is there now)."""
-        if count <= 0 or not self.streams:
+    async def read(self, count: int, block_ms: int,
+                   priorities: Sequence[Priority] = BY_URGENCY) -> list[Delivery]:
+        """Up to ``count`` new entries per owned stream of the given priorities, blocking up to
+        ``block_ms`` for any (0: only what is there now); most urgent first."""
+        if count <= 0 or not self.streams or not priorities:
             return []
         try:
             reply: Any = await self.reader.execute(
-                self._read_command(count, block_ms),
+                self._read_command(tuple(priorities), count, block_ms),
                 timeout_s=self.reader.timeout_s + max(0, block_ms) / 1000.0)
         except RespError as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted under a blocked read
@@ -109,21 +114,24 @@ class RedisStreamQueue:
                            for entry_id, fields in entries]
         return deliveries
 
-    def _read_command(self, count: int, block_ms: int) -> Packed:
-        """XREADGROUP over every owned stream, packed once per (count, block)."""
-        key = (count, block_ms)
+    def _read_command(self, priorities: tuple[Priority, ...], count: int,
+                      block_ms: int) -> Packed:
+        """XREADGROUP over the owned streams of ``priorities``, packed once per arguments."""
+        key = (priorities, count, block_ms)
         command = self._read_commands.get(key)
         if command is None:
             block = ("BLOCK", block_ms) if block_ms > 0 else ()
+            streams = [s for priority in priorities for s in self.by_priority[priority]]
             command = self._read_commands[key] = Packed(pack(
                 ("XREADGROUP", "GROUP", keys.CONSUMER_GROUP, self.consumer, "COUNT", count,
-                 *block, "STREAMS", *self.streams, *(">" for _ in self.streams))))
+                 *block, "STREAMS", *streams, *(">" for _ in streams))))
         return command
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]:
         """Take over entries other consumers left pending for ``min_idle_ms`` or more."""
         claimed: list[Delivery] = []
-        for partition, stream in zip(self.owned, self.streams, strict=True):
+        for stream in self.streams:
+            partition = self._partition_of_stream[stream.encode()]
             claimed.extend(await self._claim_stream(partition, stream, min_idle_ms, count))
         return claimed
 
@@ -202,10 +210,11 @@ class RedisStreamQueue:
         return True
 
     async def depth(self) -> int:
-        """Entries not yet finished, over all partitions (new and pending)."""
+        """Entries not yet finished, over all partitions and priorities (new and pending)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for partition in range(self.partitions):
-                pipe.xlen(keys.partition_stream(partition))
+                for stream in keys.partition_streams(partition):
+                    pipe.xlen(stream)
             return sum(int(n) for n in await pipe.execute())
 
     async def close(self) -> None:

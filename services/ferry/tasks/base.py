@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ferry.errors import TooManyRequestsError
+from ferry.priority import Priority
 from ferry.queue.base import Delivery
 from ferry.tasks.record import StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
@@ -21,11 +23,56 @@ class Completion:
     dead_letter: str | None = None
 
 
+@dataclass(frozen=True)
+class Admission:
+    """The limits a new task is admitted under, for its model and priority.
+
+    The backlog is counted per partition (atomically, by the script that admits), so the
+    model's limit is split evenly over the partitions: since tasks spread evenly, the total
+    stays within ``limit`` under any burst, from any number of gateways.
+    """
+
+    limit: int = 0  # the model's backlog limit for this priority, all partitions (0: none)
+    rate: float = 0.0  # the model's measured service rate, tasks/s (0: not measured yet)
+    batch_s: float = 0.0  # one batch's time at Triton
+    timeout_s: float = 0.0  # the client's deadline, seconds from now (0: none)
+    partitions: int = 1
+
+    @property
+    def partition_limit(self) -> int:
+        return max(1, self.limit // self.partitions) if self.limit > 0 else 0
+
+    @property
+    def partition_rate(self) -> float:
+        return self.rate / self.partitions
+
+    def backlog_full(self, model: str, priority: Priority, partition_backlog: int
+                     ) -> TooManyRequestsError:
+        backlog = partition_backlog * self.partitions
+        drain_s = (backlog - self.limit) / self.rate if self.rate > 0 else 1.0
+        return TooManyRequestsError(
+            "backlog_full", f"model {model!r} has about {backlog} unfinished tasks, the limit "
+            f"for {priority.label} priority is {self.limit}: try again later",
+            retry_after_s=min(60.0, max(1.0, drain_s)))
+
+    def too_slow(self, model: str, priority: Priority, predicted_s: float
+                 ) -> TooManyRequestsError:
+        return TooManyRequestsError(
+            "deadline_unmeetable", f"the predicted wait for a {priority.label}-priority task of "
+            f"model {model!r} is {predicted_s:.2f} s, longer than its timeout of "
+            f"{self.timeout_s:g} s", retry_after_s=max(1.0, predicted_s - self.timeout_s))
+
+
+NO_LIMITS = Admission()
+
+
 class TaskStore(Protocol):
     """Admission, completion and reads of task records, each atomic with its queue entry."""
 
-    async def admit(self, task: Task, pending: TaskRecord) -> StoredRecord:
-        """Record the task as PENDING and append it to its partition, in one step."""
+    async def admit(self, task: Task, pending: TaskRecord,
+                    admission: Admission = NO_LIMITS) -> StoredRecord:
+        """Record the task as PENDING and append it to its partition, in one step, unless its
+        model's backlog or its deadline refuses it (``TooManyRequestsError``)."""
         ...
 
     async def read(self, task_id: str) -> StoredRecord | None:

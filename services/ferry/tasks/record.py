@@ -20,6 +20,7 @@ class Status(StrEnum):
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
 
     @property
     def final(self) -> bool:
@@ -38,15 +39,24 @@ class TaskRecord:
     finished_at: float | None = None
     output: Any = None  # JSON-able (orjson Fragments allowed)
     error: str | None = None
+    priority: str = "normal"
+    deadline_at: float | None = None  # Unix seconds after which the answer is no longer wanted
+    answered_by: str | None = None  # the fallback model that answered (breaker open)
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON form: optional fields appear only when set."""
         body: dict[str, Any] = {"task_id": self.task_id, "status": self.status.value,
                                 "model": self.model, "created_at": self.created_at}
+        if self.priority != "normal":
+            body["priority"] = self.priority
+        if self.deadline_at is not None:
+            body["deadline_at"] = self.deadline_at
         if self.model_version:
             body["model_version"] = self.model_version
         if self.finished_at is not None:
             body["finished_at"] = self.finished_at
+        if self.answered_by is not None:
+            body["answered_by"] = self.answered_by
         if self.output is not None:
             body["output"] = self.output
         if self.error is not None:

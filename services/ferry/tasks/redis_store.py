@@ -14,31 +14,56 @@ from collections.abc import Sequence
 
 from ferry import keys
 from ferry.codec import encode_task
+from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, RespClient
-from ferry.tasks.base import Completion
+from ferry.tasks.base import NO_LIMITS, Admission, Completion
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 
-# KEYS: task hash, partition stream. ARGV: pending body, pending TTL, envelope.
+# KEYS: task hash, stream, backlog hash. ARGV: pending body, pending TTL, envelope, backlog field
+# prefix ("<model>|"), priority (1, 0, -1), limit (0: none), service rate per partition (tasks/s,
+# 0: unknown), one batch's time (s), the client's timeout (s, 0: none).
+# Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
+# {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
+local prefix, priority = ARGV[4], tonumber(ARGV[5])
+local counts = redis.call('HMGET', KEYS[3], prefix .. '1', prefix .. '0', prefix .. '-1')
+local high, normal, low = tonumber(counts[1]) or 0, tonumber(counts[2]) or 0,
+                          tonumber(counts[3]) or 0
+local limit = tonumber(ARGV[6])
+if limit > 0 and high + normal + low >= limit then
+  return {0, tostring(high + normal + low)}
+end
+local rate, timeout = tonumber(ARGV[7]), tonumber(ARGV[9])
+if timeout > 0 and rate > 0 then
+  local ahead = high
+  if priority <= 0 then ahead = ahead + normal end
+  if priority < 0 then ahead = ahead + low end
+  local predicted = ahead / rate + tonumber(ARGV[8])
+  if predicted > timeout then
+    return {-1, tostring(predicted)}
+  end
+end
+redis.call('HINCRBY', KEYS[3], prefix .. ARGV[5], 1)
 redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
+return {1, redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])}
 """
 
-# KEYS: partition stream, dead-letter stream, then the hash of each item that has a task id.
+# KEYS: stream, dead-letter stream, backlog hash, then the hash of each item that has a task id.
 # ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, then 8 per item:
 # entry id, task id ('' for an unreadable entry), status, body, dead-letter reason ('' if none),
-# envelope (only for a dead letter), deliveries, model.
+# envelope (only for a dead letter), deliveries, backlog field ("<model>|<priority>").
+# A task that gets its final record leaves its model's backlog.
 # The first final answer stands: an item whose record is already final writes nothing; an
 # unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
 # Announcement frames: "<task id> <status> <n> <body of n bytes>", n = 0: body not inlined.
 _COMPLETE = """
 local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local inline, now = tonumber(ARGV[5]), ARGV[6]
-local written, ids, frames, k = {}, {}, {}, 3
+local written, ids, frames, k = {}, {}, {}, 4
 for i = 7, #ARGV, 8 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
@@ -53,6 +78,9 @@ for i = 7, #ARGV, 8 do
     else
       redis.call('HSET', key, 'status', status, 'body', body)
       redis.call('EXPIRE', key, ttl)
+      if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) <= 0 then
+        redis.call('HDEL', KEYS[3], ARGV[i + 7])
+      end
       if #body <= inline then
         frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
       else
@@ -63,7 +91,8 @@ for i = 7, #ARGV, 8 do
   if fresh == 1 and ARGV[i + 4] ~= '' then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'task', ARGV[i + 5],
                'error', ARGV[i + 4], 'stream', KEYS[1], 'entry_id', entry, 'failed_at', now,
-               'task_id', id, 'model', ARGV[i + 7], 'deliveries', ARGV[i + 6])
+               'task_id', id, 'model', string.match(ARGV[i + 7], '^(.*)|[^|]*$') or '',
+               'deliveries', ARGV[i + 6])
   end
   written[#written + 1] = fresh
 end
@@ -72,6 +101,15 @@ if #frames > 0 then
   redis.call('PUBLISH', channel, table.concat(frames))
 end
 return written
+"""
+
+# KEYS: a partition's streams, then its backlog hash. With no unfinished entry in any of the
+# streams the partition has no backlog: counts left by a lost write are reset.
+_HEAL = """
+local n = 0
+for i = 1, #KEYS - 1 do n = n + redis.call('XLEN', KEYS[i]) end
+if n == 0 then return redis.call('DEL', KEYS[#KEYS]) end
+return 0
 """
 
 
@@ -89,16 +127,26 @@ class RedisTaskStore:
         self.inline_limit = inline_limit
         self._admit = client.register_script(_ADMIT)
         self._complete = client.register_script(_COMPLETE)
+        self._heal = client.register_script(_HEAL)
 
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
 
-    async def admit(self, task: Task, pending: TaskRecord) -> StoredRecord:
+    async def admit(self, task: Task, pending: TaskRecord,
+                    admission: Admission = NO_LIMITS) -> StoredRecord:
         partition = keys.partition_of(task.task_id, self.partitions)
+        priority = Priority.of(task.priority)
         body = pending.body()
-        await self.client.execute(*self._admit.command(
-            [keys.task_key(task.task_id, partition), keys.partition_stream(partition)],
-            [body, self.pending_ttl_s, encode_task(task)]))
+        verdict, value = await self.client.execute(*self._admit.command(
+            [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
+             keys.backlog_key(partition)],
+            [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
+             admission.partition_limit, admission.partition_rate, admission.batch_s,
+             admission.timeout_s]))
+        if verdict == 0:
+            raise admission.backlog_full(task.model, priority, int(value))
+        if verdict == -1:
+            raise admission.too_slow(task.model, priority, float(value))
         return StoredRecord(pending.status, body)
 
     async def read(self, task_id: str) -> StoredRecord | None:
@@ -110,12 +158,13 @@ class RedisTaskStore:
     async def complete(self, completions: Sequence[Completion]) -> list[bool]:
         if not completions:
             return []
-        groups: dict[int, list[int]] = {}
+        groups: dict[tuple[int, str], list[int]] = {}
         for index, completion in enumerate(completions):
-            groups.setdefault(completion.delivery.partition, []).append(index)
+            delivery = completion.delivery
+            groups.setdefault((delivery.partition, delivery.stream), []).append(index)
         now = repr(time.time())
-        commands = [self._completion(partition, [completions[i] for i in indexes], now)
-                    for partition, indexes in groups.items()]
+        commands = [self._completion(partition, stream, [completions[i] for i in indexes], now)
+                    for (partition, stream), indexes in groups.items()]
         replies = await self.client.pipeline(commands)
         written = [False] * len(completions)
         for indexes, flags in zip(groups.values(), replies, strict=True):
@@ -123,9 +172,10 @@ class RedisTaskStore:
                 written[index] = bool(flag)
         return written
 
-    def _completion(self, partition: int, items: Sequence[Completion], now: str) -> Command:
-        script_keys: list[Arg] = [keys.partition_stream(partition),
-                                  keys.dead_letter_stream(partition)]
+    def _completion(self, partition: int, stream: str, items: Sequence[Completion],
+                    now: str) -> Command:
+        script_keys: list[Arg] = [stream, keys.dead_letter_stream(partition),
+                                  keys.backlog_key(partition)]
         args: list[Arg] = [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL,
                            self.dead_letter_maxlen, self.inline_limit, now]
         for item in items:
@@ -133,8 +183,29 @@ class RedisTaskStore:
             if record is not None:
                 script_keys.append(keys.task_key(record.task_id, partition))
             task = delivery.task
+            field = keys.backlog_field(task.model, Priority.of(task.priority)) if task else ""
             args += [delivery.entry_id, record.task_id if record else "",
                      record.status.value if record else "", record.body() if record else b"",
                      item.dead_letter or "", delivery.raw if item.dead_letter else b"",
-                     delivery.deliveries, task.model if task else ""]
+                     delivery.deliveries, field]
         return self._complete.command(script_keys, args)
+
+    async def heal_backlog(self, partitions: Sequence[int]) -> int:
+        """Reset the backlog counts of partitions that have no unfinished task; how many were."""
+        if not partitions:
+            return 0
+        replies = await self.client.pipeline([
+            self._heal.command([*keys.partition_streams(p), keys.backlog_key(p)], [])
+            for p in partitions])
+        return sum(int(r) for r in replies)
+
+    async def backlog(self, model: str) -> dict[Priority, int]:
+        """The model's unfinished tasks by priority, over all partitions."""
+        fields = [keys.backlog_field(model, p) for p in BY_URGENCY]
+        replies = await self.client.pipeline([
+            ("HMGET", keys.backlog_key(p), *fields) for p in range(self.partitions)])
+        totals = dict.fromkeys(BY_URGENCY, 0)
+        for counts in replies:
+            for priority, count in zip(BY_URGENCY, counts, strict=True):
+                totals[priority] += int(count or 0)
+        return totals

@@ -44,6 +44,11 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight = Gauge("ferry_inflight_batches", "Batches at Triton now", registry=r)
+        self.circuit = Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, "
+                             "1 half-open, 2 open", ["model"], registry=r)
+        self.window = Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at "
+                            "once (its instances, less while calls run slow)", ["model"],
+                            registry=r)
         self.queue_depth = Gauge("ferry_queue_depth",
                                  "Unfinished tasks in all partition streams (new and pending)",
                                  registry=r)
@@ -61,8 +66,9 @@ class GatewayMetrics:
                                  ["route", "method"], buckets=LATENCY_BUCKETS, registry=r)
         self.accepted = Counter("ferry_tasks_accepted_total", "Tasks enqueued", ["model"],
                                 registry=r)
-        self.rejected = Counter("ferry_requests_rejected_total", "Requests refused with a 4xx",
-                                ["reason"], registry=r)
+        self.rejected = Counter("ferry_requests_rejected_total", "Requests refused, by HTTP status "
+                                "and error code (429 overload, 404 unknown task, ...)",
+                                ["status", "reason"], registry=r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:

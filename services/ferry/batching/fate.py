@@ -1,0 +1,83 @@
+"""What becomes of tasks that cannot simply be inferred: the one place that decides.
+
+Pure functions over plain values, like the batching policy: the executor classifies what happened
+(an exception, Triton's liveness, the clock) and carries out the decision; which failures are
+worth retrying, when a batch is split, when a task expires and when it fails for good is decided
+here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ferry.tasks.record import Status
+
+
+class Failure(StrEnum):
+    """What kind of failure an infer call met."""
+
+    UNREACHABLE = "unreachable"  # Triton is not live: an outage, not the requests' fault
+    TRANSIENT = "transient"  # overloaded, timed out, connection dropped: the same call may work
+    PERMANENT = "permanent"  # Triton answered and refused the batch: one request may be bad
+    UNKNOWN_MODEL = "unknown_model"  # the model is not loaded (it may be reloading)
+    CONTRACT = "contract"  # the model does not follow Ferry's contract: nothing can help
+    CIRCUIT_OPEN = "circuit_open"  # the model's circuit breaker refuses calls for now
+
+
+class Fate(StrEnum):
+    """What to do with a batch after a failure."""
+
+    WAIT = "wait"  # wait for Triton to come back, spending no attempt
+    RETRY = "retry"  # the same batch again, after a backoff, spending an attempt
+    SPLIT = "split"  # halves, each on its own, to isolate the request that fails
+    FAIL = "fail"  # final: FAILED with the error, and a dead letter
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Where a batch stands when its call failed."""
+
+    size: int  # requests in the batch
+    attempt: int  # 1 for the first call
+    max_attempts: int
+    outage_budget_left: bool = True  # an outage may still be waited out
+
+
+def after_failure(failure: Failure, at: Attempt) -> Fate:
+    """The batch's fate after ``failure``."""
+    if failure in (Failure.CONTRACT, Failure.CIRCUIT_OPEN):
+        return Fate.FAIL
+    if failure is Failure.UNREACHABLE:
+        return Fate.WAIT if at.outage_budget_left else Fate.FAIL
+    if failure is Failure.PERMANENT and at.size > 1:
+        return Fate.SPLIT  # an unknown model is retried whole: splitting cannot help it
+    return Fate.RETRY if at.attempt < at.max_attempts else Fate.FAIL
+
+
+def counts_against_model(failure: Failure, decided: Fate) -> bool:
+    """Whether a failed call counts toward the model's circuit breaker: not an outage (Triton
+    unreachable is waited out), and not a batch split to isolate a bad request (its halves'
+    calls count)."""
+    return failure is not Failure.UNREACHABLE and decided is not Fate.SPLIT
+
+
+def before_inference(*, deadline_ms: int, now_ms: int, cancelled: bool = False,
+                     deliveries: int = 1, max_deliveries: int = 1) -> tuple[Status, str] | None:
+    """A final status for a task that must not reach Triton, with the reason; None: infer it.
+
+    Checked when a task boards, when its batch leaves, and again before every retry.
+    """
+    if cancelled:
+        return Status.CANCELLED, "cancelled by the client before inference"
+    if is_expired(deadline_ms, now_ms):
+        return Status.EXPIRED, "deadline passed before inference"
+    if deliveries > max_deliveries:
+        return Status.FAILED, (f"delivered {deliveries} times without finishing (limit "
+                               f"{max_deliveries}); a batcher may crash on it")
+    return None
+
+
+def is_expired(deadline_ms: int, now_ms: int) -> bool:
+    """A request with a deadline (``deadline_ms`` > 0) that has passed is no longer wanted."""
+    return 0 < deadline_ms <= now_ms
