@@ -83,7 +83,15 @@ async def running_stack(gateway: GatewaySettings,
 
 
 def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
-    return sum(int(client.xlen(keys.partition_stream(p))) for p in range(partitions))
+    """Entries in every partition's streams, all priorities."""
+    return sum(int(client.xlen(stream)) for p in range(partitions)
+               for stream in keys.partition_streams(p))
+
+
+def backlog_counts(client: redis.Redis, partitions: int = 16) -> int:
+    """The admission scripts' backlog counts, summed over partitions, models and priorities."""
+    return sum(int(n) for p in range(partitions)
+               for n in client.hvals(keys.backlog_key(p)))  # type: ignore[union-attr]
 
 
 def task_keys(client: redis.Redis) -> list[bytes]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ferry.batching.estimators import ArrivalRate, BatchCost
+from ferry.batching.estimators import ArrivalRate, BatchCost, Window, service_rate
 
 
 def test_no_arrivals_means_rate_zero() -> None:
@@ -82,3 +82,74 @@ def test_fixed_cost_is_never_negative_nor_above_the_mean() -> None:
     for batch, seconds in ((1, 0.001), (2, 0.010), (3, 0.030), (4, 0.050)):  # steep: intercept < 0
         cost.add(batch, seconds)
     assert 0.0 <= cost.fixed_s <= cost.mean_s
+
+
+# --- service rate ---------------------------------------------------------------------------------
+
+
+def fitted(sizes: list[int], fixed_s: float, per_item_s: float) -> BatchCost:
+    cost = BatchCost()
+    for size in sizes:
+        cost.add(size, fixed_s + per_item_s * size)
+    return cost
+
+
+def test_service_rate_at_full_batches_from_the_fitted_cost() -> None:
+    cost = fitted([1, 8, 3, 16, 2, 30] * 20, fixed_s=0.050, per_item_s=0.002)
+    # 2 slots of 64 in t(64) = 0.178 s
+    assert service_rate(cost, slots=2, batch=64) == pytest.approx(2 * 64 / 0.178, rel=0.01)
+
+
+def test_service_rate_with_one_batch_size_is_what_that_size_gives() -> None:
+    cost = fitted([8] * 30, fixed_s=0.050, per_item_s=0.002)
+    assert service_rate(cost, slots=1, batch=8) == pytest.approx(8 / 0.066, rel=0.01)
+
+
+def test_no_calls_no_rate() -> None:
+    assert service_rate(BatchCost(), slots=4, batch=64) == 0.0
+
+
+# --- the in-flight window (AIMD) ------------------------------------------------------------------
+
+
+def test_window_starts_open_and_halves_on_a_slow_call() -> None:
+    window = Window(limit=4)
+    assert window.allowed == 4
+    window.observe(seconds=0.100, expected_s=0.040)  # 2.5x the fit: Triton is queueing it
+    assert window.allowed == 2
+    window.observe(seconds=0.100, expected_s=0.040)
+    window.observe(seconds=0.100, expected_s=0.040)
+    assert window.allowed == 1  # never below one
+
+
+def test_window_grows_back_by_one_per_window_of_calls_on_time() -> None:
+    window = Window(limit=4)
+    window.overloaded()
+    window.overloaded()
+    assert window.allowed == 1
+    window.observe(0.040, 0.040)
+    assert window.allowed == 2
+    for _ in range(3):  # about one window's worth of calls (2 + 1/2 + 1/2.5 + 1/2.9)
+        window.observe(0.040, 0.040)
+    assert window.allowed == 3
+    for _ in range(10):
+        window.observe(0.040, 0.040)
+    assert window.allowed == 4  # never above the instances
+
+
+def test_window_ignores_timer_noise_on_tiny_calls_and_calls_without_a_fit() -> None:
+    window = Window(limit=2)
+    window.observe(seconds=0.003, expected_s=0.001)  # 3x, but only 2 ms longer
+    window.observe(seconds=10.0, expected_s=0.0)  # nothing to compare with yet
+    assert window.allowed == 2
+
+
+def test_window_follows_the_instance_count() -> None:
+    window = Window(limit=1)
+    window.resize(3)
+    assert window.allowed == 3  # it was open all the way: it stays so
+    window.overloaded()
+    window.resize(4)
+    assert window.allowed == 1  # a halved window is not reopened by a resize
+    window.resize(1)
+    assert window.allowed == 1

@@ -22,6 +22,7 @@ from ferry.gateway.intake import (
     parse_submission,
     read_body,
 )
+from ferry.priority import Priority
 
 JSON = "application/json"
 
@@ -396,3 +397,64 @@ def test_image_past_pillows_own_bomb_limit_is_a_413() -> None:
     with pytest.raises(ClientError) as info:
         check_payload("image", buffer.getvalue())
     assert (info.value.code, info.value.status) == ("image_too_large", 413)
+
+
+# --- priority and deadline ------------------------------------------------------------------------
+
+
+def test_priority_and_timeout_from_json() -> None:
+    submission = parse_submission(b'{"input": "x", "priority": "high", "timeout_s": 2.5}',
+                                  JSON, None)
+    assert (submission.priority, submission.timeout_s) == (Priority.HIGH, 2.5)
+    assert parse_submission(b'{"input": "x"}', JSON, None).priority is Priority.NORMAL
+    assert parse_submission(b'{"input": "x"}', JSON, None).timeout_s is None
+
+
+def test_priority_from_the_query_and_timeout_from_the_header_for_raw_bodies() -> None:
+    submission = parse_submission(b"abc", "application/octet-stream", None,
+                                  {"priority": "low"}, "0.75")
+    assert (submission.priority, submission.timeout_s) == (Priority.LOW, 0.75)
+
+
+def test_json_priority_wins_over_the_query_and_the_header_over_timeout_s() -> None:
+    submission = parse_submission(b'{"input": "x", "priority": "low", "timeout_s": 9}', JSON,
+                                  None, {"priority": "high"}, "3")
+    assert (submission.priority, submission.timeout_s) == (Priority.LOW, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "query", "header", "code", "names"),
+    [
+        (b'{"input": "x", "priority": "urgent"}', {}, None, "invalid_priority", "'priority'"),
+        (b'{"input": "x", "priority": 1}', {}, None, "invalid_field", "'priority'"),
+        (b'{"input": "x"}', {"priority": ""}, None, "invalid_priority", "query.priority"),
+        (b'{"input": "x", "timeout_s": 0}', {}, None, "invalid_timeout", "'timeout_s'"),
+        (b'{"input": "x", "timeout_s": -1}', {}, None, "invalid_timeout", "'timeout_s'"),
+        (b'{"input": "x", "timeout_s": "5"}', {}, None, "invalid_timeout", "'timeout_s'"),
+        (b'{"input": "x", "timeout_s": true}', {}, None, "invalid_timeout", "'timeout_s'"),
+        (b'{"input": "x", "timeout_s": 1e400}', {}, None, "malformed_json", ""),
+        (b'{"input": "x", "timeout_s": 86401}', {}, None, "invalid_timeout", "out of range"),
+        (b'{"input": "x", "timeout_s": ' + b"9" * 5000 + b"}", {}, None, "malformed_json", ""),
+        (b'{"input": "x"}', {}, "soon", "invalid_timeout", "X-Request-Timeout"),
+        (b'{"input": "x"}', {}, "nan", "invalid_timeout", "X-Request-Timeout"),
+        (b'{"input": "x"}', {}, "inf", "invalid_timeout", "X-Request-Timeout"),
+    ],
+)
+def test_bad_priority_or_timeout_is_a_400_naming_it(body: bytes, query: dict[str, str],
+                                                    header: str | None, code: str,
+                                                    names: str) -> None:
+    with pytest.raises(ClientError) as info:
+        parse_submission(body, JSON, None, query, header)
+    assert (info.value.status, info.value.code) == (400, code)
+    assert names in info.value.message
+
+
+@pytest.mark.parametrize("value", ["high", "HIGH", "High", "normal", "low"])
+def test_priority_names_are_case_insensitive(value: str) -> None:
+    assert Priority.parse(value, "x").label == value.lower()
+
+
+def test_envelope_priorities_clamp() -> None:
+    assert Priority.of(7) is Priority.HIGH
+    assert Priority.of(-3) is Priority.LOW
+    assert Priority.of(0) is Priority.NORMAL

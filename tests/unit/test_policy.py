@@ -14,6 +14,7 @@ from ferry.batching.policy import (
     Reason,
     Waiting,
 )
+from ferry.priority import Priority
 
 FULL, WAIT, ADAPTIVE, DRAIN = Reason.FULL, Reason.WAIT, Reason.ADAPTIVE, Reason.DRAIN
 POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05, adaptive=False)
@@ -262,3 +263,35 @@ def test_adaptive_off_keeps_the_classic_rule() -> None:
     plan = classic.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=free(1, rate=1.0))
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.05)
+
+
+# --- priorities and ageing ------------------------------------------------------------------------
+
+
+def prio_queue(priority: Priority, count: int, oldest: float) -> Waiting:
+    return Waiting(Lane("m", priority), count, oldest, oldest, 64)
+
+
+def test_higher_priority_takes_the_free_slot_though_younger() -> None:
+    policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=2.0)
+    queues = [prio_queue(Priority.LOW, 64, oldest=1.0), prio_queue(Priority.HIGH, 64, oldest=1.5),
+              prio_queue(Priority.NORMAL, 64, oldest=1.2)]
+    plan = policy.plan(queues, now=1.6, backends=free(1))
+    assert [d.lane.priority for d in plan.flush] == [Priority.HIGH]
+    assert plan.wake_in == 0  # the others wait for a slot
+    two = policy.plan(queues, now=1.6, backends=free(3))
+    assert [d.lane.priority for d in two.flush] == [Priority.HIGH, Priority.NORMAL, Priority.LOW]
+
+
+def test_an_aged_queue_goes_ahead_of_every_priority() -> None:
+    policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=2.0)
+    queues = [prio_queue(Priority.HIGH, 64, oldest=9.0), prio_queue(Priority.LOW, 64, oldest=7.9)]
+    plan = policy.plan(queues, now=9.95, backends=free(1))
+    assert [d.lane.priority for d in plan.flush] == [Priority.LOW]  # waited 2.05 s
+
+
+def test_aged_queues_go_oldest_first() -> None:
+    policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=1.0)
+    queues = [prio_queue(Priority.HIGH, 64, oldest=1.0), prio_queue(Priority.LOW, 64, oldest=0.5)]
+    plan = policy.plan(queues, now=5.0, backends=free(1))
+    assert [d.lane.priority for d in plan.flush] == [Priority.LOW]

@@ -277,3 +277,33 @@ def test_gateway_workers_default_to_one_per_core_and_cannot_be_negative() -> Non
     assert load(GatewaySettings, None, environ={"FERRY_WORKERS": "3"}).workers == 3
     with pytest.raises(ConfigError):
         load(GatewaySettings, None, environ={"FERRY_WORKERS": "-1"})
+
+
+# --- fallback models ------------------------------------------------------------------------------
+
+
+def test_fallbacks_from_the_list_and_variables() -> None:
+    settings = BatcherSettings(fallback_models="moderation=moderation_small, sim-v2 = sim")
+    fallbacks = settings.fallbacks({"FERRY_FALLBACK_SIM_V2": "sim_backup",
+                                    "FERRY_FALLBACK_OTHER": "other_small",
+                                    "FERRY_FALLBACK_EMPTY": " "})
+    assert fallbacks.of("moderation") == "moderation_small"
+    assert fallbacks.of("sim-v2") == "sim_backup"  # the variable wins
+    assert fallbacks.of("other") == "other_small"
+    assert fallbacks.of("empty") is None
+    assert fallbacks.of("unknown") is None
+
+
+@pytest.mark.parametrize("spec", ["moderation", "=x", "a=", "a=a", "a=b,c"])
+def test_bad_fallback_lists_are_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match="fallback_models"):
+        BatcherSettings(fallback_models=spec)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"max_backlog": -1}, {"max_queue_wait_s": 0}, {"default_timeout_s": -1}],
+)
+def test_bad_traffic_limits_are_refused(overrides: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        GatewaySettings(**overrides)  # type: ignore[arg-type]

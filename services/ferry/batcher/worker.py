@@ -115,6 +115,7 @@ class Batcher:
         self._batches: dict[asyncio.Task[None], tuple[str, list[Delivery]]] = {}  # model, tasks
         self._changed = asyncio.Event()
         self._slot_freed = asyncio.Event()  # wakes a parked reader
+        self._room_freed = asyncio.Event()  # a batch left: the buffer has room again
         self._parked = False
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -177,6 +178,7 @@ class Batcher:
         self._stopping.set()
         self._changed.set()
         self._slot_freed.set()
+        self._room_freed.set()
         grace = self.settings.shutdown_grace_s
         _, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
         if self._batches and self.gate.is_open:  # in an outage they only wait: hand them back
@@ -278,6 +280,10 @@ class Batcher:
             if caught_up:
                 await self._park()
                 block_ms = 0  # catch up without blocking: the dispatcher is waiting for this read
+            partial = len(readable) < len(BY_URGENCY)
+            if partial:  # a blocked read would not see the full priority's room free: poll
+                block_ms = 0
+                self._room_freed.clear()
             count = min(per_stream, *(rooms[p] for p in readable))
             try:
                 deliveries = await self.queue.read(count, block_ms, readable)
@@ -289,6 +295,8 @@ class Batcher:
                 await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
+            if partial and not deliveries:  # until a batch leaves (or a moment passes)
+                await _wait(self._room_freed, block_s)
             if caught_up:
                 self._changed.set()  # a slot may have freed: the dispatcher plans again
 
@@ -471,6 +479,7 @@ class Batcher:
         if state is not None:
             state.inflight += 1
         self.metrics.flushes.labels(lane.model, reason.value).inc()
+        self._room_freed.set()
         self.metrics.inflight.set(len(self._batches))
         task.add_done_callback(self._batch_done)
 

@@ -28,8 +28,9 @@ class Admission:
     """The limits a new task is admitted under, for its model and priority.
 
     The backlog is counted per partition (atomically, by the script that admits), so the
-    model's limit is split evenly over the partitions: since tasks spread evenly, the total
-    stays within ``limit`` under any burst, from any number of gateways.
+    model's limit is split over the partitions, the remainder to the first ones: the total
+    stays within ``limit`` under any burst, from any number of gateways (and, since tasks spread
+    evenly, comes close to it).
     """
 
     limit: int = 0  # the model's backlog limit for this priority, all partitions (0: none)
@@ -38,9 +39,12 @@ class Admission:
     timeout_s: float = 0.0  # the client's deadline, seconds from now (0: none)
     partitions: int = 1
 
-    @property
-    def partition_limit(self) -> int:
-        return max(1, self.limit // self.partitions) if self.limit > 0 else 0
+    def partition_limit(self, partition: int) -> int:
+        """This partition's share of ``limit`` (0: no limit; at least 1)."""
+        if self.limit <= 0:
+            return 0
+        share, remainder = divmod(self.limit, self.partitions)
+        return max(1, share + (partition < remainder))
 
     @property
     def partition_rate(self) -> float:

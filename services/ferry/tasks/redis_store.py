@@ -141,7 +141,7 @@ class RedisTaskStore:
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
              keys.backlog_key(partition)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
-             admission.partition_limit, admission.partition_rate, admission.batch_s,
+             admission.partition_limit(partition), admission.partition_rate, admission.batch_s,
              admission.timeout_s]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))

@@ -1,0 +1,226 @@
+"""Traffic control against real servers: the bounded backlog, deadlines, priorities and the
+circuit breaker with its fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from ferry import keys
+from ferry.batcher.worker import Batcher
+from ferry.tasks.capacity import Capacity, encode
+from tests.conftest import TritonServer
+from tests.integration.helpers import (
+    Stack,
+    backlog_counts,
+    batch_executions,
+    batcher_settings,
+    executions_since,
+    gateway_settings,
+    running_gateway,
+    running_stack,
+    stream_lengths,
+    task_keys,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+async def post(client: httpx.AsyncClient, payload: str, *, model: str = "sim",
+               priority: str = "normal", timeout: str | None = None) -> httpx.Response:
+    headers = {"Content-Type": "application/octet-stream"}
+    if timeout is not None:
+        headers["X-Request-Timeout"] = timeout
+    return await client.post(f"/v1/inference?model={model}&priority={priority}",
+                             content=payload.encode(), headers=headers)
+
+
+def accepted_ids(responses: list[httpx.Response]) -> list[str]:
+    return [str(r.json()["task_id"]) for r in responses if r.status_code == 202]
+
+
+async def test_the_backlog_limit_holds_under_concurrent_bursts_from_several_gateways(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    url = triton_server.grpc_url
+    settings = gateway_settings(redis_url, url, max_backlog=48)
+    async with running_gateway(settings) as one, running_gateway(settings) as two:
+        burst = [post(client, f"burst-{i}") for i in range(150) for client in (one, two)]
+        responses = await asyncio.gather(*burst)  # no batcher: nothing drains
+        statuses = sorted({r.status_code for r in responses})
+        admitted = accepted_ids(responses)
+        refused = [r for r in responses if r.status_code == 429]
+        # normal priority may fill 90% of 48 = 43, split over the 16 partitions: never more
+        assert statuses == [202, 429]
+        assert 32 <= len(admitted) <= 43
+        assert len(admitted) + len(refused) == 300
+        assert stream_lengths(redis_client) == len(admitted) == backlog_counts(redis_client)
+        assert len(task_keys(redis_client)) == len(admitted)  # nothing recorded for the refused
+        body = refused[0].json()["error"]
+        assert body["code"] == "backlog_full" and "limit for normal priority is 43" in \
+            body["message"]
+        assert int(refused[0].headers["Retry-After"]) >= 1
+        # low priority may fill only half of the limit, so high priority still gets in
+        assert (await post(one, "low", priority="low")).status_code == 429
+        async with running_stack(settings, batcher_settings(redis_url, url)) as stack:
+            results = await stack.results(admitted)
+            assert {r["status"] for r in results} == {"SUCCESS"}
+            assert await wait_until(lambda: backlog_counts(redis_client) == 0, 5)
+            assert (await post(stack.client, "after", priority="low")).status_code == 202
+
+
+async def test_low_priority_cannot_fill_the_room_of_high_priority(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, max_backlog=64)
+    async with running_gateway(settings) as client:
+        lows = await asyncio.gather(*(post(client, f"low-{i}", priority="low")
+                                      for i in range(120)))
+        highs = await asyncio.gather(*(post(client, f"high-{i}", priority="high")
+                                       for i in range(120)))
+    low_in, high_in = len(accepted_ids(lows)), len(accepted_ids(highs))
+    assert 24 <= low_in <= 32  # half of 64: 2 per partition
+    assert high_in >= 16  # the rest is still there for high priority
+    assert low_in + high_in <= 64
+    assert backlog_counts(redis_client) == low_in + high_in
+
+
+async def test_an_expired_task_never_reaches_triton_and_its_batch_mates_succeed(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_gateway(gateway_settings(redis_url, url)) as client:
+        doomed = (await post(client, "too-late", timeout="0.2")).json()["task_id"]
+        fine = (await post(client, "in-time", timeout="60")).json()["task_id"]
+        plain = (await post(client, "no-deadline")).json()["task_id"]
+        await asyncio.sleep(0.4)  # no batcher yet: the first deadline passes in the queue
+        before = batch_executions(url, "sim")
+        async with running_stack(gateway_settings(redis_url, url),
+                                 batcher_settings(redis_url, url)) as stack:
+            expired, in_time, other = await stack.results([doomed, fine, plain])
+        after = batch_executions(url, "sim")
+    assert expired["status"] == "EXPIRED"
+    assert "deadline passed before inference" in expired["error"]
+    assert "output" not in expired
+    assert expired["deadline_at"] == pytest.approx(expired["created_at"] + 0.2, abs=0.002)
+    assert in_time["status"] == other["status"] == "SUCCESS"
+    assert "deadline_at" not in other
+    assert sum(size * n for size, n in executions_since(before, after).items()) == 2
+
+
+async def test_a_wait_longer_than_the_deadline_is_refused_at_admission(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    # what a batcher reports after measuring the model: 16 tasks/s, half a second per batch
+    redis_client.hset(keys.CAPACITY_KEY, "sim|measured",
+                      encode(Capacity(rate=16.0, batch_s=0.5), time.time()))
+    async with running_gateway(gateway_settings(redis_url, triton_server.grpc_url)) as client:
+        refused = await post(client, "hurry", timeout="0.3")
+        accepted = await post(client, "patient", timeout="5")
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "deadline_unmeetable"
+    assert "predicted wait" in error["message"] and "0.50 s" in error["message"]
+    assert "timeout of 0.3 s" in error["message"]
+    assert accepted.status_code == 202
+    assert stream_lengths(redis_client) == 1 == len(task_keys(redis_client))
+
+
+async def test_higher_priorities_board_and_leave_first(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    gateway = gateway_settings(redis_url, url, partitions=1)
+    ids: dict[str, list[str]] = {}
+    async with running_gateway(gateway) as client:
+        for priority in ("low", "normal", "high"):  # the most urgent arrive last
+            ids[priority] = [(await post(client, f"{priority}-{i}", priority=priority)
+                              ).json()["task_id"] for i in range(12)]
+    async with running_stack(gateway, batcher_settings(redis_url, url, partitions=1,
+                                                       max_batch=4)) as stack:
+        finished = {p: [r["finished_at"] for r in await stack.results(task_ids)]
+                    for p, task_ids in ids.items()}
+        records = await stack.results(ids["low"][:1])
+    assert max(finished["high"]) < min(finished["normal"])
+    assert max(finished["normal"]) < min(finished["low"])
+    assert records[0]["priority"] == "low"
+
+
+async def poison_until_open(stack: Stack, calls: int) -> None:
+    for i in range(calls):  # one at a time: each is a call of its own
+        result = (await stack.results([await stack.submit(f"poison-{i}")]))[0]
+        assert result["status"] == "FAILED"
+
+
+def breaker_settings(redis_url: str, url: str, **overrides: Any) -> Any:
+    return batcher_settings(redis_url, url, max_attempts=1, breaker_min_calls=4,
+                            breaker_cooldown_s=60.0, **overrides)
+
+
+async def test_an_open_breaker_fails_fast_without_calling_triton(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url),
+                             breaker_settings(redis_url, url)) as stack:
+        await poison_until_open(stack, 4)
+        batcher = stack.batchers[0]
+        assert batcher.models["sim"].breaker.state(batcher.clock()).value == "open"
+        before = batch_executions(url, "sim")
+        quick = (await stack.results([await stack.submit("good")]))[0]
+        assert batch_executions(url, "sim") == before  # Triton never saw it
+        assert quick["status"] == "FAILED"
+        assert "circuit open for model 'sim'" in quick["error"]
+        assert "100% of its calls failed" in quick["error"]
+        # once the batcher has reported it, the gateway refuses at once
+        assert await wait_until(lambda: batcher.metrics.registry.get_sample_value(
+            "ferry_circuit_state", {"model": "sim"}) == 2, 5)
+        refused: httpx.Response | None = None
+        for _ in range(40):
+            refused = await post(stack.client, "good-again")
+            if refused.status_code == 503:
+                break
+            await asyncio.sleep(0.1)
+        assert refused is not None and refused.status_code == 503
+        assert refused.json()["error"]["code"] == "circuit_open"
+        assert int(refused.headers["Retry-After"]) > 1
+        ready = (await stack.client.get("/readyz")).json()
+        assert ready["circuits"] == {"sim": "open"}
+
+
+async def test_an_open_breaker_sends_work_to_the_fallback_model(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url),
+                             breaker_settings(redis_url, url,
+                                              fallback_models="sim=sim_slow")) as stack:
+        await poison_until_open(stack, 4)
+        result = (await stack.results([await stack.submit("good")]))[0]
+        assert result["status"] == "SUCCESS"
+        assert result["model"] == "sim" and result["answered_by"] == "sim_slow"
+        await asyncio.sleep(1.5)  # a report later, the gateway still admits: there is a fallback
+        assert (await post(stack.client, "still-good")).status_code == 202
+        ready = (await stack.client.get("/readyz")).json()
+        assert ready["circuits"]["sim"] == "open, fallback sim_slow"
+
+
+async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    settings = batcher_settings(redis_url, url, max_attempts=1, breaker_min_calls=4,
+                                breaker_cooldown_s=0.5)
+    async with running_stack(gateway_settings(redis_url, url), settings) as stack:
+        await poison_until_open(stack, 4)
+        await asyncio.sleep(0.6)
+        probe = (await stack.results([await stack.submit("good")]))[0]
+        batcher: Batcher = stack.batchers[0]
+        assert probe["status"] == "SUCCESS"
+        assert batcher.models["sim"].breaker.state(batcher.clock()).value == "closed"
