@@ -91,7 +91,7 @@ def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
 def backlog_counts(client: redis.Redis, partitions: int = 16) -> int:
     """The admission scripts' backlog counts, summed over partitions, models and priorities."""
     return sum(int(n) for p in range(partitions)
-               for n in client.hvals(keys.backlog_key(p)))  # type: ignore[union-attr]
+               for n in client.hvals(keys.backlog_key(p)))
 
 
 def task_keys(client: redis.Redis) -> list[bytes]:
