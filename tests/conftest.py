@@ -32,7 +32,8 @@ class TritonServer:
 
 def build_test_repository(target: Path) -> Path:
     """The bundled models plus ``sim_slow`` and ``sim_slow2``: copies of ``sim`` that take 1.5 s
-    per batch, with one and two instances."""
+    per batch, with one and two instances; and ``sim_overload``, t(B) = 50 + 2·B ms with batches
+    of at most 8 (121 tasks/s)."""
     shutil.copytree(bundled_repository(), target, ignore=shutil.ignore_patterns("__pycache__"))
     for name, instances in (("sim_slow", 1), ("sim_slow2", 2)):
         slow = target / name
@@ -43,6 +44,16 @@ def build_test_repository(target: Path) -> Path:
                         'key: "fixed_ms" value: { string_value: "1500" }', config)
         config = config.replace("count: 1, kind: KIND_CPU", f"count: {instances}, kind: KIND_CPU")
         (slow / "config.pbtxt").write_text(config)
+    overload = target / "sim_overload"  # the slow backend, small batches: capacity 121/s
+    shutil.copytree(target / "sim", overload)
+    config = (overload / "config.pbtxt").read_text().replace('name: "sim"',
+                                                              'name: "sim_overload"')
+    config = config.replace("max_batch_size: 64", "max_batch_size: 8")
+    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
+                    'key: "fixed_ms" value: { string_value: "50" }', config)
+    config = re.sub(r'key: "per_item_ms" value: \{ string_value: "[0-9.]+" \}',
+                    'key: "per_item_ms" value: { string_value: "2" }', config)
+    (overload / "config.pbtxt").write_text(config)
     return target
 
 

@@ -126,7 +126,7 @@ async def test_a_wait_longer_than_the_deadline_is_refused_at_admission(
     assert refused.status_code == 429
     error = refused.json()["error"]
     assert error["code"] == "deadline_unmeetable"
-    assert "predicted wait" in error["message"] and "0.50 s" in error["message"]
+    assert "predicted wait" in error["message"] and "1.00 s" in error["message"]  # 2 batches
     assert "timeout of 0.3 s" in error["message"]
     assert accepted.status_code == 202
     assert stream_lengths(redis_client) == 1 == len(task_keys(redis_client))

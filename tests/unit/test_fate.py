@@ -75,3 +75,10 @@ def test_a_task_delivered_too_often_fails() -> None:
 )
 def test_is_expired(deadline_ms: int, now_ms: int, expected: bool) -> None:
     assert is_expired(deadline_ms, now_ms) is expected
+
+
+def test_a_task_whose_deadline_would_pass_during_the_call_expires_now() -> None:
+    verdict = before_inference(deadline_ms=1_050, now_ms=1_000, call_ms=66)
+    assert verdict is not None and verdict[0] is Status.EXPIRED
+    assert "during inference" in verdict[1] and "66 ms" in verdict[1] and "50 ms" in verdict[1]
+    assert before_inference(deadline_ms=1_100, now_ms=1_000, call_ms=66) is None

@@ -101,6 +101,7 @@ class BatchExecutor:
         breakers: Callable[[str], CircuitBreaker] | None = None,
         fallbacks: Fallbacks = NO_FALLBACKS,
         clock: Callable[[], float] = time.monotonic,
+        call_time: Callable[[str, int], float] = lambda model, size: 0.0,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -115,24 +116,28 @@ class BatchExecutor:
         self.breaker = breakers or self._own_breaker
         self.fallbacks = fallbacks
         self.clock = clock
+        self.call_time = call_time  # the fitted time of a call of that many (0: unknown)
 
     async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
         """Give every delivery a final status and settle it."""
-        live, outcomes = self.unwanted(deliveries)
+        live, outcomes = self.unwanted(deliveries, model)
         self._observe_wait(model, live)
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
         await self.settle(outcomes)
 
-    def unwanted(self, deliveries: Sequence[Delivery]) -> tuple[list[Delivery], list[Outcome]]:
-        """Split off the tasks that must not reach Triton (expired, cancelled) with their final
-        outcome; the rest go on."""
+    def unwanted(self, deliveries: Sequence[Delivery], model: str = ""
+                 ) -> tuple[list[Delivery], list[Outcome]]:
+        """Split off the tasks that must not reach Triton (expired, or would be before the call
+        ends; cancelled) with their final outcome; the rest go on."""
         now_ms = int(time.time() * 1000)
+        call_ms = int(self.call_time(model, len(deliveries)) * 1000) if model else 0
         live: list[Delivery] = []
         ended: list[Outcome] = []
         for d in deliveries:
             verdict = fate.before_inference(deadline_ms=d.task.deadline_ms if d.task else 0,
-                                            now_ms=now_ms, cancelled=self.cancelled(d))
+                                            now_ms=now_ms, call_ms=call_ms,
+                                            cancelled=self.cancelled(d))
             if verdict is None:
                 live.append(d)
             else:
@@ -219,7 +224,7 @@ class BatchExecutor:
                      attempt: int) -> list[Outcome]:
         """Another call for the batch, without the tasks that expired (or were cancelled) while
         it waited."""
-        live, ended = self.unwanted(items)
+        live, ended = self.unwanted(items, model)
         if live:
             ended += await self._attempt(model, live, attempt)
         return ended

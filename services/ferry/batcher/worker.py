@@ -107,7 +107,7 @@ class Batcher:
         self.executor = BatchExecutor(settings, self.backend, self.parts.store, self.metrics,
                                       gate=self.gate, observe_call=self._observe_call,
                                       breakers=self._breaker, fallbacks=self.fallbacks,
-                                      clock=clock)
+                                      clock=clock, call_time=self._call_time)
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self.models: dict[str, ModelState] = {}
@@ -424,6 +424,10 @@ class Batcher:
             state = self.models[model] = ModelState(
                 s.max_batch, Window(s.max_inflight_batches or 1), breaker)
         return state
+
+    def _call_time(self, model: str, size: int) -> float:
+        state = self.models.get(model)
+        return state.cost.time_at(size) if state is not None else 0.0
 
     def _breaker(self, model: str) -> CircuitBreaker:
         return self._state(model).breaker

@@ -62,16 +62,21 @@ def counts_against_model(failure: Failure, decided: Fate) -> bool:
     return failure is not Failure.UNREACHABLE and decided is not Fate.SPLIT
 
 
-def before_inference(*, deadline_ms: int, now_ms: int, cancelled: bool = False,
+def before_inference(*, deadline_ms: int, now_ms: int, call_ms: int = 0, cancelled: bool = False,
                      deliveries: int = 1, max_deliveries: int = 1) -> tuple[Status, str] | None:
     """A final status for a task that must not reach Triton, with the reason; None: infer it.
 
-    Checked when a task boards, when its batch leaves, and again before every retry.
+    Checked when a task boards, when its batch leaves, and again before every retry. A task whose
+    deadline would pass during the call (``call_ms``, the fitted time of its batch) expires now:
+    its answer would come too late to be wanted, and the GPU is better spent on another.
     """
     if cancelled:
         return Status.CANCELLED, "cancelled by the client before inference"
     if is_expired(deadline_ms, now_ms):
         return Status.EXPIRED, "deadline passed before inference"
+    if is_expired(deadline_ms, now_ms + call_ms):
+        return Status.EXPIRED, (f"deadline would pass during inference (a call takes about "
+                                f"{call_ms} ms, {deadline_ms - now_ms} ms were left)")
     if deliveries > max_deliveries:
         return Status.FAILED, (f"delivered {deliveries} times without finishing (limit "
                                f"{max_deliveries}); a batcher may crash on it")

@@ -23,6 +23,9 @@ class Completion:
     dead_letter: str | None = None
 
 
+RATE_HEADROOM = 0.85  # predictions count on this share of the measured rate
+
+
 @dataclass(frozen=True)
 class Admission:
     """The limits a new task is admitted under, for its model and priority.
@@ -48,7 +51,14 @@ class Admission:
 
     @property
     def partition_rate(self) -> float:
-        return self.rate / self.partitions
+        """What one partition's tasks can count on: its share of the rate, less headroom for
+        the time between batches that the fit of t(B) does not see."""
+        return RATE_HEADROOM * self.rate / self.partitions
+
+    @property
+    def fixed_wait_s(self) -> float:
+        """What a task waits besides the backlog ahead: the batch at Triton, and its own."""
+        return 2 * self.batch_s
 
     def backlog_full(self, model: str, priority: Priority, partition_backlog: int
                      ) -> TooManyRequestsError:

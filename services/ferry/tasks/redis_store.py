@@ -24,7 +24,8 @@ INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and re
 
 # KEYS: task hash, stream, backlog hash. ARGV: pending body, pending TTL, envelope, backlog field
 # prefix ("<model>|"), priority (1, 0, -1), limit (0: none), service rate per partition (tasks/s,
-# 0: unknown), one batch's time (s), the client's timeout (s, 0: none).
+# 0: unknown), the wait besides the backlog (s), the client's timeout (s, 0: none).
+# Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
@@ -141,7 +142,7 @@ class RedisTaskStore:
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
              keys.backlog_key(partition)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
-             admission.partition_limit(partition), admission.partition_rate, admission.batch_s,
+             admission.partition_limit(partition), admission.partition_rate, admission.fixed_wait_s,
              admission.timeout_s]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))

@@ -1,0 +1,139 @@
+"""Overload: offer more than the backend can serve, every request with a deadline, and account for
+every one of them.
+
+Each request is one ``POST`` with ``X-Request-Timeout`` and ``Prefer: wait``; a 429 is a refusal
+(counted, with how fast it came), anything accepted is followed to its final status. At the end
+every accepted task is read back: one without a final status is *lost*. Latency counts from each
+request's scheduled send (open loop, Poisson arrivals). Loopback only.
+
+    .venv/bin/python -m loadtest.overload --url http://127.0.0.1:8000 --model sim \\
+        --rate 240 --seconds 30 --timeout 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from loadtest.flows import payload
+from loadtest.generator import LOOPBACK_HOSTS, schedule
+from loadtest.rawhttp import Pool
+
+DRAIN_S = 30.0  # after the last send, what has not answered by then is counted as lost
+
+
+@dataclass
+class OverloadResult:
+    offered_rps: float
+    seconds: float
+    timeout_s: float
+    sent: int = 0
+    accepted: int = 0
+    rejected: int = 0  # 429
+    outcomes: dict[str, int] = field(default_factory=dict)  # final statuses of the accepted
+    lost: int = 0  # accepted, and no final status at the end
+    http_errors: dict[str, int] = field(default_factory=dict)  # anything but 200/202/429
+    accepted_p50_s: float = 0.0
+    accepted_p99_s: float = 0.0  # from scheduled send to final answer, SUCCESS and EXPIRED
+    success_p99_s: float = 0.0
+    rejected_p99_s: float = 0.0  # how fast a 429 came
+    success_rps: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(url: str, model: str, rate: float, seconds: float, timeout_s: float,
+              *, seed: int = 7) -> OverloadResult:
+    target = urlparse(url)
+    if target.hostname not in LOOPBACK_HOSTS:
+        raise ValueError(f"load tests target loopback only, not {target.hostname!r}")
+    pool = Pool(target.hostname or "127.0.0.1", target.port or 80)
+    times = schedule(rate, max(1, int(rate * seconds)), seed=seed)
+    result = OverloadResult(rate, seconds, timeout_s, sent=len(times))
+    errors: Counter[str] = Counter()
+    accepted: dict[str, float] = {}  # task id -> scheduled send
+    finals: dict[str, tuple[str, float]] = {}
+    refusals: list[float] = []
+    headers = [("X-Request-Timeout", f"{timeout_s:g}"), ("Prefer", "wait=10")]
+    path = f"/v1/inference?model={model}"
+    start = time.monotonic()
+
+    async def one(index: int, at: float) -> None:
+        await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+        scheduled = start + at
+        response = await pool.request("POST", path, payload(index), "application/octet-stream",
+                                       headers)
+        if response.status == 429:
+            refusals.append(time.monotonic() - scheduled)
+            return
+        if response.status not in (200, 202):
+            errors[f"HTTP {response.status}"] += 1
+            return
+        body = response.json()
+        task_id = str(body["task_id"])
+        accepted[task_id] = scheduled
+        if response.status == 200:
+            finals[task_id] = (str(body["status"]), time.monotonic() - scheduled)
+            return
+        final = await pool.request("GET", f"/v1/result/{task_id}?wait=20")
+        record = final.json() if final.status == 200 else {}
+        if record.get("status", "PENDING") != "PENDING":
+            finals[task_id] = (str(record["status"]), time.monotonic() - scheduled)
+
+    tasks = [asyncio.create_task(one(i, at)) for i, at in enumerate(times)]
+    await asyncio.wait(tasks, timeout=times[-1] + DRAIN_S)
+    for task in tasks:
+        task.cancel()
+    for task_id in set(accepted) - set(finals):  # read back what did not answer in time
+        record = (await pool.request("GET", f"/v1/result/{task_id}")).json()
+        if record.get("status", "PENDING") != "PENDING":
+            finals[task_id] = (str(record["status"]), float("inf"))
+    await pool.close()
+    result.http_errors = dict(errors)
+    return summarize(result, len(accepted), finals, refusals)
+
+
+def summarize(result: OverloadResult, accepted: int, finals: dict[str, tuple[str, float]],
+              refusals: list[float]) -> OverloadResult:
+    """Counts and percentiles from each accepted task's final (status, latency)."""
+    latencies = [s for _, s in finals.values()]
+    successes = [s for status, s in finals.values() if status == "SUCCESS"]
+    result.accepted, result.rejected = accepted, len(refusals)
+    result.outcomes = dict(Counter(status for status, _ in finals.values()))
+    result.lost = accepted - len(finals)
+    result.accepted_p50_s = percentile(latencies, 0.50)
+    result.accepted_p99_s = percentile(latencies, 0.99)
+    result.success_p99_s = percentile(successes, 0.99)
+    result.rejected_p99_s = percentile(refusals, 0.99)
+    result.success_rps = len(successes) / result.seconds
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--model", default="sim")
+    parser.add_argument("--rate", type=float, required=True)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--timeout", type=float, default=2.0, help="each request's deadline, s")
+    args = parser.parse_args()
+    outcome = asyncio.run(run(args.url, args.model, args.rate, args.seconds, args.timeout))
+    print(json.dumps(outcome.to_json(), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Twice the backend's capacity for 30 s, every request with a 2 s deadline: accepted tasks end
+SUCCESS within it or EXPIRED, the rest get 429 at once, and none is lost.
+
+Real processes: a gateway (a worker per core), a batcher, Redis and Triton, with the slow sim
+backend (t(B) = 50 + 2·B ms, batches of at most 8: 121 tasks/s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry.settings import BatcherSettings, GatewaySettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.process import ManagedProcess, env_with
+from loadtest import overload
+from loadtest.rawhttp import Pool
+from tests.conftest import TritonServer
+
+pytestmark = pytest.mark.integration
+CAPACITY = 8 / 0.066  # tasks/s
+DEADLINE_S = 2.0
+
+
+@pytest.fixture
+def ferry_processes(redis_url: str, triton_server: TritonServer,
+                    tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    gateway = GatewaySettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
+                              port=port, default_model="sim_overload")
+    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
+                              metrics_port=0, max_batch=8)
+    procs = []
+    for name, env in (("batcher", to_env(batcher, BatcherSettings)),
+                      ("gateway", to_env(gateway, GatewaySettings))):
+        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
+                              log_path=tmp_path / f"{name}.log")
+        proc.start()
+        procs.append(proc)
+    url = f"http://{LOOPBACK}:{port}"
+    try:
+        procs[-1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
+        yield url
+    finally:
+        for proc in reversed(procs):
+            proc.stop(grace_s=20)
+
+
+async def warm_up(url: str) -> None:
+    """Bursts of several sizes, so that the batcher fits t(B) and reports the model's rate."""
+    pool = Pool(LOOPBACK, int(url.rsplit(":", 1)[1]))
+    for size in (1, 3, 8, 2, 8, 5, 1, 8, 4, 8) * 2:
+        answers = await asyncio.gather(*(
+            pool.request("POST", "/v1/inference?model=sim_overload", b"warm-%d" % i,
+                         "application/octet-stream", [("Prefer", "wait=10")])
+            for i in range(size)))
+        assert all(a.status == 200 for a in answers)
+    await pool.close()
+    await asyncio.sleep(1.5)  # a capacity report, and every gateway worker has read it
+
+
+async def test_twice_the_capacity_for_30_s_loses_nothing_and_keeps_the_deadline(
+    ferry_processes: str,
+) -> None:
+    await warm_up(ferry_processes)
+    result = await overload.run(ferry_processes, "sim_overload", rate=2 * CAPACITY,
+                                seconds=30.0, timeout_s=DEADLINE_S)
+    print(json.dumps(result.to_json(), indent=2))  # the figures, for the record
+    assert result.lost == 0
+    assert result.http_errors == {}
+    assert result.accepted + result.rejected == result.sent
+    assert set(result.outcomes) <= {"SUCCESS", "EXPIRED"}
+    assert sum(result.outcomes.values()) == result.accepted
+    assert result.rejected > 0.25 * result.sent  # the excess is refused...
+    assert result.success_rps > 0.6 * CAPACITY  # ...while the backend stays busy
+    assert result.accepted_p99_s <= DEADLINE_S
+    assert result.rejected_p99_s < 1.0  # refused at once, not after queueing
