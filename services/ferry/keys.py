@@ -49,6 +49,15 @@ def backlog_field(model: str, priority: Priority) -> str:
     return f"{model}|{int(priority)}"
 
 
+def bell_key(partition: int, priority: Priority) -> str:
+    """Set (for ``BELL_MS``) when a task of a priority other than normal rang its partition's
+    doorbell: an entry in the normal stream that tells batchers to read that priority's streams."""
+    return f"{PREFIX}:{slot_tag(partition)}:bell:{priority.label}"
+
+
+BELL_FIELD = "bell"  # a doorbell entry's one field: the priority's value
+BELL_MS = 1000  # a priority rings at most once a second per partition; readers stay awake longer
+
 CAPACITY_KEY = f"{PREFIX}:capacity"  # batchers' measured service rates and breaker states
 
 

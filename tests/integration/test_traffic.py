@@ -13,6 +13,7 @@ import redis
 
 from ferry import keys
 from ferry.batcher.worker import Batcher
+from ferry.priority import Priority
 from ferry.tasks.capacity import Capacity, encode
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
@@ -224,3 +225,19 @@ async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
         batcher: Batcher = stack.batchers[0]
         assert probe["status"] == "SUCCESS"
         assert batcher.models["sim"].breaker.state(batcher.clock()).value == "closed"
+
+
+async def test_a_high_priority_task_rings_an_idle_batcher_awake(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url),
+                             batcher_settings(redis_url, url)) as stack:
+        batcher = stack.batchers[0]
+        assert await wait_until(lambda: batcher.queue.awake() == [Priority.NORMAL], 5)
+        answer = await post(stack.client, "urgent", priority="high")
+        # the reader blocks on the normal streams only: the doorbell entry wakes it
+        record = (await stack.results([answer.json()["task_id"]], wait=10))[0]
+        assert record["status"] == "SUCCESS" and record["priority"] == "high"
+        assert Priority.HIGH in batcher.queue.awake()
+        assert await wait_until(lambda: stream_lengths(redis_client) == 0, 5)  # bell answered

@@ -112,7 +112,7 @@ class Batcher:
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self.models: dict[str, ModelState] = {}
         self._held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
-        self._batches: dict[asyncio.Task[None], tuple[str, list[Delivery]]] = {}  # model, tasks
+        self._batches: dict[asyncio.Task[None], tuple[Lane, list[Delivery]]] = {}
         self._changed = asyncio.Event()
         self._slot_freed = asyncio.Event()  # wakes a parked reader
         self._room_freed = asyncio.Event()  # a batch left: the buffer has room again
@@ -271,7 +271,8 @@ class Batcher:
         failures = 0
         while not self._stopping.is_set():
             rooms = self.rooms()
-            readable = [p for p in BY_URGENCY if rooms[p] > 0]
+            awake = self.queue.awake(self._holding())
+            readable = [p for p in awake if rooms[p] > 0]
             if not readable or not self.gate.is_open:  # full, or Triton is down: leave it queued
                 await self._wait_changed(block_s)
                 continue
@@ -280,7 +281,7 @@ class Batcher:
             if caught_up:
                 await self._park()
                 block_ms = 0  # catch up without blocking: the dispatcher is waiting for this read
-            partial = len(readable) < len(BY_URGENCY)
+            partial = len(readable) < len(awake)
             if partial:  # a blocked read would not see the full priority's room free: poll
                 block_ms = 0
                 self._room_freed.clear()
@@ -299,6 +300,12 @@ class Batcher:
                 await _wait(self._room_freed, block_s)
             if caught_up:
                 self._changed.set()  # a slot may have freed: the dispatcher plans again
+
+    def _holding(self) -> set[Priority]:
+        """Priorities of the tasks this batcher holds (boarded, or at Triton)."""
+        held = set(self.buffer.count_by(lambda lane: lane.priority))
+        held.update(lane.priority for lane, _ in self._batches.values())
+        return held
 
     def _backend_busy(self) -> bool:
         """Every model this batcher knows has all its slots taken."""
@@ -478,7 +485,7 @@ class Batcher:
     def _launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason) -> None:
         task = asyncio.create_task(self._run_batch(lane.model, deliveries),
                                    name=f"ferry-batch-{lane.model}")
-        self._batches[task] = (lane.model, deliveries)
+        self._batches[task] = (lane, deliveries)
         state = self.models.get(lane.model)
         if state is not None:
             state.inflight += 1
@@ -497,7 +504,8 @@ class Batcher:
             self._held.discard(delivery.key)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
-        model, _ = self._batches.pop(task, ("", []))
+        lane, _ = self._batches.pop(task, (Lane(""), []))
+        model = lane.model
         state = self.models.get(model)
         if state is not None:
             state.inflight = max(0, state.inflight - 1)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -27,6 +28,7 @@ from ferry.redis_conn import text
 from ferry.resp.client import Packed, RespClient, RespError, pack
 
 log = logging.getLogger(__name__)
+AWAKE_S = 2.0  # a priority rung (or read) this recently is read too: longer than a bell's period
 
 # XCLAIM ... JUSTID each id (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still owns.
 _TOUCH_OWN = """
@@ -49,22 +51,30 @@ def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
         return Delivery(partition, stream, text(entry_id), raw, None, str(exc), deliveries)
 
 
-def _task_field(fields: Any) -> bytes:
-    """The envelope from an entry's fields (a flat list from hiredis, a dict from redis-py)."""
+def _field(fields: Any, wanted: str) -> bytes | None:
+    """A field of an entry (a flat list from hiredis, a dict from redis-py), or None."""
+    key = wanted.encode()
     if isinstance(fields, dict):
-        return bytes(fields.get(keys.TASK_FIELD.encode(), b""))
+        value = fields.get(key)
+        return None if value is None else bytes(value)
     values = iter(fields or ())
     for name, value in zip(values, values, strict=False):
-        if name == keys.TASK_FIELD.encode():
+        if name == key:
             return bytes(value)
-    return b""
+    return None
+
+
+def _task_field(fields: Any) -> bytes:
+    """The envelope from an entry's fields (empty if it has none)."""
+    return _field(fields, keys.TASK_FIELD) or b""
 
 
 class RedisStreamQueue:
     """The partition streams, seen by one consumer of the group."""
 
     def __init__(self, redis: aioredis.Redis, reader: RespClient, *, partitions: int,
-                 owned: Sequence[int], consumer: str) -> None:
+                 owned: Sequence[int], consumer: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.redis = redis
         self.reader = reader
         self.partitions = partitions
@@ -75,6 +85,12 @@ class RedisStreamQueue:
         self._partition_of_stream = {
             keys.partition_stream(p, priority).encode(): p
             for p in self.owned for priority in BY_URGENCY}
+        self._priority_of_stream = {
+            keys.partition_stream(p, priority).encode(): priority
+            for p in self.owned for priority in BY_URGENCY}
+        self.clock = clock
+        started = clock()  # read every priority at first: work may be waiting from before
+        self._rung = dict.fromkeys(BY_URGENCY, started)
         self.consumer = consumer
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
         self._read_commands: dict[tuple[tuple[Priority, ...], int, int], Packed] = {}
@@ -107,12 +123,47 @@ class RedisStreamQueue:
             await self.ensure_groups()
             return []
         deliveries: list[Delivery] = []
+        bells: list[tuple[str, Any]] = []
         for stream, entries in reply or ():
             partition = self._partition_of_stream[stream]
             name = stream.decode()
-            deliveries += [_delivery(partition, name, entry_id, _task_field(fields))
-                           for entry_id, fields in entries]
+            if entries and self._priority_of_stream[stream] is not Priority.NORMAL:
+                self._rung[self._priority_of_stream[stream]] = self.clock()
+            for entry_id, fields in entries:
+                raw = _task_field(fields)
+                if not raw and self._rings(fields):
+                    bells.append((name, entry_id))
+                else:
+                    deliveries.append(_delivery(partition, name, entry_id, raw))
+        if bells:
+            await self._answer(bells)
         return deliveries
+
+    def awake(self, holding: Iterable[Priority] = ()) -> list[Priority]:
+        """The priorities to read, most urgent first: normal always; another while its doorbell
+        rang, or its tasks were read, within ``AWAKE_S``, or while this batcher holds some."""
+        now = self.clock()
+        for priority in holding:
+            self._rung[priority] = now
+        return [p for p in BY_URGENCY
+                if p is Priority.NORMAL or now - self._rung[p] < AWAKE_S]
+
+    def _rings(self, fields: Any) -> bool:
+        """Whether the entry is a doorbell, and for which priority (it wakes that priority)."""
+        value = _field(fields, keys.BELL_FIELD)
+        if value is None:
+            return False
+        with contextlib.suppress(ValueError):
+            self._rung[Priority.of(int(value))] = self.clock()
+        return True
+
+    async def _answer(self, bells: Sequence[tuple[str, Any]]) -> None:
+        """Acknowledge and delete doorbell entries (they carry no task)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream, entry_id in bells:
+                pipe.xack(stream, keys.CONSUMER_GROUP, entry_id)
+                pipe.xdel(stream, entry_id)
+            await pipe.execute()
 
     def _read_command(self, priorities: tuple[Priority, ...], count: int,
                       block_ms: int) -> Packed:
@@ -150,6 +201,12 @@ class RedisStreamQueue:
         if deleted:  # pending ids whose entries are gone: nothing left to do for them
             await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)
         entries = [(entry_id, fields) for entry_id, fields in entries if fields]
+        bells = [(stream, e) for e, fields in entries
+                 if not _task_field(fields) and self._rings(fields)]
+        if bells:  # a dead consumer's doorbells: answered, and they wake their priority here
+            await self._answer(bells)
+            entries = [(e, f) for e, f in entries if _task_field(f) or _field(f, keys.BELL_FIELD)
+                       is None]
         if not entries:
             return []
         counts = await self._delivery_counts(stream, [text(e[0]) for e in entries])

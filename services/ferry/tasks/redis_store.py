@@ -22,9 +22,12 @@ from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 
-# KEYS: task hash, stream, backlog hash. ARGV: pending body, pending TTL, envelope, backlog field
+# KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key.
+# ARGV: pending body, pending TTL, envelope, backlog field
 # prefix ("<model>|"), priority (1, 0, -1), limit (0: none), service rate per partition (tasks/s,
-# 0: unknown), the wait besides the backlog (s), the client's timeout (s, 0: none).
+# 0: unknown), the wait besides the backlog (s), the client's timeout (s, 0: none), doorbell ms.
+# A task of another priority than normal rings its partition's doorbell (at most once per
+# doorbell period): batchers block on the normal streams only, and read the others while rung.
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
@@ -50,7 +53,11 @@ end
 redis.call('HINCRBY', KEYS[3], prefix .. ARGV[5], 1)
 redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return {1, redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])}
+local entry = redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
+if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
+  redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
+end
+return {1, entry}
 """
 
 # KEYS: stream, dead-letter stream, backlog hash, then the hash of each item that has a task id.
@@ -140,10 +147,11 @@ class RedisTaskStore:
         body = pending.body()
         verdict, value = await self.client.execute(*self._admit.command(
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
-             keys.backlog_key(partition)],
+             keys.backlog_key(partition), keys.partition_stream(partition),
+             keys.bell_key(partition, priority)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
              admission.partition_limit(partition), admission.partition_rate, admission.fixed_wait_s,
-             admission.timeout_s]))
+             admission.timeout_s, keys.BELL_MS]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))
         if verdict == -1:
