@@ -66,6 +66,7 @@ class BatcherParts:
     queue: RedisStreamQueue  # reads through a blocking lean connection of its own
     store: RedisTaskStore
     metrics: BatcherMetrics
+    cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
 
 
 def consumer_name() -> str:
@@ -86,8 +87,10 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,
                            dead_letter_maxlen=settings.dead_letter_maxlen)
+    cancels = Subscriber(address(settings), keys.CANCEL_CHANNEL, lambda message: None,
+                         lambda: None, timeout_s=settings.redis_socket_timeout_s)
     return BatcherParts(
-        settings=settings, consumer=consumer,
+        settings=settings, consumer=consumer, cancels=cancels,
         backend=backend or TritonGrpcBackend(settings.triton_grpc_target,
                                              infer_timeout_s=settings.infer_timeout_s),
         hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics())

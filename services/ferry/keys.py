@@ -16,6 +16,7 @@ from ferry.priority import BY_URGENCY, Priority
 PREFIX = "ferry"
 CONSUMER_GROUP = "ferry-batchers"
 DONE_CHANNEL = f"{PREFIX}:done"  # completions, announced per batch and partition
+CANCEL_CHANNEL = f"{PREFIX}:cancel"  # ids of cancelled tasks a batcher may hold
 TASK_FIELD = "task"  # the stream entry field that holds the serialized envelope
 
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")

@@ -121,14 +121,17 @@ async def test_hot_routes_refuse_other_methods_and_are_documented(
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url)) as stack:
         for method, path, allowed in (("PUT", "/v1/inference", "POST"),
-                                      ("POST", f"/v1/result/{'a' * 32}", "GET")):
+                                      ("POST", f"/v1/result/{'a' * 32}", "GET, DELETE")):
             response = await stack.client.request(method, path)
             assert response.status_code == 405
             assert response.headers["allow"] == allowed
             assert response.json()["error"]["code"] == "method_not_allowed"
         spec = (await stack.client.get("/openapi.json")).json()
     submit = spec["paths"]["/v1/inference"]["post"]
-    assert {"200", "202", "400", "404", "413", "415", "422", "503"} <= set(submit["responses"])
+    assert {"200", "202", "400", "404", "413", "415", "422", "429", "503"} <= set(
+        submit["responses"])
+    assert {"200", "404", "409"} <= set(spec["paths"]["/v1/result/{task_id}"]["delete"][
+        "responses"])
     assert any(p["name"] == "Prefer" and p["in"] == "header" for p in submit["parameters"])
     result = spec["paths"]["/v1/result/{task_id}"]["get"]
     assert {"200", "400", "404"} <= set(result["responses"])

@@ -112,3 +112,13 @@ def test_a_models_suspect_lane_is_its_own_queue() -> None:
     assert buffer.lanes() == [A, SUSPECT_A]
     assert buffer.take(SUSPECT_A, 5) == ["suspect"]
     assert buffer.take(A, 5) == ["normal"]
+
+
+def test_remove_takes_the_chosen_items_from_every_lane() -> None:
+    buffer: BoardingBuffer[str] = BoardingBuffer()
+    for item, lane in (("a1", A), ("x", A), ("b1", B), ("x2", B), ("x3", SUSPECT_A)):
+        buffer.add(lane, item, 0.0)
+    assert sorted(buffer.remove(lambda item: item.startswith("x"))) == ["x", "x2", "x3"]
+    assert buffer.take(A, 9) == ["a1"] and buffer.take(B, 9) == ["b1"]
+    assert SUSPECT_A not in buffer.lanes() and len(buffer) == 0
+    assert buffer.remove(lambda item: True) == []

@@ -48,6 +48,7 @@ from ferry.triton.base import InferenceBackend
 
 log = logging.getLogger(__name__)
 PARK_MIN_S = 0.005
+CANCELLED_MEMORY = 10_000  # cancelled ids remembered for tasks this batcher has not seen
 REDIS_TROUBLE = (RedisError, OSError, DependencyUnavailableError)
 
 
@@ -104,10 +105,14 @@ class Batcher:
         self.gate = BackendGate(self.backend, settings.outage_budget_s)
         self.consumer = self.parts.consumer
         self.fallbacks = settings.fallbacks()
+        self._cancelled: set[str] = set()  # ids a client cancelled, that this batcher may hold
+        self.cancels = self.parts.cancels
+        self.cancels.on_message = self._on_cancel
         self.executor = BatchExecutor(settings, self.backend, self.parts.store, self.metrics,
                                       gate=self.gate, observe_call=self._observe_call,
                                       breakers=self._breaker, fallbacks=self.fallbacks,
-                                      clock=clock, call_time=self._call_time)
+                                      clock=clock, call_time=self._call_time,
+                                      cancelled=self._is_cancelled)
         self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self.models: dict[str, ModelState] = {}
@@ -129,6 +134,7 @@ class Batcher:
         s = self.settings
         await self.backend.start()
         await self._until_redis_answers(self.queue.ensure_groups)
+        await self.cancels.start()
         if s.metrics_port:
             self._metrics_server, _ = start_http_server(
                 s.metrics_port, s.metrics_host, registry=self.metrics.registry)
@@ -208,6 +214,7 @@ class Batcher:
                         "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
     async def _close(self) -> None:
+        await self.cancels.stop()
         with contextlib.suppress(*REDIS_TROUBLE):
             await capacity.withdraw(self.parts.hot, self.consumer, list(self.models))
         if self._metrics_server is not None:
@@ -374,6 +381,10 @@ class Batcher:
         per_stream = max(1, self.room // len(self.partitions))
         claimed = await self.queue.claim_stale(self.settings.claim_idle_ms, per_stream)
         fresh = [d for d in claimed if (d.stream, d.entry_id) not in self._held]
+        flags = await self.parts.store.cancel_requested(
+            [d.task.task_id if d.task else "" for d in fresh])
+        self._cancelled.update(d.task.task_id for d, flag in zip(fresh, flags, strict=True)
+                               if flag and d.task is not None)
         if fresh:
             log.info("reclaimed %d idle task(s)", len(fresh))
             self.metrics.reclaimed.inc(len(fresh))
@@ -452,6 +463,31 @@ class Batcher:
             state.window.observe(seconds, state.cost.time_at(size) if state.cost.settled else 0.0)
             state.cost.add(size, seconds)
             self.metrics.window.labels(model).set(state.slots)
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    def _on_cancel(self, message: bytes) -> None:
+        """A client cancelled a task a batcher holds: if it is boarded here, it ends CANCELLED
+        now; if its batch has left, the executor leaves it out of any retry."""
+        task_id = message.decode(errors="replace")
+        self._cancelled.add(task_id)
+        removed = self.buffer.remove(lambda d: d.task is not None and d.task.task_id == task_id)
+        if removed:
+            asyncio.get_running_loop().create_task(self._settle_cancelled(removed))
+        elif len(self._cancelled) > CANCELLED_MEMORY:  # ids of tasks held elsewhere: forget old
+            self._cancelled.clear()
+
+    async def _settle_cancelled(self, deliveries: list[Delivery]) -> None:
+        outcomes = [Outcome(d, Status.CANCELLED, error=fate.CANCELLED) for d in deliveries]
+        if await self.executor.settle(outcomes):
+            for delivery in deliveries:
+                self._held.discard(delivery.key)
+                if delivery.task is not None:
+                    self._cancelled.discard(delivery.task.task_id)
+        self.metrics.buffered.set(len(self.buffer))
+
+    def _is_cancelled(self, delivery: Delivery) -> bool:
+        return delivery.task is not None and delivery.task.task_id in self._cancelled
 
     # -- dispatching ----------------------------------------------------------------------------
 

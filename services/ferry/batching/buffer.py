@@ -53,6 +53,20 @@ class BoardingBuffer(Generic[T]):
         for lane, queue in self._queues.items():
             yield Waiting(lane, len(queue), queue[0].arrived, queue[-1].arrived, capacity(lane))
 
+    def remove(self, unwanted: Callable[[T], bool]) -> list[T]:
+        """Remove and return the items ``unwanted`` picks, wherever they wait."""
+        removed: list[T] = []
+        for lane in list(self._queues):
+            queue = self._queues[lane]
+            kept = deque(b for b in queue if not unwanted(b.item))
+            if len(kept) != len(queue):
+                removed += [b.item for b in queue if unwanted(b.item)]
+                if kept:
+                    self._queues[lane] = kept
+                else:
+                    del self._queues[lane]
+        return removed
+
     def drain(self) -> list[T]:
         """Remove and return everything, oldest first within each queue."""
         items = [boarded.item for queue in self._queues.values() for boarded in queue]

@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from ferry.tasks.record import Status
 
+CANCELLED = "cancelled by the client before inference"
+
 
 class Failure(StrEnum):
     """What kind of failure an infer call met."""
@@ -71,7 +73,7 @@ def before_inference(*, deadline_ms: int, now_ms: int, call_ms: int = 0, cancell
     its answer would come too late to be wanted, and the GPU is better spent on another.
     """
     if cancelled:
-        return Status.CANCELLED, "cancelled by the client before inference"
+        return Status.CANCELLED, CANCELLED
     if is_expired(deadline_ms, now_ms):
         return Status.EXPIRED, "deadline passed before inference"
     if is_expired(deadline_ms, now_ms + call_ms):

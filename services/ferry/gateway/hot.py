@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 from ferry.errors import BadRequestError, ClientError, DependencyUnavailableError
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
+from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,11 @@ JSON_TYPE = (b"content-type", b"application/json")
 @dataclass(frozen=True)
 class Route:
     template: str  # as metrics label it
-    method: str
-    handler: Handler
+    handlers: dict[str, Handler]  # by method
+
+    @property
+    def allow(self) -> str:
+        return ", ".join(self.handlers)
 
 
 def error_body(code: str, message: str) -> bytes:
@@ -65,6 +69,16 @@ def prefer_wait(values: list[bytes], limit: float) -> float:
             if not math.isnan(seconds) and seconds > 0:
                 return min(seconds, limit)
     return 0.0
+
+
+def parse_idempotency_key(raw: str | None) -> str | None:
+    """1 to 256 printable ASCII characters, or a 400."""
+    if raw is None:
+        return None
+    if not 0 < len(raw) <= MAX_KEY_LENGTH or not (raw.isascii() and raw.isprintable()):
+        raise BadRequestError("invalid_idempotency_key", "Idempotency-Key must be 1 to "
+                              f"{MAX_KEY_LENGTH} printable ASCII characters")
+    return raw
 
 
 def parse_wait(raw: str | None) -> float:
@@ -97,8 +111,8 @@ class HotLane:
         self.fallback = fallback
         self.settings = gateway.settings
         self.metrics: GatewayMetrics = gateway.metrics
-        self.submit = Route(SUBMIT_PATH, "POST", self._submit)
-        self.result = Route(RESULT_ROUTE, "GET", self._result)
+        self.submit = Route(SUBMIT_PATH, {"POST": self._submit})
+        self.result = Route(RESULT_ROUTE, {"GET": self._result, "DELETE": self._cancel})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self._route(scope)
@@ -119,12 +133,13 @@ class HotLane:
 
     async def _serve(self, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        if scope["method"] != route.method:
+        handler = route.handlers.get(scope["method"])
+        if handler is None:
             status, body, headers = 405, error_body(
-                "method_not_allowed", f"{route.template} takes {route.method} only"), [
-                (b"allow", route.method.encode())]
+                "method_not_allowed", f"{route.template} takes {route.allow} only"), [
+                (b"allow", route.allow.encode())]
         else:
-            status, body, headers = await self._answer(route.handler, scope, receive)
+            status, body, headers = await self._answer(handler, scope, receive)
         headers.append(JSON_TYPE)
         headers.append((b"content-length", b"%d" % len(body)))
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -155,11 +170,15 @@ class HotLane:
                                       query.get("model"), query,
                                       _last(headers, b"x-request-timeout"))
         wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
-        task_id, record = await self.gateway.submit(submission, wait)
+        key = parse_idempotency_key(_last(headers, b"idempotency-key"))
+        submitted = await self.gateway.submit(submission, wait, key)
+        task_id, record = submitted.task_id, submitted.record
         status_url = f"{RESULT_PREFIX}{task_id}"
         answer_headers: Headers = [(b"location", status_url.encode())]
         if wait:
             answer_headers.append((b"preference-applied", b"wait=%d" % max(1, round(wait))))
+        if submitted.replayed:
+            answer_headers.append((b"idempotent-replayed", b"true"))
         if record is not None:
             return 200, record.body, answer_headers
         return 202, orjson.dumps({"task_id": task_id, "status_url": status_url}), answer_headers
@@ -169,6 +188,17 @@ class HotLane:
         query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
         record = await self.gateway.result(task_id, parse_wait(query.get("wait")))
         return 200, record.body, []
+
+    async def _cancel(self, scope: Scope, receive: Receive) -> Answer:
+        await _no_body(receive)
+        record = await self.gateway.cancel(scope["path"][len(RESULT_PREFIX):])
+        return 200, record.body, []
+
+
+async def _no_body(receive: Receive) -> None:
+    """Drain a request body nobody reads (a DELETE with one)."""
+    async for _ in _chunks(receive):
+        pass
 
 
 def _header_values(scope: Scope) -> dict[bytes, list[bytes]]:

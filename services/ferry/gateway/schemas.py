@@ -21,7 +21,13 @@ class InferenceRequest(BaseModel):
     model: str | None = Field(None, description="Triton model; default: the gateway's default")
     input: str | None = Field(None, description="text payload, sent to the model as UTF-8 bytes")
     input_base64: str | None = Field(None, description="binary payload (an image, say), base64")
-    client_id: str | None = Field(None, description="who is asking, for accounting")
+    client_id: str | None = Field(None, description="who is asking, for accounting; scopes "
+                                  "Idempotency-Key")
+    priority: Literal["high", "normal", "low"] | None = Field(
+        None, description="higher boards and leaves first; default normal")
+    timeout_s: float | None = Field(None, gt=0, le=86400, description="deadline in seconds: "
+                                    "the task ends EXPIRED rather than reach Triton later; "
+                                    "X-Request-Timeout wins over it")
 
 
 class Accepted(BaseModel):
@@ -31,11 +37,15 @@ class Accepted(BaseModel):
 
 class TaskResult(BaseModel):
     task_id: str
-    status: Literal["PENDING", "SUCCESS", "FAILED", "EXPIRED"]
+    status: Literal["PENDING", "SUCCESS", "FAILED", "EXPIRED", "CANCELLED"]
     model: str
     model_version: str | None = None
     created_at: float = Field(description="Unix seconds when the gateway accepted the task")
+    priority: Literal["high", "low"] | None = Field(None, description="absent: normal")
+    deadline_at: float | None = Field(None, description="Unix seconds; set with a deadline")
     finished_at: float | None = None
+    answered_by: str | None = Field(None, description="the fallback model that answered, "
+                                    "when the model's circuit breaker was open")
     output: Any = Field(None, description="the model's outputs by name, as JSON")
     error: str | None = None
 
@@ -75,9 +85,17 @@ SUBMIT_DOC: dict[str, Any] = {
     "parameters": [
         {"name": "model", "in": "query", "required": False, "schema": {"type": "string"},
          "description": "model, for raw bodies (JSON bodies name it in the body)"},
+        {"name": "priority", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": ["high", "normal", "low"]},
+         "description": "priority, for raw bodies (JSON bodies name it in the body)"},
         {"name": "Prefer", "in": "header", "required": False, "schema": {"type": "string"},
          "description": "RFC 7240 `wait=N` (N ≤ 30 s): answer 200 with the finished result if "
                         "it is ready within N seconds, else 202 as usual"},
+        {"name": "X-Request-Timeout", "in": "header", "required": False,
+         "schema": {"type": "number"}, "description": "deadline in seconds (any body kind)"},
+        {"name": "Idempotency-Key", "in": "header", "required": False,
+         "schema": {"type": "string", "maxLength": 256}, "description":
+         "a repeat within 24 h (same client_id, same request) gets the first one's task"},
     ],
     "requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": REF.format(model="InferenceRequest")}},
@@ -93,9 +111,28 @@ SUBMIT_DOC: dict[str, Any] = {
                             "Preference-Applied": _header("wait=N")}},
         **_errors({400: "bad input", 404: "unknown model", 405: "method not allowed",
                    413: "body or image too large", 415: "unsupported Content-Type",
-                   422: "model does not follow Ferry's contract",
+                   422: "model does not follow Ferry's contract, or an Idempotency-Key reused "
+                        "with another request",
+                   429: "the model's backlog is full, or the predicted wait exceeds the "
+                        "deadline (Retry-After)",
                    500: "a bug in the gateway (logged)",
-                   503: "Redis or Triton unavailable; retry later"}),
+                   503: "Redis or Triton unavailable, or the model's circuit breaker is open; "
+                        "retry later (Retry-After)"}),
+    },
+}
+
+CANCEL_DOC: dict[str, Any] = {
+    "summary": "Cancel a task that has not reached Triton",
+    "operationId": "cancel_v1_result__task_id__delete",
+    "parameters": [
+        {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string"}},
+    ],
+    "responses": {
+        "200": {"description": "the record, CANCELLED", "content": _json("TaskResult")},
+        **_errors({404: "unknown or expired task", 405: "method not allowed",
+                   409: "already finished, or being inferred",
+                   500: "a bug in the gateway (logged)",
+                   503: "Redis unavailable; retry later"}),
     },
 }
 
@@ -120,7 +157,7 @@ RESULT_DOC: dict[str, Any] = {
 def add_hot_route_docs(openapi: dict[str, Any]) -> dict[str, Any]:
     """Add the hot routes and the models they use to FastAPI's OpenAPI document."""
     openapi.setdefault("paths", {})["/v1/inference"] = {"post": SUBMIT_DOC}
-    openapi["paths"]["/v1/result/{task_id}"] = {"get": RESULT_DOC}
+    openapi["paths"]["/v1/result/{task_id}"] = {"get": RESULT_DOC, "delete": CANCEL_DOC}
     schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
     for model in MODELS:
         schema = model.model_json_schema(ref_template=REF)

@@ -3,24 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
 from ferry import keys
 from ferry.compose import GatewayParts
-from ferry.errors import BackendError, BadRequestError, NotFoundError, ServiceUnavailableError
+from ferry.errors import (
+    BackendError,
+    BadRequestError,
+    ClientError,
+    ConflictError,
+    DependencyUnavailableError,
+    NotFoundError,
+    ServiceUnavailableError,
+    UnprocessableError,
+)
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
+from ferry.tasks import idempotency
 from ferry.tasks.base import Admission
+from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 UNMEASURED_BACKLOG_LIMIT = 1000  # per model, until a batcher has measured its throughput
+CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task to answer
+IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the first's admission
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """An admitted (or replayed) task: its id, its final record when the client waited for it
+    and it has one, and whether it is a repeat's answer."""
+
+    task_id: str
+    record: StoredRecord | None = None
+    replayed: bool = False
 
 
 class Gateway:
@@ -33,6 +58,7 @@ class Gateway:
         self.store = parts.store
         self.waiters = parts.waiters
         self.capacity = parts.capacity
+        self.idempotency = IdempotencyKeys(parts.hot)
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
 
     async def start(self) -> None:
@@ -45,38 +71,89 @@ class Gateway:
         await self.parts.hot.close()
         await self.parts.redis.aclose()
 
-    async def submit(self, submission: Submission, wait_s: float = 0.0
-                     ) -> tuple[str, StoredRecord | None]:
-        """Admit the task; with ``wait_s`` > 0, also its final record if it has one by then."""
+    async def submit(self, submission: Submission, wait_s: float = 0.0,
+                     idempotency_key: str | None = None) -> Submitted:
+        """Admit the task; with ``wait_s`` > 0, also its final record if it has one by then.
+
+        With an idempotency key, a repeat of the same request gets the first one's task.
+        """
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
             check_payload(spec.input_kind, submission.payload)
+        task, pending = self._new_task(spec.name, submission)
+        if idempotency_key is None:
+            return await self._admit(task, pending, submission, wait_s)
+        key = idempotency.redis_key(submission.client_id, idempotency_key)
+        digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
+                                            task.payload)
+        holder = await self.idempotency.claim(key, task.task_id, digest)
+        if holder is not None:
+            replay = await self._replay(key, holder, digest, wait_s)
+            if replay is not None:
+                return replay
+        try:
+            return await self._admit(task, pending, submission, wait_s)
+        except (ClientError, DependencyUnavailableError, RedisError, ConnectionError):
+            with contextlib.suppress(Exception):  # best effort: a retry will find it stale
+                await self.idempotency.release(key, task.task_id, digest)
+            raise
+
+    def _new_task(self, model: str, submission: Submission) -> tuple[Task, TaskRecord]:
         now = time.time()
         timeout_s = submission.timeout_s or self.settings.default_timeout_s
         enqueued_ms = int(now * 1000)
-        task = Task(task_id=keys.new_task_id(), model=spec.name, payload=submission.payload,
+        task = Task(task_id=keys.new_task_id(), model=model, payload=submission.payload,
                     content_type=submission.content_type, enqueued_at_ms=enqueued_ms,
                     client_id=submission.client_id, priority=int(submission.priority),
                     deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0)
-        pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=spec.name,
+        pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=model,
                              created_at=now, priority=submission.priority.label,
                              deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)
-        admission = await self.admission(spec.name, submission.priority, timeout_s)
+        return task, pending
+
+    async def _admit(self, task: Task, pending: TaskRecord, submission: Submission,
+                     wait_s: float) -> Submitted:
+        admission = await self.admission(task.model, submission.priority,
+                                         submission.timeout_s or self.settings.default_timeout_s)
         if wait_s <= 0:
             await self.store.admit(task, pending, admission)
-            self.metrics.accepted.labels(spec.name).inc()
-            return task.task_id, None
+            self.metrics.accepted.labels(task.model).inc()
+            return Submitted(task.task_id)
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
             admitted = await self.store.admit(task, pending, admission)
-            self.metrics.accepted.labels(spec.name).inc()
+            self.metrics.accepted.labels(task.model).inc()
             try:
                 record = await watch.final(wait_s, admitted, read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
                 log.exception("waiting for task %s failed; answering 202", task.task_id)
-                return task.task_id, None
-        return task.task_id, record if record is not None and record.status.final else None
+                return Submitted(task.task_id)
+        return Submitted(task.task_id, record if record is not None and record.status.final
+                         else None)
+
+    async def _replay(self, key: str, holder: idempotency.Claimed, digest: str,
+                      wait_s: float) -> Submitted | None:
+        """The first request's task for a repeat; None if that task never came to be (its
+        request failed before admission) and this request takes the key over."""
+        if holder.digest != digest:
+            raise UnprocessableError("idempotency_key_reused", "this Idempotency-Key was used "
+                                     f"with a different request (task {holder.task_id}); a "
+                                     "key stands for one request for 24 h")
+        record = await self.store.read(holder.task_id)
+        for _ in range(IDEMPOTENT_WAIT_TRIES):  # the first request may be admitting right now
+            if record is not None:
+                break
+            await asyncio.sleep(IDEMPOTENT_WAIT_S)
+            record = await self.store.read(holder.task_id)
+        if record is None:
+            return None
+        if wait_s > 0 and not record.status.final:
+            with self.waiters.watch(holder.task_id) as watch:
+                record = await watch.final(wait_s) or record
+        self.metrics.replayed.inc()
+        return Submitted(holder.task_id, record if record.status.final and wait_s > 0 else None,
+                         replayed=True)
 
     async def admission(self, model: str, priority: Priority, timeout_s: float) -> Admission:
         """The limits for a new task: its priority's share of the model's backlog limit (set, or
@@ -107,10 +184,33 @@ class Gateway:
             else:
                 record = await self.store.read(task_id)
         if record is None:
-            raise NotFoundError("unknown_task", f"no task {task_id!r}: it never existed, or its "
-                                  f"result expired ({self.settings.result_ttl_s} s after "
-                                  "it finished)")
+            raise self._unknown(task_id)
         return record
+
+    async def cancel(self, task_id: str) -> StoredRecord:
+        """End a task CANCELLED if it has not reached Triton; 404 if unknown, 409 if too late."""
+        if not keys.is_task_id(task_id):
+            raise self._unknown(task_id)
+        with self.waiters.watch(task_id) as watch:  # before asking: no answer missed
+            found = await self.store.cancel(task_id)
+            if found.outcome == 0:
+                raise self._unknown(task_id)
+            record = found.record
+            if found.outcome == 3:  # a batcher holds it: it settles it unless it has sent it
+                record = await watch.final(CANCEL_WAIT_S, read_first=False)
+        assert found.outcome != 0
+        if record is not None and record.status is Status.CANCELLED:
+            self.metrics.cancelled.inc()
+            return record
+        if record is not None and record.status.final:
+            raise ConflictError("already_finished", f"task {task_id} has already ended "
+                                f"{record.status.value}; nothing to cancel")
+        raise ConflictError("already_running", f"task {task_id} has reached Triton and will "
+                            "finish; it cannot be cancelled any more")
+
+    def _unknown(self, task_id: str) -> NotFoundError:
+        return NotFoundError("unknown_task", f"no task {task_id!r}: it never existed, or its "
+                             f"result expired ({self.settings.result_ttl_s} s after it finished)")
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         checks: dict[str, str] = {}

@@ -80,6 +80,16 @@ class Admission:
 NO_LIMITS = Admission()
 
 
+@dataclass(frozen=True)
+class Cancellation:
+    """What a cancel request found: ``outcome`` 0 no such task, 1 already final (``record``),
+    2 cancelled at once, never read by a batcher (``record``), 3 held by a batcher, which was
+    asked to cancel it (it does, unless it has sent it to Triton)."""
+
+    outcome: int
+    record: StoredRecord | None
+
+
 class TaskStore(Protocol):
     """Admission, completion and reads of task records, each atomic with its queue entry."""
 

@@ -16,11 +16,12 @@ from ferry import keys
 from ferry.codec import encode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, RespClient
-from ferry.tasks.base import NO_LIMITS, Admission, Completion
+from ferry.tasks.base import NO_LIMITS, Admission, Cancellation, Completion
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
+CANCELLED_ERROR = "cancelled by the client before inference"
 
 # KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key.
 # ARGV: pending body, pending TTL, envelope, backlog field
@@ -54,6 +55,7 @@ redis.call('HINCRBY', KEYS[3], prefix .. ARGV[5], 1)
 redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 local entry = redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
+redis.call('HSET', KEYS[1], 'entry', entry, 'stream', KEYS[2], 'counted', prefix .. ARGV[5])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
@@ -111,6 +113,37 @@ end
 return written
 """
 
+# KEYS: task hash, backlog hash. ARGV: group, result TTL, done channel, cancel channel, finished
+# at, error, task id. A PENDING task whose entry no batcher has read is deleted from its stream
+# and ends CANCELLED here: {2, body}. One a batcher holds is flagged and its id published on the
+# cancel channel, for the batcher to settle if it has not sent it to Triton: {3}. A final task:
+# {1, status, body}; none: {0}.
+_CANCEL = """
+local state = redis.call('HMGET', KEYS[1], 'status', 'body', 'entry', 'stream', 'counted')
+local status, body, entry, stream, counted = state[1], state[2], state[3], state[4], state[5]
+if not status then return {0} end
+if status ~= 'PENDING' then return {1, status, body} end
+if entry and stream then
+  local held = redis.pcall('XPENDING', stream, ARGV[1], entry, entry, 1)
+  if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
+  if #held == 0 and redis.call('XDEL', stream, entry) == 1 then
+    body = string.gsub(body, '"status":"PENDING"', '"status":"CANCELLED"', 1)
+    body = string.sub(body, 1, -2) .. ',"finished_at":' .. ARGV[5] .. ',"error":"' .. ARGV[6] ..
+           '"}'
+    redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'body', body)
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    if counted and redis.call('HINCRBY', KEYS[2], counted, -1) <= 0 then
+      redis.call('HDEL', KEYS[2], counted)
+    end
+    redis.call('PUBLISH', ARGV[3], ARGV[7] .. ' CANCELLED ' .. #body .. ' ' .. body)
+    return {2, body}
+  end
+end
+redis.call('HSET', KEYS[1], 'cancel', '1')
+redis.call('PUBLISH', ARGV[4], ARGV[7])
+return {3}
+"""
+
 # KEYS: a partition's streams, then its backlog hash. With no unfinished entry in any of the
 # streams the partition has no backlog: counts left by a lost write are reset.
 _HEAL = """
@@ -136,6 +169,7 @@ class RedisTaskStore:
         self._admit = client.register_script(_ADMIT)
         self._complete = client.register_script(_COMPLETE)
         self._heal = client.register_script(_HEAL)
+        self._cancel = client.register_script(_CANCEL)
 
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
@@ -198,6 +232,27 @@ class RedisTaskStore:
                      item.dead_letter or "", delivery.raw if item.dead_letter else b"",
                      delivery.deliveries, field]
         return self._complete.command(script_keys, args)
+
+    async def cancel(self, task_id: str) -> Cancellation:
+        """Cancel a task that has not reached Triton (see ``Cancellation``)."""
+        partition = keys.partition_of(task_id, self.partitions)
+        reply = await self.client.execute(*self._cancel.command(
+            [keys.task_key(task_id, partition), keys.backlog_key(partition)],
+            [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL, keys.CANCEL_CHANNEL,
+             repr(time.time()), CANCELLED_ERROR, task_id]))
+        outcome = int(reply[0])
+        if outcome == 1:
+            return Cancellation(outcome, StoredRecord(Status(reply[1].decode()), reply[2]))
+        if outcome == 2:
+            return Cancellation(outcome, StoredRecord(Status.CANCELLED, reply[1]))
+        return Cancellation(outcome, None)
+
+    async def cancel_requested(self, task_ids: Sequence[str]) -> list[bool]:
+        """Whether each task was flagged for cancellation (for tasks a batcher reclaims)."""
+        if not task_ids:
+            return []
+        replies = await self.client.pipeline([("HGET", self.key(t), "cancel") for t in task_ids])
+        return [reply is not None for reply in replies]
 
     async def heal_backlog(self, partitions: Sequence[int]) -> int:
         """Reset the backlog counts of partitions that have no unfinished task; how many were."""

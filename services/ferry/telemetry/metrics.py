@@ -69,6 +69,11 @@ class GatewayMetrics:
         self.rejected = Counter("ferry_requests_rejected_total", "Requests refused, by HTTP status "
                                 "and error code (429 overload, 404 unknown task, ...)",
                                 ["status", "reason"], registry=r)
+        self.replayed = Counter("ferry_idempotent_replays_total", "Requests answered with the "
+                                "task an earlier request with the same Idempotency-Key created",
+                                registry=r)
+        self.cancelled = Counter("ferry_tasks_cancelled_total", "Tasks cancelled by their client",
+                                 registry=r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:

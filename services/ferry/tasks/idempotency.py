@@ -1,0 +1,83 @@
+"""Idempotency keys: a repeat of a request with the same ``Idempotency-Key`` (per client) gets the
+task the first one created, for 24 hours, also when the repeats race each other.
+
+One key per (client, idempotency key), ``ferry:idem:<sha256>``, holding ``<task id> <request
+digest>``. The first request sets it atomically (a Lua step: get it, or set it) before admitting
+its task, so of any number of concurrent repeats exactly one admits and the rest learn its task
+id. If that admission is refused (429, 503) the key is released again, so a retry is a first try.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ferry import keys
+from ferry.resp.client import RespClient
+
+TTL_S = 24 * 3600
+MAX_KEY_LENGTH = 256
+
+# KEYS: the idempotency key. ARGV: "<task id> <digest>", TTL. Returns the value already there, or
+# nil after setting it.
+_CLAIM = """
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return false
+"""
+
+# KEYS: the idempotency key. ARGV: the value this request set, the value to set instead ('': none).
+_SWAP = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A key's holder: the task the first request created, and that request's digest."""
+
+    task_id: str
+    digest: str
+
+
+def redis_key(client_id: str, key: str) -> str:
+    scope = hashlib.sha256(f"{len(client_id)}:{client_id}\0{key}".encode()).hexdigest()
+    return f"{keys.PREFIX}:idem:{scope}"
+
+
+def request_digest(model: str, priority: int, content_type: str, payload: bytes) -> str:
+    """What makes two requests 'the same body'."""
+    head = f"{model}\0{priority}\0{content_type}\0".encode()
+    return hashlib.sha256(head + payload).hexdigest()
+
+
+class IdempotencyKeys:
+    def __init__(self, client: RespClient, ttl_s: int = TTL_S) -> None:
+        self.client = client
+        self.ttl_s = ttl_s
+        self._claim = client.register_script(_CLAIM)
+        self._swap = client.register_script(_SWAP)
+
+    async def claim(self, key: str, task_id: str, digest: str) -> Claimed | None:
+        """Take ``key`` for ``task_id``; None if taken now, else who holds it."""
+        held = await self.client.execute(*self._claim.command([key],
+                                                              [f"{task_id} {digest}",
+                                                               self.ttl_s]))
+        if held is None:
+            return None
+        holder, _, held_digest = bytes(held).decode().partition(" ")
+        return Claimed(holder, held_digest)
+
+    async def replace(self, key: str, old: Claimed, task_id: str, digest: str) -> bool:
+        """Hand a key whose task never came to be over to ``task_id`` (if still ``old``'s)."""
+        swapped = await self.client.execute(*self._swap.command(
+            [key], [f"{old.task_id} {old.digest}", f"{task_id} {digest}"]))
+        return bool(swapped)
+
+    async def release(self, key: str, task_id: str, digest: str) -> None:
+        """Give up a key this request took, whose task was not admitted."""
+        await self.client.execute(*self._swap.command([key], [f"{task_id} {digest}", ""]))
