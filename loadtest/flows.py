@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -21,10 +22,15 @@ POLL_WAIT_S = 10
 MAX_POLLS = 3  # a result not final after three long-polls (30 s) counts as a timeout
 
 
-def payload(index: int, size: int = PAYLOAD_BYTES) -> bytes:
-    """A distinct payload of ``size`` bytes for request ``index``."""
-    head = f"load-{index}-".encode()
+def payload(index: int, size: int = PAYLOAD_BYTES, nonce: str = "") -> bytes:
+    """A distinct payload of ``size`` bytes for request ``index`` of the run named ``nonce``
+    (distinct across runs too, so that Ferry's result cache never answers a benchmark)."""
+    head = f"load-{nonce}-{index}-".encode()
     return head + b"x" * max(0, size - len(head))
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(6)
 
 
 def digest_matches(output: Any, data: bytes) -> bool:
@@ -56,9 +62,10 @@ class FerryFlow:
         self.pool = Pool(host, port)
         self.path = f"/v1/inference?model={model}"
         self.headers = [("Prefer", f"wait={POLL_WAIT_S}")] if prefer_wait else []
+        self.nonce = new_nonce()
 
     async def __call__(self, index: int) -> str:
-        data = payload(index)
+        data = payload(index, nonce=self.nonce)
         response = await self.pool.request("POST", self.path, data, "application/octet-stream",
                                            self.headers)
         if response.status == 200:

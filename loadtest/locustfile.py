@@ -19,10 +19,11 @@ from typing import Any
 
 from locust import FastHttpUser, constant_throughput, task
 
-from loadtest.flows import MAX_POLLS, POLL_WAIT_S, digest_matches, payload
+from loadtest.flows import MAX_POLLS, POLL_WAIT_S, digest_matches, new_nonce, payload
 
 MODEL = os.environ.get("FERRY_LOCUST_MODEL", "sim")
 _counter = itertools.count()
+NONCE = new_nonce()  # distinct payloads across runs: the result cache must not answer them
 
 
 def _problem(body: dict[str, Any], data: bytes) -> str:
@@ -38,7 +39,7 @@ class FerryUser(FastHttpUser):
 
     @task(3)
     def one_request(self) -> None:
-        data = payload(next(_counter))
+        data = payload(next(_counter), nonce=NONCE)
         with self.client.post(f"/v1/inference?model={MODEL}", data=data.decode(),
                               headers={"Content-Type": "application/octet-stream",
                                        "Prefer": f"wait={POLL_WAIT_S}"},
@@ -54,7 +55,7 @@ class FerryUser(FastHttpUser):
 
     @task(1)
     def post_then_get(self) -> None:
-        data = payload(next(_counter))
+        data = payload(next(_counter), nonce=NONCE)
         with self.client.post(f"/v1/inference?model={MODEL}", data=data.decode(),
                               headers={"Content-Type": "application/octet-stream"},
                               name="POST /v1/inference", catch_response=True) as response:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from loadtest.flows import payload
+from loadtest.flows import new_nonce, payload
 from loadtest.generator import LOOPBACK_HOSTS, schedule
 from loadtest.rawhttp import Pool
 
@@ -70,13 +70,14 @@ async def run(url: str, model: str, rate: float, seconds: float, timeout_s: floa
     refusals: list[float] = []
     headers = [("X-Request-Timeout", f"{timeout_s:g}"), ("Prefer", "wait=10")]
     path = f"/v1/inference?model={model}"
+    nonce = new_nonce()
     start = time.monotonic()
 
     async def one(index: int, at: float) -> None:
         await asyncio.sleep(max(0.0, start + at - time.monotonic()))
         scheduled = start + at
-        response = await pool.request("POST", path, payload(index), "application/octet-stream",
-                                       headers)
+        response = await pool.request("POST", path, payload(index, nonce=nonce),
+                                      "application/octet-stream", headers)
         if response.status == 429:
             refusals.append(time.monotonic() - scheduled)
             return

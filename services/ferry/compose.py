@@ -86,7 +86,8 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
     store = RedisTaskStore(hot, partitions=settings.partitions,
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,
-                           dead_letter_maxlen=settings.dead_letter_maxlen)
+                           dead_letter_maxlen=settings.dead_letter_maxlen,
+                           cache_ttl_s=settings.cache_ttl_s)
     cancels = Subscriber(address(settings), keys.CANCEL_CHANNEL, lambda message: None,
                          lambda: None, timeout_s=settings.redis_socket_timeout_s)
     return BatcherParts(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import zlib
 
 from ferry.priority import BY_URGENCY, Priority
 
@@ -72,9 +71,26 @@ def task_key(task_id: str, partition: int) -> str:
     return f"{PREFIX}:{slot_tag(partition)}:task:{task_id}"
 
 
-def new_task_id() -> str:
-    """128 random bits as 32 hex digits: unguessable, and safe in URLs and keys."""
-    return secrets.token_hex(16)
+def new_task_id(partition: int | None = None, partitions: int = 1) -> str:
+    """128 random bits as 32 hex digits: unguessable, and safe in URLs and keys.
+
+    With ``partition``, the first 8 digits are nudged (by less than ``partitions``) so that the
+    id falls in that partition: tasks that must share a slot (identical requests, for the result
+    cache and request collapsing) land together, and about 124 bits stay random.
+    """
+    task_id = secrets.token_hex(16)
+    if partition is None:
+        return task_id
+    head = int(task_id[:8], 16)
+    head += partition - head % partitions
+    if head >= 1 << 32:
+        head -= partitions
+    return f"{head:08x}{task_id[8:]}"
+
+
+def partition_of_digest(digest: str, partitions: int) -> int:
+    """The partition of identical requests: from their digest's first 8 hex digits."""
+    return int(digest[:8], 16) % partitions
 
 
 def is_task_id(value: str) -> bool:
@@ -82,5 +98,26 @@ def is_task_id(value: str) -> bool:
 
 
 def partition_of(task_id: str, partitions: int) -> int:
-    """Spread tasks evenly and reproducibly over the partitions."""
-    return zlib.crc32(task_id.encode()) % partitions
+    """A task's partition: its id's first 8 hex digits modulo the partition count (random ids
+    spread evenly; ``new_task_id`` can aim an id at a partition)."""
+    return int(task_id[:8], 16) % partitions
+
+
+def slot_prefix(partition: int) -> str:
+    """What every key of a partition starts with (scripts build key names from it)."""
+    return f"{PREFIX}:{slot_tag(partition)}:"
+
+
+def cache_key(partition: int, digest: str) -> str:
+    """A cached answer (``"model_version":...,"output":...`` members), in its digest's slot."""
+    return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"
+
+
+def inflight_key(partition: int, digest: str) -> str:
+    """The task whose inference identical requests share (its id), while it is unfinished."""
+    return f"{PREFIX}:{slot_tag(partition)}:inflight:{digest}"
+
+
+def followers_key(partition: int, task_id: str) -> str:
+    """Identical requests waiting on a task's inference: ``<id> <created_at>`` each."""
+    return f"{PREFIX}:{slot_tag(partition)}:followers:{task_id}"

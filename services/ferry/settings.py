@@ -41,12 +41,16 @@ class CommonSettings:
                                          "occasional Redis work (the hot path uses one)")
     redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
     redis_socket_timeout_s: float = setting(10.0, "longest wait for any one Redis reply")
+    cache_ttl_s: int = setting(300, "seconds a model's answer is cached for identical requests "
+                               "(model, version, input); 0: no result cache")
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
         if self.result_ttl_s < 1 or self.pending_ttl_s < 1:
             raise ConfigError("result_ttl_s and pending_ttl_s must be at least 1")
+        if self.cache_ttl_s < 0:
+            raise ConfigError("cache_ttl_s must be 0 (off) or more")
 
     @property
     def triton_grpc_target(self) -> str:
@@ -72,6 +76,8 @@ class GatewaySettings(CommonSettings):
     max_queue_wait_s: float = setting(10.0, "the wait that sizes the automatic backlog limit")
     default_timeout_s: float = setting(0.0, "deadline of a task whose request sets none "
                                        "(X-Request-Timeout or timeout_s); 0: none")
+    collapse_requests: bool = setting(True, "identical requests in flight at once share one "
+                                      "inference")
 
     def __post_init__(self) -> None:
         super().__post_init__()

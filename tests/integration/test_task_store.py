@@ -76,7 +76,7 @@ async def test_admission_writes_the_pending_record_and_the_entry_at_once(
     store: RedisTaskStore, redis_client: redis.Redis,
 ) -> None:
     task = new_task()
-    admitted = await store.admit(task, pending(task))
+    admitted = (await store.admit(task, pending(task))).record
     assert admitted.status is Status.PENDING
     partition = keys.partition_of(task.task_id, PARTITIONS)
     key = keys.task_key(task.task_id, partition)

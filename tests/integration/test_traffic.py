@@ -52,7 +52,8 @@ async def test_the_backlog_limit_holds_under_concurrent_bursts_from_several_gate
     url = triton_server.grpc_url
     settings = gateway_settings(redis_url, url, max_backlog=48)
     async with running_gateway(settings) as one, running_gateway(settings) as two:
-        burst = [post(client, f"burst-{i}") for i in range(150) for client in (one, two)]
+        burst = [post(client, f"burst-{i}-{n}") for i in range(150)
+                 for n, client in enumerate((one, two))]  # distinct: identical ones would share
         responses = await asyncio.gather(*burst)  # no batcher: nothing drains
         statuses = sorted({r.status_code for r in responses})
         admitted = accepted_ids(responses)

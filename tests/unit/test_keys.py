@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 
 import pytest
@@ -87,10 +86,29 @@ def test_is_task_id(value: str, expected: bool) -> None:
     assert keys.is_task_id(value) is expected
 
 
-def test_partition_of_is_crc32_modulo() -> None:
+def test_partition_of_is_the_leading_digits_modulo() -> None:
     task_id = "0123456789abcdef0123456789abcdef"
-    assert keys.partition_of(task_id, 16) == zlib.crc32(task_id.encode()) % 16
+    assert keys.partition_of(task_id, 16) == 0x01234567 % 16
     assert keys.partition_of(task_id, 1) == 0
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 16, 64])
+def test_an_id_can_be_aimed_at_a_partition(partitions: int) -> None:
+    for partition in range(partitions):
+        for _ in range(50):
+            task_id = keys.new_task_id(partition, partitions)
+            assert keys.is_task_id(task_id)
+            assert keys.partition_of(task_id, partitions) == partition
+    assert len({keys.new_task_id(2, 16) for _ in range(1000)}) == 1000
+
+
+def test_identical_requests_share_a_partition_and_its_slot() -> None:
+    digest = "9f" * 32
+    partition = keys.partition_of_digest(digest, 16)
+    task_id = keys.new_task_id(partition, 16)
+    names = [keys.task_key(task_id, partition), keys.cache_key(partition, digest),
+             keys.inflight_key(partition, digest), keys.followers_key(partition, task_id)]
+    assert {hash_tag(name) for name in names} == {f"p{partition}"}
 
 
 def test_partition_of_is_reproducible() -> None:

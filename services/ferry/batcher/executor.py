@@ -26,7 +26,7 @@ from ferry.batcher.gate import BackendGate
 from ferry.batching import fate
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.fate import Failure, Fate
-from ferry.codec import outputs_to_json
+from ferry.codec import dumps, outputs_to_json
 from ferry.errors import (
     BackendError,
     DependencyUnavailableError,
@@ -71,12 +71,20 @@ class Outcome:
             answered_by=self.answered_by)
 
     def completion(self, finished_at: float) -> Completion:
-        """Its record, and a dead letter for a failure (or an entry that could not be read)."""
+        """Its record, and a dead letter for a failure (or an entry that could not be read), and
+        the answer to cache when the task's own model and the version it was asked of gave it."""
         record = self.record(finished_at)
         letter = None
         if record is None or self.status is Status.FAILED:
             letter = self.error or self.delivery.problem or "unreadable task"
-        return Completion(self.delivery, record, letter)
+        return Completion(self.delivery, record, letter, self._cached())
+
+    def _cached(self) -> bytes | None:
+        task = self.delivery.task
+        if (task is None or not task.input_digest or self.status is not Status.SUCCESS
+                or self.answered_by or self.model_version != task.digest_version):
+            return None
+        return dumps({"model_version": self.model_version, "output": self.output})[1:-1]
 
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import parse_qsl
 
 import orjson
@@ -69,6 +69,12 @@ def prefer_wait(values: list[bytes], limit: float) -> float:
             if not math.isnan(seconds) and seconds > 0:
                 return min(seconds, limit)
     return 0.0
+
+
+def no_cache(values: list[bytes]) -> bool:
+    """Whether ``Cache-Control`` asks for a fresh answer (``no-cache``)."""
+    return any(directive.strip().split(b"=", 1)[0].lower() == b"no-cache"
+               for value in values for directive in value.split(b","))
 
 
 def parse_idempotency_key(raw: str | None) -> str | None:
@@ -169,6 +175,8 @@ class HotLane:
         submission = parse_submission(body, media_type(_last(headers, b"content-type")),
                                       query.get("model"), query,
                                       _last(headers, b"x-request-timeout"))
+        if no_cache(headers.get(b"cache-control", [])):
+            submission = replace(submission, no_cache=True)
         wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
         key = parse_idempotency_key(_last(headers, b"idempotency-key"))
         submitted = await self.gateway.submit(submission, wait, key)

@@ -42,6 +42,7 @@ class Submission:
     client_id: str = ""
     priority: Priority = Priority.NORMAL
     timeout_s: float | None = None  # the client's deadline, seconds from admission
+    no_cache: bool = False  # Cache-Control: no-cache: do not answer from the result cache
 
 
 def media_type(header: str | None) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from ferry import keys
+from ferry.codec import dumps
 from ferry.compose import GatewayParts
 from ferry.errors import (
     BackendError,
@@ -27,7 +28,7 @@ from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
 from ferry.tasks import idempotency
-from ferry.tasks.base import Admission
+from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Sharing, input_digest
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
@@ -82,9 +83,9 @@ class Gateway:
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
             check_payload(spec.input_kind, submission.payload)
-        task, pending = self._new_task(spec.name, submission)
+        task, pending, sharing = self._new_task(spec.name, spec.version, submission)
         if idempotency_key is None:
-            return await self._admit(task, pending, submission, wait_s)
+            return await self._admit(task, pending, sharing, submission, wait_s)
         key = idempotency.redis_key(submission.client_id, idempotency_key)
         digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
                                             task.payload)
@@ -94,43 +95,64 @@ class Gateway:
             if replay is not None:
                 return replay
         try:
-            return await self._admit(task, pending, submission, wait_s)
+            return await self._admit(task, pending, sharing, submission, wait_s)
         except (ClientError, DependencyUnavailableError, RedisError, ConnectionError):
             with contextlib.suppress(Exception):  # best effort: a retry will find it stale
                 await self.idempotency.release(key, task.task_id, digest)
             raise
 
-    def _new_task(self, model: str, submission: Submission) -> tuple[Task, TaskRecord]:
+    def _new_task(self, model: str, version: str,
+                  submission: Submission) -> tuple[Task, TaskRecord, Sharing]:
+        """The task, its PENDING record, and how it may share work with identical requests (its
+        id then puts it in their partition)."""
         now = time.time()
         timeout_s = submission.timeout_s or self.settings.default_timeout_s
         enqueued_ms = int(now * 1000)
-        task = Task(task_id=keys.new_task_id(), model=model, payload=submission.payload,
-                    content_type=submission.content_type, enqueued_at_ms=enqueued_ms,
-                    client_id=submission.client_id, priority=int(submission.priority),
-                    deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0)
+        lookup = self.settings.cache_ttl_s > 0 and not submission.no_cache
+        collapse = self.settings.collapse_requests and not timeout_s  # a deadline is its own
+        digest, task_id = "", ""
+        if lookup or collapse or self.settings.cache_ttl_s > 0:
+            digest = input_digest(model, version, submission.payload)
+            partitions = self.settings.partitions
+            task_id = keys.new_task_id(keys.partition_of_digest(digest, partitions), partitions)
+        task = Task(task_id=task_id or keys.new_task_id(), model=model,
+                    payload=submission.payload, content_type=submission.content_type,
+                    enqueued_at_ms=enqueued_ms, client_id=submission.client_id,
+                    priority=int(submission.priority),
+                    deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0,
+                    input_digest=digest, digest_version=version if digest else "")
         pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=model,
                              created_at=now, priority=submission.priority.label,
                              deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)
-        return task, pending
+        if not digest:
+            return task, pending, NOT_SHARED
+        hit_head = dumps({"task_id": task.task_id, "created_at": now, "status": "SUCCESS",
+                          "model": model, "finished_at": now, "cache": "hit"})[:-1] + b","
+        follower = b"%s %s" % (task.task_id.encode(), dumps(now))
+        return task, pending, Sharing(digest, lookup, collapse, hit_head, follower)
 
-    async def _admit(self, task: Task, pending: TaskRecord, submission: Submission,
-                     wait_s: float) -> Submitted:
+    async def _admit(self, task: Task, pending: TaskRecord, sharing: Sharing,
+                     submission: Submission, wait_s: float) -> Submitted:
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)
         if wait_s <= 0:
-            await self.store.admit(task, pending, admission)
-            self.metrics.accepted.labels(task.model).inc()
+            self._count(task.model, await self.store.admit(task, pending, admission, sharing))
             return Submitted(task.task_id)
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
-            admitted = await self.store.admit(task, pending, admission)
-            self.metrics.accepted.labels(task.model).inc()
+            admitted = await self.store.admit(task, pending, admission, sharing)
+            self._count(task.model, admitted)
             try:
-                record = await watch.final(wait_s, admitted, read_first=False)
+                record = await watch.final(wait_s, admitted.record, read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
                 log.exception("waiting for task %s failed; answering 202", task.task_id)
                 return Submitted(task.task_id)
         return Submitted(task.task_id, record if record is not None and record.status.final
                          else None)
+
+    def _count(self, model: str, admitted: Admitted) -> None:
+        self.metrics.accepted.labels(model).inc()
+        if admitted.how != "queued":
+            self.metrics.shared.labels(model, admitted.how).inc()
 
     async def _replay(self, key: str, holder: idempotency.Claimed, digest: str,
                       wait_s: float) -> Submitted | None:
@@ -195,6 +217,9 @@ class Gateway:
             found = await self.store.cancel(task_id)
             if found.outcome == 0:
                 raise self._unknown(task_id)
+            if found.outcome == 4:
+                raise ConflictError("shared_inference", f"identical requests share task "
+                                    f"{task_id}'s inference; it will run for them")
             record = found.record
             if found.outcome == 3:  # a batcher holds it: it settles it unless it has sent it
                 record = await watch.final(CANCEL_WAIT_S, read_first=False)

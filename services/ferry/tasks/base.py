@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,7 @@ class Completion:
     delivery: Delivery
     record: TaskRecord | None
     dead_letter: str | None = None
+    cached: bytes | None = None  # the answer's JSON members, for the result cache
 
 
 RATE_HEADROOM = 0.85  # predictions count on this share of the measured rate
@@ -80,6 +82,37 @@ class Admission:
 NO_LIMITS = Admission()
 
 
+def input_digest(model: str, version: str, payload: bytes) -> str:
+    """SHA-256 (hex) of what decides a model's answer: the model, its version and the input."""
+    return hashlib.sha256(f"{len(model)}:{model}\0{version}\0".encode() + payload).hexdigest()
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How a task may share work with identical requests: ``digest`` names (model, version,
+    payload); ``lookup`` a cached answer; ``collapse`` onto an identical task in flight. A hit's
+    record is ``hit_head`` (its own members, ending with a comma) and the cached members."""
+
+    digest: str = ""
+    lookup: bool = False
+    collapse: bool = False
+    hit_head: bytes = b""
+    follower: bytes = b""  # "<task id> <created_at as JSON>", what a leader's followers list holds
+
+
+NOT_SHARED = Sharing()
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The record a new task starts with, and how it was admitted: ``queued`` for inference,
+    ``hit`` (answered from the result cache: the record is final) or ``collapsed`` onto an
+    identical task in flight."""
+
+    record: StoredRecord
+    how: str = "queued"
+
+
 @dataclass(frozen=True)
 class Cancellation:
     """What a cancel request found: ``outcome`` 0 no such task, 1 already final (``record``),
@@ -93,8 +126,8 @@ class Cancellation:
 class TaskStore(Protocol):
     """Admission, completion and reads of task records, each atomic with its queue entry."""
 
-    async def admit(self, task: Task, pending: TaskRecord,
-                    admission: Admission = NO_LIMITS) -> StoredRecord:
+    async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
+                    sharing: Sharing = NOT_SHARED) -> Admitted:
         """Record the task as PENDING and append it to its partition, in one step, unless its
         model's backlog or its deadline refuses it (``TooManyRequestsError``)."""
         ...

@@ -44,9 +44,11 @@ class TaskRecord:
     answered_by: str | None = None  # the fallback model that answered (breaker open)
 
     def to_json(self) -> dict[str, Any]:
-        """The public JSON form: optional fields appear only when set."""
-        body: dict[str, Any] = {"task_id": self.task_id, "status": self.status.value,
-                                "model": self.model, "created_at": self.created_at}
+        """The public JSON form: optional fields appear only when set. ``task_id`` and
+        ``created_at`` come first: a record shared by collapsed requests is rewritten for each
+        by replacing that head (see ``shared_tail``)."""
+        body: dict[str, Any] = {"task_id": self.task_id, "created_at": self.created_at,
+                                "status": self.status.value, "model": self.model}
         if self.priority != "normal":
             body["priority"] = self.priority
         if self.deadline_at is not None:
@@ -66,6 +68,12 @@ class TaskRecord:
     def body(self) -> bytes:
         """The record as the API serves it."""
         return dumps(self.to_json())
+
+
+def shared_tail(body: bytes) -> int:
+    """Where, in a record's body, the part that identical requests share begins (1-based, for
+    Lua): the comma before ``"status"``, after the task's own id and creation time."""
+    return body.index(b',"status":') + 1
 
 
 @dataclass(frozen=True)

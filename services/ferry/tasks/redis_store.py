@@ -16,23 +16,56 @@ from ferry import keys
 from ferry.codec import encode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, RespClient
-from ferry.tasks.base import NO_LIMITS, Admission, Cancellation, Completion
-from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.tasks.base import (
+    NO_LIMITS,
+    NOT_SHARED,
+    Admission,
+    Admitted,
+    Cancellation,
+    Completion,
+    Sharing,
+)
+from ferry.tasks.record import Status, StoredRecord, TaskRecord, shared_tail
 from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 CANCELLED_ERROR = "cancelled by the client before inference"
 
-# KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key.
-# ARGV: pending body, pending TTL, envelope, backlog field
+# KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key,
+# the digest's cache key and in-flight key. ARGV: pending body, pending TTL, envelope, backlog field
 # prefix ("<model>|"), priority (1, 0, -1), limit (0: none), service rate per partition (tasks/s,
 # 0: unknown), the wait besides the backlog (s), the client's timeout (s, 0: none), doorbell ms.
 # A task of another priority than normal rings its partition's doorbell (at most once per
 # doorbell period): batchers block on the normal streams only, and read the others while rung.
+# Then: task id, the slot's key prefix ("ferry:{pN}:"), look up the cache ('1'/'0'), collapse
+# ('1'/'0'), a hit's record head, result TTL, this task as a follower ("<id> <created_at>").
+# Before any limit: a cached answer makes the task SUCCESS at once ({2, body}); an identical task
+# in flight takes it as a follower, costing no backlog ({3, leader id}).
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
+local slot = ARGV[12]
+if ARGV[13] == '1' then
+  local hit = redis.pcall('GET', KEYS[6])
+  if type(hit) == 'string' then
+    local body = ARGV[15] .. hit .. '}'
+    redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
+    redis.call('EXPIRE', KEYS[1], ARGV[16])
+    return {2, body}
+  end
+end
+if ARGV[14] == '1' then
+  local leader = redis.call('GET', KEYS[7])
+  if leader and redis.call('HGET', slot .. 'task:' .. leader, 'status') == 'PENDING' then
+    local followers = slot .. 'followers:' .. leader
+    redis.call('RPUSH', followers, ARGV[17])
+    redis.call('EXPIRE', followers, ARGV[2])
+    redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader)
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return {3, leader}
+  end
+end
 local prefix, priority = ARGV[4], tonumber(ARGV[5])
 local counts = redis.call('HMGET', KEYS[3], prefix .. '1', prefix .. '0', prefix .. '-1')
 local high, normal, low = tonumber(counts[1]) or 0, tonumber(counts[2]) or 0,
@@ -59,13 +92,18 @@ redis.call('HSET', KEYS[1], 'entry', entry, 'stream', KEYS[2], 'counted', prefix
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
+if ARGV[14] == '1' then
+  redis.call('SET', KEYS[7], ARGV[11], 'EX', ARGV[2])
+end
 return {1, entry}
 """
 
 # KEYS: stream, dead-letter stream, backlog hash, then the hash of each item that has a task id.
-# ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, then 8 per item:
-# entry id, task id ('' for an unreadable entry), status, body, dead-letter reason ('' if none),
-# envelope (only for a dead letter), deliveries, backlog field ("<model>|<priority>").
+# ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, the slot's key
+# prefix, cache TTL (0: off), then 11 per item: entry id, task id ('' for an unreadable entry),
+# status, body, dead-letter reason ('' if none), envelope (only for a dead letter), deliveries,
+# backlog field ("<model>|<priority>"), digest ('' none), members to cache ('' none), where the
+# shared tail of the body starts (its followers' records are their own head and that tail).
 # A task that gets its final record leaves its model's backlog.
 # The first final answer stands: an item whose record is already final writes nothing; an
 # unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
@@ -73,8 +111,16 @@ return {1, entry}
 _COMPLETE = """
 local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local inline, now = tonumber(ARGV[5]), ARGV[6]
+local slot, cache_ttl = ARGV[7], tonumber(ARGV[8])
 local written, ids, frames, k = {}, {}, {}, 4
-for i = 7, #ARGV, 8 do
+local function announce(id, status, body)
+  if #body <= inline then
+    frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
+  else
+    frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+  end
+end
+for i = 9, #ARGV, 11 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
   local fresh = redis.call('XACK', KEYS[1], group, entry)
@@ -91,10 +137,31 @@ for i = 7, #ARGV, 8 do
       if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) <= 0 then
         redis.call('HDEL', KEYS[3], ARGV[i + 7])
       end
-      if #body <= inline then
-        frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
-      else
-        frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+      announce(id, status, body)
+      local digest = ARGV[i + 8]
+      if digest ~= '' then
+        local inflight = slot .. 'inflight:' .. digest
+        if redis.call('GET', inflight) == id then redis.call('DEL', inflight) end
+        if cache_ttl > 0 and ARGV[i + 9] ~= '' then
+          redis.call('SET', slot .. 'cache:' .. digest, ARGV[i + 9], 'EX', cache_ttl)
+        end
+        local fkey = slot .. 'followers:' .. id
+        local followers = redis.call('LRANGE', fkey, 0, -1)
+        if #followers > 0 then
+          redis.call('DEL', fkey)
+          local tail = string.sub(body, tonumber(ARGV[i + 10]))
+          for _, follower in ipairs(followers) do
+            local fid, created = string.match(follower, '^(%S+) (%S+)$')
+            local fkey2 = slot .. 'task:' .. fid
+            if fid and redis.call('HGET', fkey2, 'status') == 'PENDING' then
+              local fbody = '{"task_id":"' .. fid .. '","created_at":' .. created ..
+                            ',"collapsed_into":"' .. id .. '"' .. tail
+              redis.call('HSET', fkey2, 'status', status, 'body', fbody)
+              redis.call('EXPIRE', fkey2, ttl)
+              announce(fid, status, fbody)
+            end
+          end
+        end
       end
     end
   end
@@ -114,29 +181,44 @@ return written
 """
 
 # KEYS: task hash, backlog hash. ARGV: group, result TTL, done channel, cancel channel, finished
-# at, error, task id. A PENDING task whose entry no batcher has read is deleted from its stream
-# and ends CANCELLED here: {2, body}. One a batcher holds is flagged and its id published on the
-# cancel channel, for the batcher to settle if it has not sent it to Triton: {3}. A final task:
-# {1, status, body}; none: {0}.
+# at, error, task id, the slot's key prefix. A follower of an identical task's inference leaves
+# its list and ends CANCELLED; a task others follow cannot be cancelled: {4}. A PENDING task
+# whose entry no batcher has read is deleted from its stream and ends CANCELLED here: {2, body}.
+# One a batcher holds is flagged and its id published on the cancel channel, for the batcher to
+# settle if it has not sent it to Triton: {3}. A final task: {1, status, body}; none: {0}.
 _CANCEL = """
 local state = redis.call('HMGET', KEYS[1], 'status', 'body', 'entry', 'stream', 'counted')
 local status, body, entry, stream, counted = state[1], state[2], state[3], state[4], state[5]
 if not status then return {0} end
 if status ~= 'PENDING' then return {1, status, body} end
+local function cancelled()
+  body = string.gsub(body, '"status":"PENDING"', '"status":"CANCELLED"', 1)
+  body = string.sub(body, 1, -2) .. ',"finished_at":' .. ARGV[5] .. ',"error":"' .. ARGV[6] ..
+         '"}'
+  redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'body', body)
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], ARGV[7] .. ' CANCELLED ' .. #body .. ' ' .. body)
+  return {2, body}
+end
+local leader = redis.call('HGET', KEYS[1], 'leader')
+if leader then  -- a follower: it leaves its leader's list, which goes on for the others
+  local fkey = ARGV[8] .. 'followers:' .. leader
+  for _, follower in ipairs(redis.call('LRANGE', fkey, 0, -1)) do
+    if string.sub(follower, 1, #ARGV[7]) == ARGV[7] then redis.call('LREM', fkey, 1, follower) end
+  end
+  return cancelled()
+end
+if redis.call('LLEN', ARGV[8] .. 'followers:' .. ARGV[7]) > 0 then
+  return {4}
+end
 if entry and stream then
   local held = redis.pcall('XPENDING', stream, ARGV[1], entry, entry, 1)
   if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
   if #held == 0 and redis.call('XDEL', stream, entry) == 1 then
-    body = string.gsub(body, '"status":"PENDING"', '"status":"CANCELLED"', 1)
-    body = string.sub(body, 1, -2) .. ',"finished_at":' .. ARGV[5] .. ',"error":"' .. ARGV[6] ..
-           '"}'
-    redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'body', body)
-    redis.call('EXPIRE', KEYS[1], ARGV[2])
     if counted and redis.call('HINCRBY', KEYS[2], counted, -1) <= 0 then
       redis.call('HDEL', KEYS[2], counted)
     end
-    redis.call('PUBLISH', ARGV[3], ARGV[7] .. ' CANCELLED ' .. #body .. ' ' .. body)
-    return {2, body}
+    return cancelled()
   end
 end
 redis.call('HSET', KEYS[1], 'cancel', '1')
@@ -159,13 +241,14 @@ class RedisTaskStore:
 
     def __init__(self, client: RespClient, *, partitions: int, result_ttl_s: int,
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
-                 inline_limit: int = INLINE_BODY_LIMIT) -> None:
+                 inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0) -> None:
         self.client = client
         self.partitions = partitions
         self.result_ttl_s = result_ttl_s
         self.pending_ttl_s = pending_ttl_s
         self.dead_letter_maxlen = dead_letter_maxlen
         self.inline_limit = inline_limit
+        self.cache_ttl_s = cache_ttl_s
         self._admit = client.register_script(_ADMIT)
         self._complete = client.register_script(_COMPLETE)
         self._heal = client.register_script(_HEAL)
@@ -174,23 +257,30 @@ class RedisTaskStore:
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
 
-    async def admit(self, task: Task, pending: TaskRecord,
-                    admission: Admission = NO_LIMITS) -> StoredRecord:
+    async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
+                    sharing: Sharing = NOT_SHARED) -> Admitted:
         partition = keys.partition_of(task.task_id, self.partitions)
         priority = Priority.of(task.priority)
         body = pending.body()
+        digest = sharing.digest
         verdict, value = await self.client.execute(*self._admit.command(
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
              keys.backlog_key(partition), keys.partition_stream(partition),
-             keys.bell_key(partition, priority)],
+             keys.bell_key(partition, priority), keys.cache_key(partition, digest),
+             keys.inflight_key(partition, digest)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
              admission.partition_limit(partition), admission.partition_rate, admission.fixed_wait_s,
-             admission.timeout_s, keys.BELL_MS]))
+             admission.timeout_s, keys.BELL_MS, task.task_id, keys.slot_prefix(partition),
+             int(bool(digest) and sharing.lookup), int(bool(digest) and sharing.collapse),
+             sharing.hit_head, self.result_ttl_s, sharing.follower]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))
         if verdict == -1:
             raise admission.too_slow(task.model, priority, float(value))
-        return StoredRecord(pending.status, body)
+        if verdict == 2:
+            return Admitted(StoredRecord(Status.SUCCESS, bytes(value)), "hit")
+        return Admitted(StoredRecord(pending.status, body),
+                        "collapsed" if verdict == 3 else "queued")
 
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
@@ -220,17 +310,21 @@ class RedisTaskStore:
         script_keys: list[Arg] = [stream, keys.dead_letter_stream(partition),
                                   keys.backlog_key(partition)]
         args: list[Arg] = [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL,
-                           self.dead_letter_maxlen, self.inline_limit, now]
+                           self.dead_letter_maxlen, self.inline_limit, now,
+                           keys.slot_prefix(partition), self.cache_ttl_s]
         for item in items:
             delivery, record = item.delivery, item.record
             if record is not None:
                 script_keys.append(keys.task_key(record.task_id, partition))
             task = delivery.task
             field = keys.backlog_field(task.model, Priority.of(task.priority)) if task else ""
+            body = record.body() if record else b""
+            digest = task.input_digest if task else ""
             args += [delivery.entry_id, record.task_id if record else "",
-                     record.status.value if record else "", record.body() if record else b"",
+                     record.status.value if record else "", body,
                      item.dead_letter or "", delivery.raw if item.dead_letter else b"",
-                     delivery.deliveries, field]
+                     delivery.deliveries, field, digest, item.cached or b"",
+                     shared_tail(body) if digest and body else 0]
         return self._complete.command(script_keys, args)
 
     async def cancel(self, task_id: str) -> Cancellation:
@@ -239,7 +333,7 @@ class RedisTaskStore:
         reply = await self.client.execute(*self._cancel.command(
             [keys.task_key(task_id, partition), keys.backlog_key(partition)],
             [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL, keys.CANCEL_CHANNEL,
-             repr(time.time()), CANCELLED_ERROR, task_id]))
+             repr(time.time()), CANCELLED_ERROR, task_id, keys.slot_prefix(partition)]))
         outcome = int(reply[0])
         if outcome == 1:
             return Cancellation(outcome, StoredRecord(Status(reply[1].decode()), reply[2]))

@@ -69,6 +69,9 @@ class GatewayMetrics:
         self.rejected = Counter("ferry_requests_rejected_total", "Requests refused, by HTTP status "
                                 "and error code (429 overload, 404 unknown task, ...)",
                                 ["status", "reason"], registry=r)
+        self.shared = Counter("ferry_tasks_shared_total", "Tasks that cost no inference of their "
+                              "own: answered from the result cache (hit) or collapsed onto an "
+                              "identical task in flight", ["model", "how"], registry=r)
         self.replayed = Counter("ferry_idempotent_replays_total", "Requests answered with the "
                                 "task an earlier request with the same Idempotency-Key created",
                                 registry=r)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "model", "model_version", "payload", "content_type", "enqueued_at_ms", "deadline_ms", "priority", "client_id", "trace_context")
+    __slots__ = ("task_id", "model", "model_version", "payload", "content_type", "enqueued_at_ms", "deadline_ms", "priority", "client_id", "trace_context", "input_digest", "digest_version")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,8 @@ class Task(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     model: str
     model_version: str
@@ -35,4 +37,6 @@ class Task(_message.Message):
     priority: int
     client_id: str
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., priority: _Optional[int] = ..., client_id: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    input_digest: str
+    digest_version: str
+    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., priority: _Optional[int] = ..., client_id: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., input_digest: _Optional[str] = ..., digest_version: _Optional[str] = ...) -> None: ...
