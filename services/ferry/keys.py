@@ -108,6 +108,14 @@ def slot_prefix(partition: int) -> str:
     return f"{PREFIX}:{slot_tag(partition)}:"
 
 
+def webhook_stream(partition: int) -> str:
+    """Webhooks to send for a partition's tasks that ended with a callback URL."""
+    return f"{PREFIX}:{slot_tag(partition)}:webhooks"
+
+
+WEBHOOK_GROUP = "ferry-webhooks"
+
+
 def cache_key(partition: int, digest: str) -> str:
     """A cached answer (``"model_version":...,"output":...`` members), in its digest's slot."""
     return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"

@@ -41,6 +41,10 @@ class CommonSettings:
                                          "occasional Redis work (the hot path uses one)")
     redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
     redis_socket_timeout_s: float = setting(10.0, "longest wait for any one Redis reply")
+    webhook_allowed_hosts: str = setting("", "hosts webhooks may be sent to: 'host' (any port) "
+                                         "or 'host:port', comma-separated; empty: webhooks off")
+    webhook_secret: str = setting("", "key of the webhooks' HMAC-SHA256 signature (required "
+                                  "for webhooks)")
     cache_ttl_s: int = setting(300, "seconds a model's answer is cached for identical requests "
                                "(model, version, input); 0: no result cache")
 
@@ -51,6 +55,13 @@ class CommonSettings:
             raise ConfigError("result_ttl_s and pending_ttl_s must be at least 1")
         if self.cache_ttl_s < 0:
             raise ConfigError("cache_ttl_s must be 0 (off) or more")
+        if self.webhook_allowed_hosts.strip() and not self.webhook_secret:
+            raise ConfigError("webhook_allowed_hosts needs webhook_secret: webhooks are signed")
+
+    @property
+    def webhook_hosts(self) -> frozenset[str]:
+        return frozenset(h.strip().lower() for h in self.webhook_allowed_hosts.split(",")
+                         if h.strip())
 
     @property
     def triton_grpc_target(self) -> str:
@@ -120,6 +131,9 @@ class BatcherSettings(CommonSettings):
                                         "this long")
     fallback_models: str = setting("", "models that answer while a model's breaker is open: "
                                    "'model=fallback,...'; also FERRY_FALLBACK_<MODEL>=fallback")
+    webhook_retry_s: float = setting(300.0, "how long a webhook is retried (with backoff) "
+                                     "before it is recorded as failed")
+    webhook_timeout_s: float = setting(5.0, "deadline of one webhook POST")
     priority_aging_s: float = setting(2.0, "a task read this long ago boards ahead of every "
                                       "priority, so that low priority is never starved")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
+from ferry.batcher.webhooks import WebhookSender
 from ferry.batching import fate
 from ferry.batching.breaker import BreakerState, CircuitBreaker
 from ferry.batching.buffer import BoardingBuffer
@@ -108,6 +109,9 @@ class Batcher:
         self._cancelled: set[str] = set()  # ids a client cancelled, that this batcher may hold
         self.cancels = self.parts.cancels
         self.cancels.on_message = self._on_cancel
+        self.webhooks = (WebhookSender(settings, self.parts.redis, self.partitions,
+                                       self.consumer, self.metrics)
+                         if settings.webhook_hosts else None)
         self.executor = BatchExecutor(settings, self.backend, self.parts.store, self.metrics,
                                       gate=self.gate, observe_call=self._observe_call,
                                       breakers=self._breaker, fallbacks=self.fallbacks,
@@ -135,6 +139,8 @@ class Batcher:
         await self.backend.start()
         await self._until_redis_answers(self.queue.ensure_groups)
         await self.cancels.start()
+        if self.webhooks is not None:
+            await self.webhooks.start()
         if s.metrics_port:
             self._metrics_server, _ = start_http_server(
                 s.metrics_port, s.metrics_host, registry=self.metrics.registry)
@@ -215,6 +221,8 @@ class Batcher:
 
     async def _close(self) -> None:
         await self.cancels.stop()
+        if self.webhooks is not None:
+            await self.webhooks.stop()
         with contextlib.suppress(*REDIS_TROUBLE):
             await capacity.withdraw(self.parts.hot, self.consumer, list(self.models))
         if self._metrics_server is not None:

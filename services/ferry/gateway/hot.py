@@ -25,6 +25,7 @@ from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
+from ferry.webhooks import check_callback
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,10 @@ class HotLane:
                                       _last(headers, b"x-request-timeout"))
         if no_cache(headers.get(b"cache-control", [])):
             submission = replace(submission, no_cache=True)
+        callback = _last(headers, b"ferry-callback") or submission.callback_url
+        if callback:
+            submission = replace(submission, callback_url=check_callback(
+                callback, self.settings.webhook_hosts))
         wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
         key = parse_idempotency_key(_last(headers, b"idempotency-key"))
         submitted = await self.gateway.submit(submission, wait, key)

@@ -22,7 +22,8 @@ from ferry.errors import (
 )
 from ferry.priority import Priority
 
-JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s"})
+JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s",
+                         "callback_url"})
 RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                        "application/octet-stream", "text/plain"})
 # Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
@@ -43,6 +44,7 @@ class Submission:
     priority: Priority = Priority.NORMAL
     timeout_s: float | None = None  # the client's deadline, seconds from admission
     no_cache: bool = False  # Cache-Control: no-cache: do not answer from the result cache
+    callback_url: str = ""  # where to POST the final record (checked against the allowlist)
 
 
 def media_type(header: str | None) -> str:
@@ -142,7 +144,8 @@ def _from_json(body: bytes, model_param: str | None, priority: Priority) -> Subm
         raise BadRequestError("invalid_timeout", "'timeout_s' must be a number of seconds, "
                               f"not {type(timeout).__name__}")
     return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id,
-                      priority=priority, timeout_s=parse_timeout(timeout, "'timeout_s'"))
+                      priority=priority, timeout_s=parse_timeout(timeout, "'timeout_s'"),
+                      callback_url=_optional_str(doc, "callback_url") or "")
 
 
 def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:

@@ -25,6 +25,8 @@ class InferenceRequest(BaseModel):
                                   "Idempotency-Key")
     priority: Literal["high", "normal", "low"] | None = Field(
         None, description="higher boards and leaves first; default normal")
+    callback_url: str | None = Field(None, description="POSTed the final record, signed "
+                                     "(allowed hosts only); or the Ferry-Callback header")
     timeout_s: float | None = Field(None, gt=0, le=86400, description="deadline in seconds: "
                                     "the task ends EXPIRED rather than reach Triton later; "
                                     "X-Request-Timeout wins over it")
@@ -46,6 +48,10 @@ class TaskResult(BaseModel):
     finished_at: float | None = None
     answered_by: str | None = Field(None, description="the fallback model that answered, "
                                     "when the model's circuit breaker was open")
+    cache: Literal["hit"] | None = Field(None, description="answered from the result cache")
+    collapsed_into: str | None = Field(None, description="the identical task whose inference "
+                                       "this one shared")
+    webhook: dict[str, Any] | None = Field(None, description="the webhook's outcome")
     output: Any = Field(None, description="the model's outputs by name, as JSON")
     error: str | None = None
 

@@ -120,7 +120,8 @@ class Gateway:
                     enqueued_at_ms=enqueued_ms, client_id=submission.client_id,
                     priority=int(submission.priority),
                     deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0,
-                    input_digest=digest, digest_version=version if digest else "")
+                    input_digest=digest, digest_version=version if digest else "",
+                    callback_url=submission.callback_url)
         pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=model,
                              created_at=now, priority=submission.priority.label,
                              deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)

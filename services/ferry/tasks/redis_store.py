@@ -38,20 +38,26 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # A task of another priority than normal rings its partition's doorbell (at most once per
 # doorbell period): batchers block on the normal streams only, and read the others while rung.
 # Then: task id, the slot's key prefix ("ferry:{pN}:"), look up the cache ('1'/'0'), collapse
-# ('1'/'0'), a hit's record head, result TTL, this task as a follower ("<id> <created_at>").
+# ('1'/'0'), a hit's record head, result TTL, this task as a follower ("<id> <created_at>"), its
+# callback URL ('' none: kept on the record, so whoever ends the task queues the webhook).
 # Before any limit: a cached answer makes the task SUCCESS at once ({2, body}); an identical task
 # in flight takes it as a follower, costing no backlog ({3, leader id}).
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
-local slot = ARGV[12]
+local slot, callback = ARGV[12], ARGV[18]
 if ARGV[13] == '1' then
   local hit = redis.pcall('GET', KEYS[6])
   if type(hit) == 'string' then
     local body = ARGV[15] .. hit .. '}'
     redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
     redis.call('EXPIRE', KEYS[1], ARGV[16])
+    if callback ~= '' then
+      redis.call('HSET', KEYS[1], 'callback', callback)
+      redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[11],
+                 'url', callback)
+    end
     return {2, body}
   end
 end
@@ -62,6 +68,7 @@ if ARGV[14] == '1' then
     redis.call('RPUSH', followers, ARGV[17])
     redis.call('EXPIRE', followers, ARGV[2])
     redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader)
+    if callback ~= '' then redis.call('HSET', KEYS[1], 'callback', callback) end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return {3, leader}
   end
@@ -89,6 +96,7 @@ redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 local entry = redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
 redis.call('HSET', KEYS[1], 'entry', entry, 'stream', KEYS[2], 'counted', prefix .. ARGV[5])
+if callback ~= '' then redis.call('HSET', KEYS[1], 'callback', callback) end
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
@@ -100,10 +108,11 @@ return {1, entry}
 
 # KEYS: stream, dead-letter stream, backlog hash, then the hash of each item that has a task id.
 # ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, the slot's key
-# prefix, cache TTL (0: off), then 11 per item: entry id, task id ('' for an unreadable entry),
+# prefix, cache TTL (0: off), then 12 per item: entry id, task id ('' for an unreadable entry),
 # status, body, dead-letter reason ('' if none), envelope (only for a dead letter), deliveries,
 # backlog field ("<model>|<priority>"), digest ('' none), members to cache ('' none), where the
-# shared tail of the body starts (its followers' records are their own head and that tail).
+# shared tail of the body starts (its followers' records are their own head and that tail), the
+# callback URL ('' none). A task that ends with a callback queues its webhook here.
 # A task that gets its final record leaves its model's backlog.
 # The first final answer stands: an item whose record is already final writes nothing; an
 # unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
@@ -113,6 +122,11 @@ local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local inline, now = tonumber(ARGV[5]), ARGV[6]
 local slot, cache_ttl = ARGV[7], tonumber(ARGV[8])
 local written, ids, frames, k = {}, {}, {}, 4
+local function hook(id, url)  -- the task ended: queue its webhook (sent by a batcher)
+  if url and url ~= '' then
+    redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', id, 'url', url)
+  end
+end
 local function announce(id, status, body)
   if #body <= inline then
     frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
@@ -120,7 +134,7 @@ local function announce(id, status, body)
     frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
   end
 end
-for i = 9, #ARGV, 11 do
+for i = 9, #ARGV, 12 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
   local fresh = redis.call('XACK', KEYS[1], group, entry)
@@ -138,6 +152,7 @@ for i = 9, #ARGV, 11 do
         redis.call('HDEL', KEYS[3], ARGV[i + 7])
       end
       announce(id, status, body)
+      hook(id, ARGV[i + 11])
       local digest = ARGV[i + 8]
       if digest ~= '' then
         local inflight = slot .. 'inflight:' .. digest
@@ -159,6 +174,7 @@ for i = 9, #ARGV, 11 do
               redis.call('HSET', fkey2, 'status', status, 'body', fbody)
               redis.call('EXPIRE', fkey2, ttl)
               announce(fid, status, fbody)
+              hook(fid, redis.call('HGET', fkey2, 'callback'))
             end
           end
         end
@@ -198,6 +214,11 @@ local function cancelled()
   redis.call('HSET', KEYS[1], 'status', 'CANCELLED', 'body', body)
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   redis.call('PUBLISH', ARGV[3], ARGV[7] .. ' CANCELLED ' .. #body .. ' ' .. body)
+  local url = redis.call('HGET', KEYS[1], 'callback')
+  if url then
+    redis.call('XADD', ARGV[8] .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[7],
+               'url', url)
+  end
   return {2, body}
 end
 local leader = redis.call('HGET', KEYS[1], 'leader')
@@ -272,7 +293,7 @@ class RedisTaskStore:
              admission.partition_limit(partition), admission.partition_rate, admission.fixed_wait_s,
              admission.timeout_s, keys.BELL_MS, task.task_id, keys.slot_prefix(partition),
              int(bool(digest) and sharing.lookup), int(bool(digest) and sharing.collapse),
-             sharing.hit_head, self.result_ttl_s, sharing.follower]))
+             sharing.hit_head, self.result_ttl_s, sharing.follower, task.callback_url]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))
         if verdict == -1:
@@ -324,7 +345,8 @@ class RedisTaskStore:
                      record.status.value if record else "", body,
                      item.dead_letter or "", delivery.raw if item.dead_letter else b"",
                      delivery.deliveries, field, digest, item.cached or b"",
-                     shared_tail(body) if digest and body else 0]
+                     shared_tail(body) if digest and body else 0,
+                     task.callback_url if task else ""]
         return self._complete.command(script_keys, args)
 
     async def cancel(self, task_id: str) -> Cancellation:

@@ -44,6 +44,8 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight = Gauge("ferry_inflight_batches", "Batches at Triton now", registry=r)
+        self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
+                                "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
         self.circuit = Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, "
                              "1 half-open, 2 open", ["model"], registry=r)
         self.window = Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at "

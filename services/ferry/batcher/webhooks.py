@@ -1,0 +1,181 @@
+"""Sending webhooks: a loop per batcher over its partitions' webhook streams.
+
+The scripts that end a task (completion, cancel, a cache hit) queue ``task_id`` and ``url`` on
+the task's partition's webhook stream in the same step, so a webhook is never lost: it is read
+through a consumer group, POSTed (signed, redirects not followed, ``webhook_timeout_s`` each) and
+retried with exponential backoff until it is answered 2xx or ``webhook_retry_s`` has passed. The
+outcome is then written into the task's record (``"webhook": {...}``) in the step that
+acknowledges the entry; a batcher that dies mid-way leaves the entry pending, for another to
+claim and send again (a receiver may see a webhook twice, never none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+
+from ferry import keys
+from ferry.backoff import backoff_delay
+from ferry.redis_conn import text
+from ferry.settings import BatcherSettings
+from ferry.telemetry.metrics import BatcherMetrics
+from ferry.webhooks import SIGNATURE_HEADER, sign
+
+log = logging.getLogger(__name__)
+CONCURRENCY = 32
+CLAIM_EVERY_S = 30.0
+
+# KEYS: task hash, webhook stream. ARGV: group, entry id, outcome (JSON). The outcome joins the
+# record (once), and the entry is acknowledged and deleted.
+_DONE = """
+local body = redis.call('HGET', KEYS[1], 'body')
+if body and not string.find(body, '"webhook":', 1, true) then
+  redis.call('HSET', KEYS[1], 'body', string.sub(body, 1, -2) .. ',"webhook":' .. ARGV[3] .. '}')
+end
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+return 0
+"""
+
+
+class WebhookSender:
+    """Start, run, stop: sends the webhooks of ``owned`` partitions."""
+
+    def __init__(self, settings: BatcherSettings, redis: aioredis.Redis, owned: Sequence[int],
+                 consumer: str, metrics: BatcherMetrics) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.owned = tuple(owned)
+        self.streams = {keys.webhook_stream(p): p for p in self.owned}
+        self.consumer = consumer
+        self.metrics = metrics
+        self._done = redis.register_script(_DONE)
+        self._client: httpx.AsyncClient | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(CONCURRENCY)
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        for stream in self.streams:
+            try:
+                await self.redis.xgroup_create(stream, keys.WEBHOOK_GROUP, id="0",
+                                               mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._client = httpx.AsyncClient(follow_redirects=False,
+                                         timeout=self.settings.webhook_timeout_s)
+        self._loop_task = asyncio.create_task(self._run(), name="ferry-webhooks")
+
+    async def stop(self) -> None:
+        """Stop reading; cancel sends in progress (their entries stay pending, to be claimed)."""
+        self._stopping.set()
+        tasks = [t for t in (self._loop_task, *self._sending) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def _run(self) -> None:
+        pending = True  # first, what this consumer left unacknowledged (never: a new name)
+        last_claim = 0.0
+        while not self._stopping.is_set():
+            try:
+                if time.monotonic() - last_claim >= CLAIM_EVERY_S:
+                    last_claim = time.monotonic()
+                    await self._claim()
+                await self._read(pending)
+                pending = False
+            except (RedisError, OSError) as exc:
+                log.warning("reading webhooks failed: %s", exc)
+                await asyncio.sleep(1.0)
+
+    async def _read(self, pending: bool) -> None:
+        start = "0" if pending else ">"
+        reply: Any = await self.redis.xreadgroup(
+            keys.WEBHOOK_GROUP, self.consumer, dict.fromkeys(self.streams, start),
+            count=CONCURRENCY, block=None if pending else 1000)
+        for stream, entries in reply or ():
+            for entry_id, fields in entries:
+                await self._slots.acquire()
+                task = asyncio.create_task(self._send(text(stream), text(entry_id), fields))
+                self._sending.add(task)
+                task.add_done_callback(self._sent)
+
+    async def _claim(self) -> None:
+        """Take over webhooks another batcher left (it died while sending)."""
+        idle_ms = int((self.settings.webhook_retry_s + 60) * 1000)
+        for stream in self.streams:
+            reply: Any = await self.redis.xautoclaim(stream, keys.WEBHOOK_GROUP, self.consumer,
+                                                     idle_ms, count=CONCURRENCY)
+            for entry_id, fields in reply[1]:
+                if fields:
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._send(stream, text(entry_id), fields))
+                    self._sending.add(task)
+                    task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sending a webhook failed: %r", task.exception())
+
+    async def _send(self, stream: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        task_id = text(fields.get(b"task_id", b""))
+        url = text(fields.get(b"url", b""))
+        key = keys.task_key(task_id, self.streams[stream])
+        body = await self.redis.hget(key, "body") if task_id else None
+        if body is None or not url:  # the record expired meanwhile: nothing left to send
+            await self._finish(key, stream, entry_id, {"status": "failed",
+                                                       "error": "record expired"})
+            return
+        outcome = await self._post(url, task_id, body if isinstance(body, bytes) else
+                                   body.encode())
+        self.metrics.webhooks.labels(outcome["status"]).inc()
+        await self._finish(key, stream, entry_id, outcome)
+
+    async def _post(self, url: str, task_id: str, body: bytes) -> dict[str, Any]:
+        """POST until a 2xx or the retry time is spent; what happened."""
+        assert self._client is not None
+        deadline = time.monotonic() + self.settings.webhook_retry_s
+        attempt, last = 0, ""
+        while True:
+            attempt += 1
+            now = int(time.time())
+            headers = {"Content-Type": "application/json", "Ferry-Task": task_id,
+                       SIGNATURE_HEADER: sign(self.settings.webhook_secret, now, body)}
+            status = 0
+            try:
+                answer = await self._client.post(url, content=body, headers=headers)
+                status = answer.status_code
+                last = f"HTTP {status}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if 200 <= status < 300:
+                return {"status": "delivered", "attempts": attempt, "http_status": status,
+                        "at": time.time()}
+            delay = backoff_delay(attempt, 0.5, 30.0, random.random())
+            if time.monotonic() + delay > deadline:
+                return {"status": "failed", "attempts": attempt, "error": last,
+                        "at": time.time()}
+            await asyncio.sleep(delay)
+
+    async def _finish(self, key: str, stream: str, entry_id: str,
+                      outcome: dict[str, Any]) -> None:
+        with contextlib.suppress(RedisError, OSError):  # unacknowledged: sent again later
+            await self._done(keys=[key, stream],
+                             args=[keys.WEBHOOK_GROUP, entry_id, orjson.dumps(outcome)])
