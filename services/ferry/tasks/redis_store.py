@@ -92,11 +92,10 @@ if timeout > 0 and rate > 0 then
   end
 end
 redis.call('HINCRBY', KEYS[3], prefix .. ARGV[5], 1)
-redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
 local entry = redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
-redis.call('HSET', KEYS[1], 'entry', entry, 'stream', KEYS[2], 'counted', prefix .. ARGV[5])
-if callback ~= '' then redis.call('HSET', KEYS[1], 'callback', callback) end
+redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'entry', entry,
+           'stream', KEYS[2], 'counted', prefix .. ARGV[5], 'callback', callback)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
@@ -215,7 +214,7 @@ local function cancelled()
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   redis.call('PUBLISH', ARGV[3], ARGV[7] .. ' CANCELLED ' .. #body .. ' ' .. body)
   local url = redis.call('HGET', KEYS[1], 'callback')
-  if url then
+  if url and url ~= '' then
     redis.call('XADD', ARGV[8] .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[7],
                'url', url)
   end
