@@ -105,7 +105,9 @@ async def test_triton_unreachable_past_the_outage_budget_ends_failed(
 async def test_a_triton_restart_loses_nothing(
     redis_url: str, tmp_path: Path, redis_client: redis.Redis,
 ) -> None:
-    """Triton goes away under load and comes back: every accepted request still succeeds."""
+    """Triton goes away under load and comes back: every accepted request still succeeds, and
+    the circuit breaker (set to open on any counted failure) stays closed: an outage is no
+    failure of the model."""
     repository = build_test_repository(tmp_path / "models")
     ports = TritonPorts.free()
     triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
@@ -113,8 +115,9 @@ async def test_a_triton_restart_loses_nothing(
     try:
         async with running_stack(gateway_settings(redis_url, url),
                                  batcher_settings(redis_url, url, max_wait_ms=10,
-                                                  claim_idle_ms=1000,
-                                                  claim_interval_ms=200)) as stack:
+                                                  claim_idle_ms=1000, claim_interval_ms=200,
+                                                  breaker_min_calls=1,
+                                                  breaker_threshold=0.01)) as stack:
             first = await asyncio.gather(*(stack.submit(f"before-{i}") for i in range(30)))
             assert all(r["status"] == "SUCCESS" for r in await stack.results(first))
             triton.stop(grace_s=10)  # Triton is gone; the gateway still accepts (cached catalog)
@@ -123,6 +126,8 @@ async def test_a_triton_restart_loses_nothing(
             assert not stack.batchers[0].gate.is_open
             triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
             results = await stack.results(during, wait=30)
+            batcher = stack.batchers[0]
+            assert batcher.models["sim"].breaker.state(batcher.clock()).value == "closed"
     finally:
         triton.stop(grace_s=10)
     assert [r["status"] for r in results] == ["SUCCESS"] * 30

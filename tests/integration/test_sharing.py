@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from ferry import keys
+from ferry.tasks.base import input_digest
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batch_executions,
@@ -134,3 +135,20 @@ async def test_a_repeated_input_run_costs_one_inference_per_distinct_input(
     assert calls == 20
     assert hits + collapsed == 180
     assert 'ferry_tasks_shared_total{how="hit",model="sim"}' in metrics
+
+
+async def test_an_unreadable_cache_entry_is_a_miss_not_a_failure(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url),
+                             batcher_settings(redis_url, url)) as stack:
+        first = (await ask(stack.client, "warm")).json()
+        digest = input_digest("sim", first["model_version"], b"broken entry")
+        key = keys.cache_key(keys.partition_of_digest(digest, 16), digest)
+        redis_client.rpush(key, "not a cached answer")  # the wrong type: GET fails on it
+        answer = await ask(stack.client, "broken entry")
+        assert answer.status_code == 200
+        assert answer.json()["status"] == "SUCCESS" and "cache" not in answer.json()
+        again = (await ask(stack.client, "broken entry")).json()  # the answer replaced it
+        assert again["cache"] == "hit"
