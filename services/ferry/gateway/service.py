@@ -29,12 +29,14 @@ from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
 from ferry.tasks import idempotency
 from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Sharing, input_digest
+from ferry.tasks.capacity import Capacity
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 UNMEASURED_BACKLOG_LIMIT = 1000  # per model, until a batcher has measured its throughput
+ADMISSIONS_KEPT = 1024  # kinds of task (model, priority, timeout) whose limits are kept
 CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task to answer
 IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the first's admission
 
@@ -60,6 +62,7 @@ class Gateway:
         self.waiters = parts.waiters
         self.capacity = parts.capacity
         self.idempotency = IdempotencyKeys(parts.hot)
+        self._admissions: dict[tuple[str, Priority, float], tuple[Capacity, Admission]] = {}
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
 
     async def start(self) -> None:
@@ -127,10 +130,9 @@ class Gateway:
                              deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)
         if not digest:
             return task, pending, NOT_SHARED
-        hit_head = dumps({"task_id": task.task_id, "created_at": now, "status": "SUCCESS",
-                          "model": model, "finished_at": now, "cache": "hit"})[:-1] + b","
-        follower = b"%s %s" % (task.task_id.encode(), dumps(now))
-        return task, pending, Sharing(digest, lookup, collapse, hit_head, follower)
+        created = dumps(now)
+        follower = b"%s %s" % (task.task_id.encode(), created)
+        return task, pending, Sharing(digest, lookup, collapse, created, follower)
 
     async def _admit(self, task: Task, pending: TaskRecord, sharing: Sharing,
                      submission: Submission, wait_s: float) -> Submitted:
@@ -180,8 +182,13 @@ class Gateway:
 
     async def admission(self, model: str, priority: Priority, timeout_s: float) -> Admission:
         """The limits for a new task: its priority's share of the model's backlog limit (set, or
-        sized from the measured rate), and the measured rate to predict its wait."""
+        sized from the measured rate), and the measured rate to predict its wait. The same
+        limits are shared by every task of a kind until the capacity view changes."""
         capacity = await self.capacity.of(model)
+        key = (model, priority, timeout_s)
+        cached = self._admissions.get(key)
+        if cached is not None and cached[0] is capacity:
+            return cached[1]
         if capacity.breaker == "open" and not capacity.fallback:
             raise ServiceUnavailableError(
                 "circuit_open", f"model {model!r} is failing (its circuit breaker is open) and "
@@ -190,9 +197,13 @@ class Gateway:
         if not limit:
             limit = (math.ceil(capacity.rate * self.settings.max_queue_wait_s) if capacity.rate
                      else UNMEASURED_BACKLOG_LIMIT)
-        return Admission(limit=max(1, math.floor(limit * priority.backlog_share)),
-                         rate=capacity.rate, batch_s=capacity.batch_s, timeout_s=timeout_s,
-                         partitions=self.settings.partitions)
+        admission = Admission(limit=max(1, math.floor(limit * priority.backlog_share)),
+                              rate=capacity.rate, batch_s=capacity.batch_s, timeout_s=timeout_s,
+                              partitions=self.settings.partitions)
+        if len(self._admissions) > ADMISSIONS_KEPT:
+            self._admissions.clear()
+        self._admissions[key] = (capacity, admission)
+        return admission
 
     async def result(self, task_id: str, wait_s: float) -> StoredRecord:
         """The task's record, waiting up to ``wait_s`` for a final one; 404 if there is none."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ class Admission:
     batch_s: float = 0.0  # one batch's time at Triton
     timeout_s: float = 0.0  # the client's deadline, seconds from now (0: none)
     partitions: int = 1
+
+    @functools.cached_property
+    def script_args(self) -> tuple[tuple[int, ...], bytes, bytes, bytes]:
+        """What the admission script takes, formatted once: each partition's limit, the rate per
+        partition, the fixed wait and the timeout."""
+        return (tuple(self.partition_limit(p) for p in range(self.partitions)),
+                b"%r" % self.partition_rate, b"%r" % self.fixed_wait_s, b"%r" % self.timeout_s)
 
     def partition_limit(self, partition: int) -> int:
         """This partition's share of ``limit`` (0: no limit; at least 1)."""
@@ -90,13 +98,13 @@ def input_digest(model: str, version: str, payload: bytes) -> str:
 @dataclass(frozen=True)
 class Sharing:
     """How a task may share work with identical requests: ``digest`` names (model, version,
-    payload); ``lookup`` a cached answer; ``collapse`` onto an identical task in flight. A hit's
-    record is ``hit_head`` (its own members, ending with a comma) and the cached members."""
+    payload); ``lookup`` a cached answer; ``collapse`` onto an identical task in flight.
+    ``created`` is the task's creation time as JSON (a hit's record is made of it)."""
 
     digest: str = ""
     lookup: bool = False
     collapse: bool = False
-    hit_head: bytes = b""
+    created: bytes = b"0"
     follower: bytes = b""  # "<task id> <created_at as JSON>", what a leader's followers list holds
 
 

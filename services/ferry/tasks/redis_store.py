@@ -9,11 +9,12 @@ without reading Redis again. Every key a script touches carries its partition's 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
 from ferry import keys
-from ferry.codec import encode_task
+from ferry.codec import dumps, encode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, RespClient
 from ferry.tasks.base import (
@@ -38,8 +39,9 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # A task of another priority than normal rings its partition's doorbell (at most once per
 # doorbell period): batchers block on the normal streams only, and read the others while rung.
 # Then: task id, the slot's key prefix ("ferry:{pN}:"), look up the cache ('1'/'0'), collapse
-# ('1'/'0'), a hit's record head, result TTL, this task as a follower ("<id> <created_at>"), its
-# callback URL ('' none: kept on the record, so whoever ends the task queues the webhook).
+# ('1'/'0'), its creation time (JSON), result TTL, this task as a follower ("<id> <created_at>"),
+# its callback URL ('' none: kept on the record, so whoever ends the task queues the webhook),
+# the model's name as JSON (for a hit's record).
 # Before any limit: a cached answer makes the task SUCCESS at once ({2, body}); an identical task
 # in flight takes it as a follower, costing no backlog ({3, leader id}).
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
@@ -50,7 +52,9 @@ local slot, callback = ARGV[12], ARGV[18]
 if ARGV[13] == '1' then
   local hit = redis.pcall('GET', KEYS[6])
   if type(hit) == 'string' then
-    local body = ARGV[15] .. hit .. '}'
+    local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
+                 ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
+                 ',"cache":"hit",' .. hit .. '}'
     redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
     redis.call('EXPIRE', KEYS[1], ARGV[16])
     if callback ~= '' then
@@ -67,6 +71,7 @@ if ARGV[14] == '1' then
     local followers = slot .. 'followers:' .. leader
     redis.call('RPUSH', followers, ARGV[17])
     redis.call('EXPIRE', followers, ARGV[2])
+    redis.call('HSET', slot .. 'task:' .. leader, 'followed', '1')
     redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader)
     if callback ~= '' then redis.call('HSET', KEYS[1], 'callback', callback) end
     redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -141,14 +146,15 @@ for i = 9, #ARGV, 12 do
     fresh = 1
     local key = KEYS[k]
     k = k + 1
-    local current = redis.call('HGET', key, 'status')
+    local state = redis.call('HMGET', key, 'status', 'followed')
+    local current, followed = state[1], state[2]
     if current and current ~= 'PENDING' then
       fresh = 0
     else
       redis.call('HSET', key, 'status', status, 'body', body)
       redis.call('EXPIRE', key, ttl)
-      if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) <= 0 then
-        redis.call('HDEL', KEYS[3], ARGV[i + 7])
+      if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) < 0 then
+        redis.call('HSET', KEYS[3], ARGV[i + 7], 0)  -- a lost count: never below none
       end
       announce(id, status, body)
       hook(id, ARGV[i + 11])
@@ -160,7 +166,7 @@ for i = 9, #ARGV, 12 do
           redis.call('SET', slot .. 'cache:' .. digest, ARGV[i + 9], 'EX', cache_ttl)
         end
         local fkey = slot .. 'followers:' .. id
-        local followers = redis.call('LRANGE', fkey, 0, -1)
+        local followers = followed and redis.call('LRANGE', fkey, 0, -1) or {}
         if #followers > 0 then
           redis.call('DEL', fkey)
           local tail = string.sub(body, tonumber(ARGV[i + 10]))
@@ -235,8 +241,8 @@ if entry and stream then
   local held = redis.pcall('XPENDING', stream, ARGV[1], entry, entry, 1)
   if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
   if #held == 0 and redis.call('XDEL', stream, entry) == 1 then
-    if counted and redis.call('HINCRBY', KEYS[2], counted, -1) <= 0 then
-      redis.call('HDEL', KEYS[2], counted)
+    if counted and redis.call('HINCRBY', KEYS[2], counted, -1) < 0 then
+      redis.call('HSET', KEYS[2], counted, 0)
     end
     return cancelled()
   end
@@ -254,6 +260,11 @@ for i = 1, #KEYS - 1 do n = n + redis.call('XLEN', KEYS[i]) end
 if n == 0 then return redis.call('DEL', KEYS[#KEYS]) end
 return 0
 """
+
+
+@functools.lru_cache(maxsize=1024)
+def model_json(model: str) -> bytes:
+    return dumps(model)
 
 
 class RedisTaskStore:
@@ -283,16 +294,18 @@ class RedisTaskStore:
         priority = Priority.of(task.priority)
         body = pending.body()
         digest = sharing.digest
+        limits, rate, fixed_wait, timeout = admission.script_args
         verdict, value = await self.client.execute(*self._admit.command(
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
              keys.backlog_key(partition), keys.partition_stream(partition),
              keys.bell_key(partition, priority), keys.cache_key(partition, digest),
              keys.inflight_key(partition, digest)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
-             admission.partition_limit(partition), admission.partition_rate, admission.fixed_wait_s,
-             admission.timeout_s, keys.BELL_MS, task.task_id, keys.slot_prefix(partition),
+             limits[partition], rate, fixed_wait, timeout, keys.BELL_MS, task.task_id,
+             keys.slot_prefix(partition),
              int(bool(digest) and sharing.lookup), int(bool(digest) and sharing.collapse),
-             sharing.hit_head, self.result_ttl_s, sharing.follower, task.callback_url]))
+             sharing.created, self.result_ttl_s, sharing.follower, task.callback_url,
+             model_json(task.model)]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))
         if verdict == -1:
