@@ -117,13 +117,10 @@ WEBHOOK_GROUP = "ferry-webhooks"
 
 
 def cache_key(partition: int, digest: str) -> str:
-    """A cached answer (``"model_version":...,"output":...`` members), in its digest's slot."""
+    """A digest's key, in its slot: the cached answer (``"model_version":...,"output":...``
+    members), or, while the first such task is being inferred, ``@<its id>`` (identical requests
+    follow it)."""
     return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"
-
-
-def inflight_key(partition: int, digest: str) -> str:
-    """The task whose inference identical requests share (its id), while it is unfinished."""
-    return f"{PREFIX}:{slot_tag(partition)}:inflight:{digest}"
 
 
 def followers_key(partition: int, task_id: str) -> str:

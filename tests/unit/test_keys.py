@@ -107,7 +107,7 @@ def test_identical_requests_share_a_partition_and_its_slot() -> None:
     partition = keys.partition_of_digest(digest, 16)
     task_id = keys.new_task_id(partition, 16)
     names = [keys.task_key(task_id, partition), keys.cache_key(partition, digest),
-             keys.inflight_key(partition, digest), keys.followers_key(partition, task_id)]
+             keys.followers_key(partition, task_id)]
     assert {hash_tag(name) for name in names} == {f"p{partition}"}
 
 

@@ -33,9 +33,10 @@ INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and re
 CANCELLED_ERROR = "cancelled by the client before inference"
 
 # KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key,
-# the digest's cache key and in-flight key. ARGV: pending body, pending TTL, envelope, backlog field
-# prefix ("<model>|"), priority (1, 0, -1), limit (0: none), service rate per partition (tasks/s,
-# 0: unknown), the wait besides the backlog (s), the client's timeout (s, 0: none), doorbell ms.
+# the digest's key (a cached answer, or "@<id>" of the identical task in flight).
+# ARGV: pending body, pending TTL, envelope, backlog field prefix ("<model>|"), priority (1, 0,
+# -1), limit (0: none), service rate per partition (tasks/s, 0: unknown), the wait besides the
+# backlog (s), the client's timeout (s, 0: none), doorbell ms.
 # A task of another priority than normal rings its partition's doorbell (at most once per
 # doorbell period): batchers block on the normal streams only, and read the others while rung.
 # Then: task id, the slot's key prefix ("ferry:{pN}:"), look up the cache ('1'/'0'), collapse
@@ -49,31 +50,35 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
 local slot, callback = ARGV[12], ARGV[18]
-if ARGV[13] == '1' then
-  local hit = redis.pcall('GET', KEYS[6])
-  if type(hit) == 'string' then
-    local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
-                 ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
-                 ',"cache":"hit",' .. hit .. '}'
-    redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
-    redis.call('EXPIRE', KEYS[1], ARGV[16])
-    if callback ~= '' then
-      redis.call('HSET', KEYS[1], 'callback', callback)
-      redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[11],
-                 'url', callback)
-    end
-    return {2, body}
-  end
+local lookup, collapse = ARGV[13] == '1', ARGV[14] == '1'
+local found = false  -- the digest's key: a cached answer, or '@<id>' of the task inferring it
+if lookup or collapse then
+  found = redis.pcall('GET', KEYS[6])
+  if type(found) ~= 'string' then found = false end  -- none, or unreadable: a miss
 end
-if ARGV[14] == '1' then
-  local leader = redis.call('GET', KEYS[7])
-  if leader and redis.call('HGET', slot .. 'task:' .. leader, 'status') == 'PENDING' then
+local marked = found and string.sub(found, 1, 1) == '@'
+if found and not marked and lookup then
+  local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
+               ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
+               ',"cache":"hit",' .. found .. '}'
+  redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
+  redis.call('EXPIRE', KEYS[1], ARGV[16])
+  if callback ~= '' then
+    redis.call('HSET', KEYS[1], 'callback', callback)
+    redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[11],
+               'url', callback)
+  end
+  return {2, body}
+end
+if collapse and marked then
+  local leader = string.sub(found, 2)
+  if redis.call('HGET', slot .. 'task:' .. leader, 'status') == 'PENDING' then
     local followers = slot .. 'followers:' .. leader
     redis.call('RPUSH', followers, ARGV[17])
     redis.call('EXPIRE', followers, ARGV[2])
     redis.call('HSET', slot .. 'task:' .. leader, 'followed', '1')
-    redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader)
-    if callback ~= '' then redis.call('HSET', KEYS[1], 'callback', callback) end
+    redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader,
+               'callback', callback)
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return {3, leader}
   end
@@ -104,8 +109,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
-if ARGV[14] == '1' then
-  redis.call('SET', KEYS[7], ARGV[11], 'EX', ARGV[2])
+if collapse and (not found or marked) then  -- identical requests follow this task from now
+  redis.call('SET', KEYS[6], '@' .. ARGV[11], 'EX', ARGV[2])
 end
 return {1, entry}
 """
@@ -160,10 +165,11 @@ for i = 9, #ARGV, 12 do
       hook(id, ARGV[i + 11])
       local digest = ARGV[i + 8]
       if digest ~= '' then
-        local inflight = slot .. 'inflight:' .. digest
-        if redis.call('GET', inflight) == id then redis.call('DEL', inflight) end
-        if cache_ttl > 0 and ARGV[i + 9] ~= '' then
-          redis.call('SET', slot .. 'cache:' .. digest, ARGV[i + 9], 'EX', cache_ttl)
+        local shared = slot .. 'cache:' .. digest
+        if cache_ttl > 0 and ARGV[i + 9] ~= '' then  -- the answer replaces the in-flight mark
+          redis.call('SET', shared, ARGV[i + 9], 'EX', cache_ttl)
+        elseif redis.call('GET', shared) == '@' .. id then
+          redis.call('DEL', shared)
         end
         local fkey = slot .. 'followers:' .. id
         local followers = followed and redis.call('LRANGE', fkey, 0, -1) or {}
@@ -298,8 +304,7 @@ class RedisTaskStore:
         verdict, value = await self.client.execute(*self._admit.command(
             [keys.task_key(task.task_id, partition), keys.partition_stream(partition, priority),
              keys.backlog_key(partition), keys.partition_stream(partition),
-             keys.bell_key(partition, priority), keys.cache_key(partition, digest),
-             keys.inflight_key(partition, digest)],
+             keys.bell_key(partition, priority), keys.cache_key(partition, digest)],
             [body, self.pending_ttl_s, encode_task(task), f"{task.model}|", int(priority),
              limits[partition], rate, fixed_wait, timeout, keys.BELL_MS, task.task_id,
              keys.slot_prefix(partition),
