@@ -130,30 +130,20 @@ _COMPLETE = """
 local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local inline, now = tonumber(ARGV[5]), ARGV[6]
 local slot, cache_ttl = ARGV[7], tonumber(ARGV[8])
-local written, ids, frames, k = {}, {}, {}, 4
-local function hook(id, url)  -- the task ended: queue its webhook (sent by a batcher)
-  if url and url ~= '' then
-    redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', id, 'url', url)
-  end
-end
-local function announce(id, status, body)
-  if #body <= inline then
-    frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
-  else
-    frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
-  end
-end
+local written, ids, acks, frames, k = {}, {}, {}, {}, 4
 for i = 9, #ARGV, 12 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
-  local fresh = redis.call('XACK', KEYS[1], group, entry)
-  if id ~= '' then
+  local fresh
+  if id == '' then  -- unreadable: only the step that acknowledges it dead-letters it
+    fresh = redis.call('XACK', KEYS[1], group, entry)
+  else
+    acks[#acks + 1] = entry
     fresh = 1
     local key = KEYS[k]
     k = k + 1
     local state = redis.call('HMGET', key, 'status', 'followed')
-    local current, followed = state[1], state[2]
-    if current and current ~= 'PENDING' then
+    if state[1] and state[1] ~= 'PENDING' then
       fresh = 0
     else
       redis.call('HSET', key, 'status', status, 'body', body)
@@ -161,8 +151,15 @@ for i = 9, #ARGV, 12 do
       if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) < 0 then
         redis.call('HSET', KEYS[3], ARGV[i + 7], 0)  -- a lost count: never below none
       end
-      announce(id, status, body)
-      hook(id, ARGV[i + 11])
+      if #body <= inline then
+        frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
+      else
+        frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+      end
+      if ARGV[i + 11] ~= '' then  -- the task ended: queue its webhook (a batcher sends it)
+        redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', id,
+                   'url', ARGV[i + 11])
+      end
       local digest = ARGV[i + 8]
       if digest ~= '' then
         local shared = slot .. 'cache:' .. digest
@@ -171,12 +168,10 @@ for i = 9, #ARGV, 12 do
         elseif redis.call('GET', shared) == '@' .. id then
           redis.call('DEL', shared)
         end
-        local fkey = slot .. 'followers:' .. id
-        local followers = followed and redis.call('LRANGE', fkey, 0, -1) or {}
-        if #followers > 0 then
-          redis.call('DEL', fkey)
+        if state[2] then  -- identical requests follow it: they end as it did
+          local fkey = slot .. 'followers:' .. id
           local tail = string.sub(body, tonumber(ARGV[i + 10]))
-          for _, follower in ipairs(followers) do
+          for _, follower in ipairs(redis.call('LRANGE', fkey, 0, -1)) do
             local fid, created = string.match(follower, '^(%S+) (%S+)$')
             local fkey2 = slot .. 'task:' .. fid
             if fid and redis.call('HGET', fkey2, 'status') == 'PENDING' then
@@ -184,10 +179,19 @@ for i = 9, #ARGV, 12 do
                             ',"collapsed_into":"' .. id .. '"' .. tail
               redis.call('HSET', fkey2, 'status', status, 'body', fbody)
               redis.call('EXPIRE', fkey2, ttl)
-              announce(fid, status, fbody)
-              hook(fid, redis.call('HGET', fkey2, 'callback'))
+              if #fbody <= inline then
+                frames[#frames + 1] = fid .. ' ' .. status .. ' ' .. #fbody .. ' ' .. fbody
+              else
+                frames[#frames + 1] = fid .. ' ' .. status .. ' 0 '
+              end
+              local url = redis.call('HGET', fkey2, 'callback')
+              if url and url ~= '' then
+                redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*',
+                           'task_id', fid, 'url', url)
+              end
             end
           end
+          redis.call('DEL', fkey)
         end
       end
     end
@@ -199,6 +203,9 @@ for i = 9, #ARGV, 12 do
                'deliveries', ARGV[i + 6])
   end
   written[#written + 1] = fresh
+end
+if #acks > 0 then
+  redis.call('XACK', KEYS[1], group, unpack(acks))
 end
 redis.call('XDEL', KEYS[1], unpack(ids))
 if #frames > 0 then
