@@ -1,0 +1,108 @@
+"""Interleaved A/B of two Ferry source trees on this machine: which one costs less per inference.
+
+Both trees run in turn (gateway and batcher processes, ``PYTHONPATH`` set to the tree's
+``services/``) against one tritonserver and one Redis, round after round, so that the machine's
+drift hits both alike; each point reports medians over the rounds of p50, p99 and CPU per
+inference, split by process. The fast sim backend, the one-request flow, loopback only.
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python -m loadtest.bench.ab --a /tmp/before/services --b services \\
+        --rates 400,1200 --rounds 3 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+from ferry.settings import BatcherSettings, GatewaySettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.process import ManagedProcess, env_with
+from ferry.stack.redis_server import start_redis
+from ferry.stack.triton_server import start_triton
+from loadtest.bench.backends import FAST, Scenario, write_repository
+from loadtest.bench.cpu import cpu_seconds, family
+from loadtest.generator import run
+
+Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway, batcher, redis
+
+
+def measure(tree: str, state: Path, *, triton: str, redis_url: str, redis_pid: int, model: str,
+            rates: list[float], seconds: float, seed: int) -> dict[float, Row]:
+    """One round of one tree: start its gateway and batcher, run each rate, stop them."""
+    port = free_port()
+    gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
+                              default_model=model)
+    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0)
+    extra = {"PYTHONPATH": tree}
+    procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],
+                                  env=env_with({**to_env(settings, type(settings)), **extra}),
+                                  log_path=state / f"{name}.log")
+             for name, settings in (("batcher", batcher), ("gateway", gateway))}
+    for proc in procs.values():
+        proc.start()
+    url = f"http://{LOOPBACK}:{port}"
+    rows: dict[float, Row] = {}
+    try:
+        procs["gateway"].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
+        time.sleep(1.0)
+        uvloop.run(run("ferry-1req", url, model, 10, 10))  # warm up
+        groups = {name: family(proc.pid or 0) for name, proc in procs.items()}
+        groups["redis"] = [redis_pid]
+        for rate in rates:
+            before = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
+            count = int(rate * seconds)
+            result = uvloop.run(run("ferry-1req", url, model, rate, count, seed=seed))
+            after = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
+            used = {k: (after[k] - before[k]) * 1e6 / count for k in before}
+            rows[rate] = (result.p50_ms, result.p99_ms, sum(used.values()), used["gateway"],
+                          used["batcher"], used["redis"])
+    finally:
+        for proc in procs.values():
+            proc.stop(grace_s=10)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", required=True, help="the first tree's services/ directory")
+    parser.add_argument("--b", required=True, help="the second tree's services/ directory")
+    parser.add_argument("--rates", default="400,1200")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
+    state = Path(tempfile.mkdtemp(prefix="ferry-ab-"))
+    scenario = Scenario(FAST, 1)
+    repository = write_repository(state / "models", [scenario], 50)
+    triton, ports = start_triton(repository, state / "triton")
+    redis_proc, redis_url = start_redis(state / "redis")
+    results: dict[tuple[str, float], list[Row]] = {}
+    try:
+        for round_ in range(args.rounds):
+            for name, tree in trees.items():
+                rows = measure(tree, state, triton=f"{LOOPBACK}:{ports.grpc}",
+                               redis_url=redis_url, redis_pid=redis_proc.pid or 0,
+                               model=scenario.name, rates=rates, seconds=args.seconds,
+                               seed=11 + round_)
+                for rate, row in rows.items():
+                    results.setdefault((name, rate), []).append(row)
+    finally:
+        redis_proc.stop()
+        triton.stop()
+    for (name, rate), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        med = [statistics.median(r[i] for r in runs) for i in range(6)]
+        print(f"{rate:6.0f}/s {name} ({trees[name]}): p50 {med[0]:6.2f} p99 {med[1]:6.2f} ms  "
+              f"cpu {med[2]:5.0f} us = gateway {med[3]:4.0f} + batcher {med[4]:4.0f} + "
+              f"redis {med[5]:4.0f}")
+
+
+if __name__ == "__main__":
+    main()
