@@ -117,9 +117,9 @@ WEBHOOK_GROUP = "ferry-webhooks"
 
 
 def cache_key(partition: int, digest: str) -> str:
-    """A digest's key, in its slot: the cached answer (``"model_version":...,"output":...``
-    members), or, while the first such task is being inferred, ``@<its id>`` (identical requests
-    follow it)."""
+    """A digest's key, in its slot: ``@<id>`` of the last task admitted for inference with that
+    input. While it is PENDING identical requests follow it; once it has a reusable answer its
+    record is the cached answer, for the cache TTL."""
     return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"
 
 

@@ -46,7 +46,8 @@ class CommonSettings:
     webhook_secret: str = setting("", "key of the webhooks' HMAC-SHA256 signature (required "
                                   "for webhooks)")
     cache_ttl_s: int = setting(300, "seconds a model's answer is cached for identical requests "
-                               "(model, version, input); 0: no result cache")
+                               "(model, version, input), at most while its result is kept; 0: "
+                               "no result cache")
 
     def __post_init__(self) -> None:
         if self.partitions < 1:

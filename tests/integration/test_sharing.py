@@ -55,6 +55,9 @@ async def test_a_repeat_is_answered_from_the_cache_without_the_queue(
         assert hit["output"] == first["output"]
         assert hit["model_version"] == first["model_version"]
         assert hit["task_id"] != first["task_id"]
+        assert hit["finished_at"] == hit["created_at"]  # its own times, not the first task's
+        pairs = json.loads(repeat.content, object_pairs_hook=lambda p: [k for k, _ in p])
+        assert len(pairs) == len(set(pairs))  # no member twice
         assert (await stack.result(hit["task_id"])) == hit
         assert inferred(url, before) == 1  # the repeat cost Triton nothing
         fresh = (await ask(stack.client, "same picture", **{"Cache-Control": "no-cache"})).json()

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from ferry.codec import outputs_to_json
-from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.tasks.record import Status, StoredRecord, TaskRecord, answer_at
 
 TASK_ID = "0123456789abcdef0123456789abcdef"
 
@@ -113,3 +113,14 @@ def test_model_outputs_are_embedded_as_the_model_wrote_them() -> None:
     body = finished_record(output=output).body()
     assert raw in body  # byte for byte: the big integer keeps every digit
     assert orjson.loads(body)["output"]["SCORES"] == {"shape": [2], "data": [0.5, None]}
+
+
+def test_a_reusable_answer_is_the_body_from_the_model_version_on() -> None:
+    record = TaskRecord("t1", Status.SUCCESS, "sim", 1.5, model_version="3", finished_at=2.0,
+                        output={"y": 1}, priority="high")
+    body = record.body()
+    answer = body[answer_at(body) - 1:]
+    assert answer == b',"model_version":"3","output":{"y":1}}'  # no finished_at, no priority
+    unversioned = TaskRecord("t1", Status.SUCCESS, "sim", 1.5, finished_at=2.0, output=[1]).body()
+    assert unversioned[answer_at(unversioned) - 1:] == b',"output":[1]}'
+    assert answer_at(TaskRecord("t1", Status.FAILED, "sim", 1.5, error="no").body()) == 0

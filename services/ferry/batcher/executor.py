@@ -26,7 +26,7 @@ from ferry.batcher.gate import BackendGate
 from ferry.batching import fate
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.fate import Failure, Fate
-from ferry.codec import dumps, outputs_to_json
+from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
     DependencyUnavailableError,
@@ -72,19 +72,18 @@ class Outcome:
 
     def completion(self, finished_at: float) -> Completion:
         """Its record, and a dead letter for a failure (or an entry that could not be read), and
-        the answer to cache when the task's own model and the version it was asked of gave it."""
+        whether its answer may be cached: the task's own model and the version it was asked of
+        gave it."""
         record = self.record(finished_at)
         letter = None
         if record is None or self.status is Status.FAILED:
             letter = self.error or self.delivery.problem or "unreadable task"
-        return Completion(self.delivery, record, letter, self._cached())
+        return Completion(self.delivery, record, letter, self._reusable())
 
-    def _cached(self) -> bytes | None:
+    def _reusable(self) -> bool:
         task = self.delivery.task
-        if (task is None or not task.input_digest or self.status is not Status.SUCCESS
-                or self.answered_by or self.model_version != task.digest_version):
-            return None
-        return dumps({"model_version": self.model_version, "output": self.output})[1:-1]
+        return (task is not None and bool(task.input_digest) and self.status is Status.SUCCESS
+                and not self.answered_by and self.model_version == task.digest_version)
 
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:

@@ -23,7 +23,7 @@ class Completion:
     delivery: Delivery
     record: TaskRecord | None
     dead_letter: str | None = None
-    cached: bytes | None = None  # the answer's JSON members, for the result cache
+    reusable: bool = False  # a success of the model and version its digest names: cacheable
 
 
 RATE_HEADROOM = 0.85  # predictions count on this share of the measured rate

@@ -46,19 +46,20 @@ class TaskRecord:
     def to_json(self) -> dict[str, Any]:
         """The public JSON form: optional fields appear only when set. ``task_id`` and
         ``created_at`` come first: a record shared by collapsed requests is rewritten for each
-        by replacing that head (see ``shared_tail``)."""
+        by replacing that head, and a cached answer is the part from ``model_version`` on (see
+        ``answer_at``)."""
         body: dict[str, Any] = {"task_id": self.task_id, "created_at": self.created_at,
                                 "status": self.status.value, "model": self.model}
         if self.priority != "normal":
             body["priority"] = self.priority
         if self.deadline_at is not None:
             body["deadline_at"] = self.deadline_at
-        if self.model_version:
-            body["model_version"] = self.model_version
         if self.finished_at is not None:
             body["finished_at"] = self.finished_at
         if self.answered_by is not None:
             body["answered_by"] = self.answered_by
+        if self.model_version:
+            body["model_version"] = self.model_version
         if self.output is not None:
             body["output"] = self.output
         if self.error is not None:
@@ -70,10 +71,14 @@ class TaskRecord:
         return dumps(self.to_json())
 
 
-def shared_tail(body: bytes) -> int:
-    """Where, in a record's body, the part that identical requests share begins (1-based, for
-    Lua): the comma before ``"status"``, after the task's own id and creation time."""
-    return body.index(b',"status":') + 1
+def answer_at(body: bytes) -> int:
+    """Where, in a successful record's body, the answer that identical requests may reuse from
+    the cache begins (1-based, for Lua): the comma before ``"model_version"`` (or ``"output"``);
+    0 if it has neither."""
+    at = body.find(b',"model_version":')
+    if at < 0:
+        at = body.find(b',"output":')
+    return at + 1  # 0: none
 
 
 @dataclass(frozen=True)

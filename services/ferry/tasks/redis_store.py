@@ -26,14 +26,14 @@ from ferry.tasks.base import (
     Completion,
     Sharing,
 )
-from ferry.tasks.record import Status, StoredRecord, TaskRecord, shared_tail
+from ferry.tasks.record import Status, StoredRecord, TaskRecord, answer_at
 from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 CANCELLED_ERROR = "cancelled by the client before inference"
 
 # KEYS: task hash, stream, backlog hash, the partition's normal stream, the priority's doorbell key,
-# the digest's key (a cached answer, or "@<id>" of the identical task in flight).
+# the digest's key ("@<id>" of the last task admitted for inference with that input).
 # ARGV: pending body, pending TTL, envelope, backlog field prefix ("<model>|"), priority (1, 0,
 # -1), limit (0: none), service rate per partition (tasks/s, 0: unknown), the wait besides the
 # backlog (s), the client's timeout (s, 0: none), doorbell ms.
@@ -43,40 +43,44 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # ('1'/'0'), its creation time (JSON), result TTL, this task as a follower ("<id> <created_at>"),
 # its callback URL ('' none: kept on the record, so whoever ends the task queues the webhook),
 # the model's name as JSON (for a hit's record).
-# Before any limit: a cached answer makes the task SUCCESS at once ({2, body}); an identical task
-# in flight takes it as a follower, costing no backlog ({3, leader id}).
+# Before any limit, the digest's task decides: if it ended with a reusable answer (its record's
+# 'answer' field: where the answer starts in its body) the task is SUCCESS at once ({2, body});
+# if it is still PENDING the task follows it, costing no backlog ({3, leader id}).
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
 _ADMIT = """
 local slot, callback = ARGV[12], ARGV[18]
 local lookup, collapse = ARGV[13] == '1', ARGV[14] == '1'
-local found = false  -- the digest's key: a cached answer, or '@<id>' of the task inferring it
+local leader = false  -- the digest's last task: its answer, or its inference to follow
 if lookup or collapse then
-  found = redis.pcall('GET', KEYS[6])
-  if type(found) ~= 'string' then found = false end  -- none, or unreadable: a miss
-end
-local marked = found and string.sub(found, 1, 1) == '@'
-if found and not marked and lookup then
-  local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
-               ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
-               ',"cache":"hit",' .. found .. '}'
-  redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
-  redis.call('EXPIRE', KEYS[1], ARGV[16])
-  if callback ~= '' then
-    redis.call('HSET', KEYS[1], 'callback', callback)
-    redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[11],
-               'url', callback)
+  local found = redis.pcall('GET', KEYS[6])
+  if type(found) == 'string' and string.sub(found, 1, 1) == '@' then  -- else unreadable: a miss
+    leader = string.sub(found, 2)
   end
-  return {2, body}
 end
-if collapse and marked then
-  local leader = string.sub(found, 2)
-  if redis.call('HGET', slot .. 'task:' .. leader, 'status') == 'PENDING' then
+if leader then
+  local lkey = slot .. 'task:' .. leader
+  local state = redis.pcall('HMGET', lkey, 'status', 'body', 'answer')
+  if type(state) ~= 'table' then state = {} end
+  if lookup and state[1] == 'SUCCESS' and state[3] then
+    local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
+                 ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
+                 ',"cache":"hit"' .. string.sub(state[2], tonumber(state[3]))
+    redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
+    redis.call('EXPIRE', KEYS[1], ARGV[16])
+    if callback ~= '' then
+      redis.call('HSET', KEYS[1], 'callback', callback)
+      redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', ARGV[11],
+                 'url', callback)
+    end
+    return {2, body}
+  end
+  if collapse and state[1] == 'PENDING' then
     local followers = slot .. 'followers:' .. leader
     redis.call('RPUSH', followers, ARGV[17])
     redis.call('EXPIRE', followers, ARGV[2])
-    redis.call('HSET', slot .. 'task:' .. leader, 'followed', '1')
+    redis.call('HSET', lkey, 'followed', '1')
     redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader,
                'callback', callback)
     redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -109,7 +113,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
-if collapse and (not found or marked) then  -- identical requests follow this task from now
+if lookup or collapse then  -- identical requests find this task from now
   redis.call('SET', KEYS[6], '@' .. ARGV[11], 'EX', ARGV[2])
 end
 return {1, entry}
@@ -117,12 +121,15 @@ return {1, entry}
 
 # KEYS: stream, dead-letter stream, backlog hash, then the hash of each item that has a task id.
 # ARGV: group, result TTL, channel, dead-letter maxlen, inline limit, failed-at, the slot's key
-# prefix, cache TTL (0: off), then 12 per item: entry id, task id ('' for an unreadable entry),
+# prefix, cache TTL (0: off), then 11 per item: entry id, task id ('' for an unreadable entry),
 # status, body, dead-letter reason ('' if none), envelope (only for a dead letter), deliveries,
-# backlog field ("<model>|<priority>"), digest ('' none), members to cache ('' none), where the
-# shared tail of the body starts (its followers' records are their own head and that tail), the
-# callback URL ('' none). A task that ends with a callback queues its webhook here.
+# backlog field ("<model>|<priority>"), digest ('' none), where a reusable answer starts in the
+# body (0: not reusable), the callback URL ('' none). A task that ends with a callback queues its
+# webhook here.
 # A task that gets its final record leaves its model's backlog.
+# A reusable answer is the cache: its record keeps where the answer starts ('answer'), and the
+# digest's key, which names the task, lives for the cache TTL from now. The key of a task whose
+# answer is not reusable is deleted, unless it names another task by now.
 # The first final answer stands: an item whose record is already final writes nothing; an
 # unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
 # Announcement frames: "<task id> <status> <n> <body of n bytes>", n = 0: body not inlined.
@@ -131,7 +138,7 @@ local group, ttl, channel, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local inline, now = tonumber(ARGV[5]), ARGV[6]
 local slot, cache_ttl = ARGV[7], tonumber(ARGV[8])
 local written, ids, acks, frames, k = {}, {}, {}, {}, 4
-for i = 9, #ARGV, 12 do
+for i = 9, #ARGV, 11 do
   local entry, id, status, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   ids[#ids + 1] = entry
   local fresh
@@ -146,7 +153,13 @@ for i = 9, #ARGV, 12 do
     if state[1] and state[1] ~= 'PENDING' then
       fresh = 0
     else
-      redis.call('HSET', key, 'status', status, 'body', body)
+      local digest, answer = ARGV[i + 8], ARGV[i + 9]
+      local reused = digest ~= '' and answer ~= '0' and cache_ttl > 0
+      if reused then
+        redis.call('HSET', key, 'status', status, 'body', body, 'answer', answer)
+      else
+        redis.call('HSET', key, 'status', status, 'body', body)
+      end
       redis.call('EXPIRE', key, ttl)
       if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) < 0 then
         redis.call('HSET', KEYS[3], ARGV[i + 7], 0)  -- a lost count: never below none
@@ -156,43 +169,42 @@ for i = 9, #ARGV, 12 do
       else
         frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
       end
-      if ARGV[i + 11] ~= '' then  -- the task ended: queue its webhook (a batcher sends it)
+      if ARGV[i + 10] ~= '' then  -- the task ended: queue its webhook (a batcher sends it)
         redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*', 'task_id', id,
-                   'url', ARGV[i + 11])
+                   'url', ARGV[i + 10])
       end
-      local digest = ARGV[i + 8]
       if digest ~= '' then
         local shared = slot .. 'cache:' .. digest
-        if cache_ttl > 0 and ARGV[i + 9] ~= '' then  -- the answer replaces the in-flight mark
-          redis.call('SET', shared, ARGV[i + 9], 'EX', cache_ttl)
-        elseif redis.call('GET', shared) == '@' .. id then
+        if reused then
+          redis.call('EXPIRE', shared, cache_ttl)
+        elseif redis.pcall('GET', shared) == '@' .. id then
           redis.call('DEL', shared)
         end
-        if state[2] then  -- identical requests follow it: they end as it did
-          local fkey = slot .. 'followers:' .. id
-          local tail = string.sub(body, tonumber(ARGV[i + 10]))
-          for _, follower in ipairs(redis.call('LRANGE', fkey, 0, -1)) do
-            local fid, created = string.match(follower, '^(%S+) (%S+)$')
-            local fkey2 = slot .. 'task:' .. fid
-            if fid and redis.call('HGET', fkey2, 'status') == 'PENDING' then
-              local fbody = '{"task_id":"' .. fid .. '","created_at":' .. created ..
-                            ',"collapsed_into":"' .. id .. '"' .. tail
-              redis.call('HSET', fkey2, 'status', status, 'body', fbody)
-              redis.call('EXPIRE', fkey2, ttl)
-              if #fbody <= inline then
-                frames[#frames + 1] = fid .. ' ' .. status .. ' ' .. #fbody .. ' ' .. fbody
-              else
-                frames[#frames + 1] = fid .. ' ' .. status .. ' 0 '
-              end
-              local url = redis.call('HGET', fkey2, 'callback')
-              if url and url ~= '' then
-                redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*',
-                           'task_id', fid, 'url', url)
-              end
+      end
+      if state[2] then  -- identical requests follow it: they end as it did
+        local fkey = slot .. 'followers:' .. id
+        local tail = string.sub(body, (string.find(body, ',"status":', 1, true)))
+        for _, follower in ipairs(redis.call('LRANGE', fkey, 0, -1)) do
+          local fid, created = string.match(follower, '^(%S+) (%S+)$')
+          local fkey2 = slot .. 'task:' .. fid
+          if fid and redis.call('HGET', fkey2, 'status') == 'PENDING' then
+            local fbody = '{"task_id":"' .. fid .. '","created_at":' .. created ..
+                          ',"collapsed_into":"' .. id .. '"' .. tail
+            redis.call('HSET', fkey2, 'status', status, 'body', fbody)
+            redis.call('EXPIRE', fkey2, ttl)
+            if #fbody <= inline then
+              frames[#frames + 1] = fid .. ' ' .. status .. ' ' .. #fbody .. ' ' .. fbody
+            else
+              frames[#frames + 1] = fid .. ' ' .. status .. ' 0 '
+            end
+            local url = redis.call('HGET', fkey2, 'callback')
+            if url and url ~= '' then
+              redis.call('XADD', slot .. 'webhooks', 'MAXLEN', '~', 100000, '*',
+                         'task_id', fid, 'url', url)
             end
           end
-          redis.call('DEL', fkey)
         end
+        redis.call('DEL', fkey)
       end
     end
   end
@@ -365,12 +377,11 @@ class RedisTaskStore:
             task = delivery.task
             field = keys.backlog_field(task.model, Priority.of(task.priority)) if task else ""
             body = record.body() if record else b""
-            digest = task.input_digest if task else ""
             args += [delivery.entry_id, record.task_id if record else "",
                      record.status.value if record else "", body,
                      item.dead_letter or "", delivery.raw if item.dead_letter else b"",
-                     delivery.deliveries, field, digest, item.cached or b"",
-                     shared_tail(body) if digest and body else 0,
+                     delivery.deliveries, field, task.input_digest if task else "",
+                     answer_at(body) if item.reusable else 0,
                      task.callback_url if task else ""]
         return self._complete.command(script_keys, args)
 
