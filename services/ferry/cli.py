@@ -1,4 +1,5 @@
-"""The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``."""
+"""The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
+``ferry keys new``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Sequence
 import uvloop
 
 from ferry import __version__
+from ferry.auth import api_keys
+from ferry.auth.base import CLIENT_ID
 from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
 from ferry.gateway.serve import serve
@@ -39,7 +42,23 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (cls, help_text) in COMMANDS.items():
         add_arguments(commands.add_parser(name, help=help_text, description=help_text), cls)
     commands.add_parser("settings", help="print every setting as a Markdown table")
+    keys = commands.add_parser("keys", help="API keys for FERRY_AUTH=api_key")
+    actions = keys.add_subparsers(dest="action", required=True)
+    new = actions.add_parser("new", help="make a key for a client: prints the key once, and "
+                             "the FERRY_API_KEYS entry that holds only its hash")
+    new.add_argument("--client", required=True, help="the client id the key proves")
     return parser
+
+
+def new_api_key(client: str) -> int:
+    if not CLIENT_ID.fullmatch(client):
+        print("ferry keys new: --client must be 1-128 letters, digits or ._:@/+=-")
+        return 2
+    key = api_keys.new_key()
+    print(f"API key for {client} (shown once; Ferry keeps only its hash):\n  {key}\n"
+          "Add this entry to FERRY_API_KEYS (comma-separated) or a line of "
+          f"FERRY_API_KEYS_FILE:\n  {api_keys.config_line(client, key)}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "settings":
         print(reference_table())
         return 0
+    if args.command == "keys":
+        return new_api_key(args.client)
     cls, _ = COMMANDS[args.command]
     try:
         settings = load(cls, args)

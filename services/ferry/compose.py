@@ -14,17 +14,18 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from ferry import keys
+from ferry.gateway.access import Access
 from ferry.queue.redis_streams import RedisStreamQueue
 from ferry.redis_conn import address, connect, lean
 from ferry.resp.client import RespClient
 from ferry.resp.subscriber import Subscriber
-from ferry.settings import BatcherSettings, GatewaySettings, parse_partitions
+from ferry.settings import BatcherSettings, CommonSettings, GatewaySettings, parse_partitions
 from ferry.tasks.capacity import CapacityBoard
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
 from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics
 from ferry.triton.base import InferenceBackend
-from ferry.triton.grpc_backend import TritonGrpcBackend
+from ferry.triton.grpc_backend import TlsFiles, TritonGrpcBackend
 
 
 @dataclass
@@ -38,6 +39,7 @@ class GatewayParts:
     subscriber: Subscriber  # completion announcements, which wake the waiters
     capacity: CapacityBoard  # the models' measured service rates, for admission
     metrics: GatewayMetrics
+    access: Access  # authentication, rate limits, per-client bounds
 
 
 def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
@@ -51,9 +53,10 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
                             waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
     return GatewayParts(
         settings=settings,
-        backend=backend or TritonGrpcBackend(settings.triton_grpc_target),
+        backend=backend or triton_backend(settings),
         hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
-        capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics())
+        capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics(),
+        access=Access(settings, hot))
 
 
 @dataclass
@@ -67,6 +70,14 @@ class BatcherParts:
     store: RedisTaskStore
     metrics: BatcherMetrics
     cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
+
+
+def triton_backend(settings: CommonSettings, infer_timeout_s: float = 30.0) -> TritonGrpcBackend:
+    """The Triton client of the settings: plain gRPC, or TLS with their CA and client files."""
+    tls = TlsFiles(settings.triton_ca_file, settings.triton_cert_file,
+                   settings.triton_key_file) if settings.triton_ssl else None
+    return TritonGrpcBackend(settings.triton_grpc_target, tls=tls,
+                             infer_timeout_s=infer_timeout_s)
 
 
 def consumer_name() -> str:
@@ -92,6 +103,5 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                          lambda: None, timeout_s=settings.redis_socket_timeout_s)
     return BatcherParts(
         settings=settings, consumer=consumer, cancels=cancels,
-        backend=backend or TritonGrpcBackend(settings.triton_grpc_target,
-                                             infer_timeout_s=settings.infer_timeout_s),
+        backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s),
         hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics())

@@ -39,6 +39,29 @@ class BadRequestError(ClientError):
     """400: the request is malformed or names something invalid."""
 
 
+class UnauthorizedError(ClientError):
+    """401: no credential, or one Ferry does not accept; ``WWW-Authenticate`` says which kind it
+    takes (RFC 6750: ``error="invalid_token"`` when one was presented)."""
+
+    status = 401
+
+    def __init__(self, code: str, message: str, presented: bool = False) -> None:
+        super().__init__(code, message)
+        self.presented = presented
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        challenge = b'Bearer realm="ferry"'
+        if self.presented:
+            challenge += b', error="invalid_token"'
+        return [(b"www-authenticate", challenge)]
+
+
+class ForbiddenError(ClientError):
+    """403: authenticated, but the request asks for something the client may not do."""
+
+    status = 403
+
+
 class NotFoundError(ClientError):
     """404: no such task or model."""
 
@@ -81,6 +104,20 @@ class TooManyRequestsError(ClientError):
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         return [(b"retry-after", b"%d" % max(1, math.ceil(self.retry_after_s)))]
+
+
+class RateLimitedError(TooManyRequestsError):
+    """429 from a client's request rate limit, with the ``RateLimit-*`` headers of the IETF
+    draft (draft-ietf-httpapi-ratelimit-headers): the limit, what is left now, and seconds until
+    the full allowance is back."""
+
+    def __init__(self, message: str, retry_after_s: float, headers: list[tuple[bytes, bytes]]
+                 ) -> None:
+        super().__init__("rate_limited", message, retry_after_s)
+        self.limit_headers = headers
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return super().headers() + self.limit_headers
 
 
 class ServiceUnavailableError(ClientError):

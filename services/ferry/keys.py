@@ -49,6 +49,17 @@ def backlog_field(model: str, priority: Priority) -> str:
     return f"{model}|{int(priority)}"
 
 
+def client_backlog_field(client_id: str) -> str:
+    """A client's unfinished tasks in a partition's backlog hash: ``@<client id>`` (client ids
+    have no '|', so this never names a model's field)."""
+    return f"@{client_id}"
+
+
+def rate_key(client_id: str) -> str:
+    """A client's request rate state (GCRA's theoretical arrival time), in a slot of its own."""
+    return f"{PREFIX}:rate:{{{client_id}}}"
+
+
 def bell_key(partition: int, priority: Priority) -> str:
     """Set (for ``BELL_MS``) when a task of a priority other than normal rang its partition's
     doorbell: an entry in the normal stream that tells batchers to read that priority's streams."""

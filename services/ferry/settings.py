@@ -1,8 +1,9 @@
 """Typed settings, one object per service, read once at the entry point.
 
 Every field is a command-line flag (``--max-batch``) and an environment variable with the one
-prefix ``FERRY_`` (``FERRY_MAX_BATCH``); the flag wins, then the variable, then the default written
-here. ``ferry <command> --help`` prints them all with their defaults.
+prefix ``FERRY_`` (``FERRY_MAX_BATCH``); the flag wins, then the variable, then a file named by
+``FERRY_<NAME>_FILE`` (secrets mounted from Kubernetes Secrets), then the default written here.
+``ferry <command> --help`` prints them all with their defaults.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ferry.auth.api_keys import parse_keys
+from ferry.auth.base import check_key_source, parse_algorithms
 from ferry.errors import ConfigError
 
 ENV_PREFIX = "FERRY_"
+FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
+AUTH_MODES = ("none", "api_key", "jwt")
 S = TypeVar("S", bound="CommonSettings")
 
 
@@ -45,6 +50,17 @@ class CommonSettings:
                                          "or 'host:port', comma-separated; empty: webhooks off")
     webhook_secret: str = setting("", "key of the webhooks' HMAC-SHA256 signature (required "
                                   "for webhooks)")
+    redis_username: str = setting("", "Redis ACL user (overrides the URL's)")
+    redis_password: str = setting("", "Redis password (overrides the URL's; or "
+                                  "FERRY_REDIS_PASSWORD_FILE)")
+    redis_ca_file: str = setting("", "CA bundle that verifies a rediss:// server (default: the "
+                                 "system's)")
+    redis_cert_file: str = setting("", "client certificate for rediss:// (mutual TLS)")
+    redis_key_file: str = setting("", "its private key")
+    triton_ssl: bool = setting(False, "gRPC over TLS to Triton")
+    triton_ca_file: str = setting("", "CA bundle that verifies Triton (default: the system's)")
+    triton_cert_file: str = setting("", "client certificate for Triton (mutual TLS)")
+    triton_key_file: str = setting("", "its private key")
     cache_ttl_s: int = setting(300, "seconds a model's answer is cached for identical requests "
                                "(model, version, input), at most while its result is kept; 0: "
                                "no result cache")
@@ -58,6 +74,12 @@ class CommonSettings:
             raise ConfigError("cache_ttl_s must be 0 (off) or more")
         if self.webhook_allowed_hosts.strip() and not self.webhook_secret:
             raise ConfigError("webhook_allowed_hosts needs webhook_secret: webhooks are signed")
+        if bool(self.redis_cert_file) != bool(self.redis_key_file) or bool(
+                self.triton_cert_file) != bool(self.triton_key_file):
+            raise ConfigError("a client certificate and its key go together (redis_cert_file "
+                              "and redis_key_file, triton_cert_file and triton_key_file)")
+        if (self.triton_ca_file or self.triton_cert_file) and not self.triton_ssl:
+            raise ConfigError("triton_ca_file and triton_cert_file need triton_ssl=true")
 
     @property
     def webhook_hosts(self) -> frozenset[str]:
@@ -90,6 +112,29 @@ class GatewaySettings(CommonSettings):
                                        "(X-Request-Timeout or timeout_s); 0: none")
     collapse_requests: bool = setting(True, "identical requests in flight at once share one "
                                       "inference")
+    auth: str = setting("none", "who may use the API: 'none', 'api_key' or 'jwt'")
+    api_keys: str = setting("", "API keys as '<client id>:<sha256 of the key>', comma- or "
+                            "line-separated (see 'ferry keys new'; or FERRY_API_KEYS_FILE)")
+    jwt_algorithms: str = setting("RS256", "JWT algorithms accepted, comma-separated (HMAC and "
+                                  "public-key ones cannot be mixed)")
+    jwt_public_key: str = setting("", "PEM public key verifying JWTs (or FERRY_JWT_PUBLIC_KEY_"
+                                  "FILE)")
+    jwt_jwks_url: str = setting("", "JWKS URL of the keys verifying JWTs, fetched and cached")
+    jwt_jwks_refresh_s: float = setting(300.0, "seconds the fetched JWKS is trusted")
+    jwt_secret: str = setting("", "HMAC secret of HS256 JWTs, 32+ characters (or "
+                              "FERRY_JWT_SECRET_FILE)")
+    jwt_issuer: str = setting("", "required 'iss' of JWTs (empty: not checked)")
+    jwt_audience: str = setting("", "required 'aud' of JWTs (empty: not checked)")
+    jwt_client_claim: str = setting("sub", "JWT claim that names the client")
+    jwt_leeway_s: float = setting(30.0, "clock skew allowed on 'exp' and 'nbf'")
+    rate_limit_per_min: int = setting(1000, "requests a minute per authenticated client, "
+                                      "shared by every gateway (0: no limit)")
+    rate_limit_burst: int = setting(100, "requests a client may send at once")
+    rate_limits: str = setting("", "per-client rates: 'client=per_min[/burst],...'")
+    max_pending_per_client: int = setting(10000, "unfinished tasks one authenticated client "
+                                          "may hold (0: no limit)")
+    max_waits_per_client: int = setting(100, "open long-polls one authenticated client may "
+                                        "hold in one gateway process (0: no limit)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,6 +145,17 @@ class GatewaySettings(CommonSettings):
         if self.max_backlog < 0 or self.max_queue_wait_s <= 0 or self.default_timeout_s < 0:
             raise ConfigError("max_backlog and default_timeout_s must be >= 0, max_queue_wait_s "
                               "> 0")
+        if self.auth not in AUTH_MODES:
+            raise ConfigError(f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
+        if self.auth == "api_key":
+            parse_keys(self.api_keys)
+        if self.auth == "jwt":
+            check_key_source(parse_algorithms(self.jwt_algorithms), self.jwt_secret,
+                             self.jwt_public_key, self.jwt_jwks_url)
+        if self.rate_limit_per_min < 0 or self.rate_limit_burst < 1:
+            raise ConfigError("rate_limit_per_min must be >= 0 and rate_limit_burst >= 1")
+        if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
+            raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -267,9 +323,22 @@ def load(cls: type[S], args: argparse.Namespace | None = None,
         raw = getattr(args, f.name, None) if args is not None else None
         if raw is None:
             raw = environ.get(ENV_PREFIX + f.name.upper())
+        if raw is None and environ.get(ENV_PREFIX + f.name.upper() + FILE_SUFFIX):
+            raw = _read_secret(environ[ENV_PREFIX + f.name.upper() + FILE_SUFFIX], f.name)
         if raw is not None:
             values[f.name] = _convert(_base_type(hints[f.name]), str(raw), f.name)
     return cls(**values)
+
+
+def _read_secret(path: str, name: str) -> str:
+    """A setting's value from a file (a mounted Kubernetes Secret): its content, without the
+    final line break."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().removesuffix("\n").removesuffix("\r")
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {ENV_PREFIX}{name.upper()}{FILE_SUFFIX} "
+                          f"({path}): {exc.strerror}") from None
 
 
 def to_env(settings: CommonSettings, cls: type[CommonSettings]) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -307,3 +308,42 @@ def test_bad_fallback_lists_are_refused(spec: str) -> None:
 def test_bad_traffic_limits_are_refused(overrides: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         GatewaySettings(**overrides)  # type: ignore[arg-type]
+
+
+# --- secrets from files, and the security settings ----------------------------------------------
+
+
+def test_a_setting_can_come_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef-hs256\n")
+    keys = tmp_path / "keys"
+    keys.write_text(f"alice:{'a' * 64}\nbob:{'b' * 64}\n")
+    settings = load(GatewaySettings, None, environ={
+        "FERRY_AUTH": "jwt", "FERRY_JWT_ALGORITHMS": "HS256",
+        "FERRY_JWT_SECRET_FILE": str(secret), "FERRY_API_KEYS_FILE": str(keys)})
+    assert settings.jwt_secret == "0123456789abcdef0123456789abcdef-hs256"  # no line break
+    assert settings.api_keys.splitlines() == [f"alice:{'a' * 64}", f"bob:{'b' * 64}"]
+    direct = load(GatewaySettings, None, environ={"FERRY_JWT_SECRET": "given",
+                                                  "FERRY_JWT_SECRET_FILE": str(secret)})
+    assert direct.jwt_secret == "given"  # the variable itself wins over its file
+
+
+def test_an_unreadable_secret_file_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="FERRY_REDIS_PASSWORD_FILE"):
+        load(GatewaySettings, None, environ={"FERRY_REDIS_PASSWORD_FILE": "/nonexistent/pw"})
+
+
+@pytest.mark.parametrize("env", [
+    {"FERRY_AUTH": "basic"},
+    {"FERRY_AUTH": "api_key"},  # and no keys
+    {"FERRY_AUTH": "jwt"},  # RS256 and no public key or JWKS URL
+    {"FERRY_AUTH": "jwt", "FERRY_JWT_ALGORITHMS": "HS256", "FERRY_JWT_SECRET": "short"},
+    {"FERRY_AUTH": "jwt", "FERRY_JWT_ALGORITHMS": "none", "FERRY_JWT_SECRET": "x" * 40},
+    {"FERRY_RATE_LIMIT_BURST": "0"},
+    {"FERRY_MAX_PENDING_PER_CLIENT": "-1"},
+    {"FERRY_REDIS_CERT_FILE": "/c.pem"},  # and no key
+    {"FERRY_TRITON_CA_FILE": "/ca.pem"},  # without triton_ssl
+])
+def test_unusable_security_settings_are_refused(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        load(GatewaySettings, None, environ=env)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ DESCRIPTION = "Batches inference requests that arrive one at a time for Triton."
 
 
 def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
@@ -95,7 +95,7 @@ def _install_error_handlers(api: FastAPI) -> None:
     @api.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
         return error_response(503, "unavailable", f"a dependency is unavailable: {exc}",

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from starlette.types import Receive, Scope, Send
 
 from ferry.errors import BadRequestError, ClientError, DependencyUnavailableError
+from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
@@ -35,7 +36,8 @@ RESULT_ROUTE = "/v1/result/{task_id}"
 
 Headers = list[tuple[bytes, bytes]]
 Answer = tuple[int, bytes, Headers]
-Handler = Callable[[Scope, Receive], Awaitable[Answer]]
+HeaderValues = dict[bytes, list[bytes]]
+Handler = Callable[[Scope, Receive, HeaderValues, Caller], Awaitable[Answer]]
 JSON_TYPE = (b"content-type", b"application/json")
 
 
@@ -118,6 +120,7 @@ class HotLane:
         self.fallback = fallback
         self.settings = gateway.settings
         self.metrics: GatewayMetrics = gateway.metrics
+        self.access = gateway.access
         self.submit = Route(SUBMIT_PATH, {"POST": self._submit})
         self.result = Route(RESULT_ROUTE, {"GET": self._result, "DELETE": self._cancel})
 
@@ -155,22 +158,33 @@ class HotLane:
                                      time.perf_counter() - started)
 
     async def _answer(self, handler: Handler, scope: Scope, receive: Receive) -> Answer:
+        """The handler's answer for an authenticated caller (with its ``RateLimit-*``
+        headers), or the error's."""
+        caller = ANONYMOUS
         try:
-            return await handler(scope, receive)
+            headers = _header_values(scope)
+            caller = await self.access.check(_last(headers, b"authorization"),
+                                             _last(headers, b"x-api-key"))
+            status, body, answer_headers = await handler(scope, receive, headers, caller)
         except ClientError as exc:
             self.metrics.rejected.labels(str(exc.status), exc.code).inc()
-            return exc.status, error_body(exc.code, exc.message), exc.headers()
+            status, body, answer_headers = (exc.status, error_body(exc.code, exc.message),
+                                            exc.headers())
         except (DependencyUnavailableError, RedisError, ConnectionError) as exc:
-            return 503, error_body("unavailable", f"a dependency is unavailable: {exc}"), [
-                (b"retry-after", b"1")]
+            status, body, answer_headers = 503, error_body(
+                "unavailable", f"a dependency is unavailable: {exc}"), [(b"retry-after", b"1")]
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            return 500, error_body("internal_error", "the gateway failed to serve this request; "
-                                   "the error is logged"), []
+            status, body, answer_headers = 500, error_body(
+                "internal_error", "the gateway failed to serve this request; the error is "
+                "logged"), []
+        if caller.headers and status != 429:
+            answer_headers += caller.headers
+        return status, body, answer_headers
 
-    async def _submit(self, scope: Scope, receive: Receive) -> Answer:
-        headers = _header_values(scope)
-        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
+    async def _submit(self, scope: Scope, receive: Receive, headers: HeaderValues,
+                      caller: Caller) -> Answer:
+        query = _query(scope)
         body = await read_body(_chunks(receive), _last(headers, b"content-length"),
                                self.settings.max_body_bytes)
         submission = parse_submission(body, media_type(_last(headers, b"content-type")),
@@ -184,7 +198,7 @@ class HotLane:
                 callback, self.settings.webhook_hosts))
         wait = prefer_wait(headers.get(b"prefer", []), self.settings.max_poll_s)
         key = parse_idempotency_key(_last(headers, b"idempotency-key"))
-        submitted = await self.gateway.submit(submission, wait, key)
+        submitted = await self.gateway.submit(submission, wait, key, caller)
         task_id, record = submitted.task_id, submitted.record
         status_url = f"{RESULT_PREFIX}{task_id}"
         answer_headers: Headers = [(b"location", status_url.encode())]
@@ -196,15 +210,17 @@ class HotLane:
             return 200, record.body, answer_headers
         return 202, orjson.dumps({"task_id": task_id, "status_url": status_url}), answer_headers
 
-    async def _result(self, scope: Scope, receive: Receive) -> Answer:
+    async def _result(self, scope: Scope, receive: Receive, headers: HeaderValues,
+                      caller: Caller) -> Answer:
         task_id = scope["path"][len(RESULT_PREFIX):]
-        query = dict(parse_qsl(scope["query_string"].decode("latin-1")))
-        record = await self.gateway.result(task_id, parse_wait(query.get("wait")))
+        query = _query(scope)
+        record = await self.gateway.result(task_id, parse_wait(query.get("wait")), caller)
         return 200, record.body, []
 
-    async def _cancel(self, scope: Scope, receive: Receive) -> Answer:
+    async def _cancel(self, scope: Scope, receive: Receive, headers: HeaderValues,
+                      caller: Caller) -> Answer:
         await _no_body(receive)
-        record = await self.gateway.cancel(scope["path"][len(RESULT_PREFIX):])
+        record = await self.gateway.cancel(scope["path"][len(RESULT_PREFIX):], caller)
         return 200, record.body, []
 
 
@@ -214,13 +230,19 @@ async def _no_body(receive: Receive) -> None:
         pass
 
 
-def _header_values(scope: Scope) -> dict[bytes, list[bytes]]:
+def _query(scope: Scope) -> dict[str, str]:
+    """The query parameters, the last of each name winning; an empty value is a value
+    (``?wait=`` is refused as not a number, not read as no wait)."""
+    return dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+
+
+def _header_values(scope: Scope) -> HeaderValues:
     values: dict[bytes, list[bytes]] = {}
     for name, value in scope["headers"]:
         values.setdefault(name.lower(), []).append(value)
     return values
 
 
-def _last(headers: dict[bytes, list[bytes]], name: bytes) -> str | None:
+def _last(headers: HeaderValues, name: bytes) -> str | None:
     values = headers.get(name)
     return values[-1].decode("latin-1") if values else None

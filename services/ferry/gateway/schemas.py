@@ -85,6 +85,28 @@ def _header(description: str) -> dict[str, Any]:
     return {"description": description, "schema": {"type": "string"}}
 
 
+UNAUTHORIZED = {"description": "FERRY_AUTH is on and the credential is missing or not "
+                "accepted", "content": _json("ErrorBody"),
+                "headers": {"WWW-Authenticate": _header('Bearer realm="ferry"')}}
+RATE_LIMIT_HEADERS = {name: _header(text) for name, text in (
+    ("RateLimit-Limit", "the client's requests per minute (FERRY_AUTH on)"),
+    ("RateLimit-Remaining", "requests the client may still send at once"),
+    ("RateLimit-Reset", "seconds until the client's whole allowance is back"),
+    ("RateLimit-Policy", "'<per minute>;w=60;burst=<burst>'"))}
+LIMITED = {"description": "over the client's rate limit (rate_limited) or another limit (see "
+           "the code); Retry-After says when to try again", "content": _json("ErrorBody"),
+           "headers": {"Retry-After": _header("seconds"), **RATE_LIMIT_HEADERS}}
+# Either credential, or none when FERRY_AUTH=none (the default of `make up`).
+SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"apiKey": []}, {}]
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "an API key (FERRY_AUTH="
+               "api_key) or a JWT (FERRY_AUTH=jwt)"},
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+}
+
+TASK_ID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{32}$",
+                  "description": "32 hex digits, as POST returned it"}
+
 SUBMIT_DOC: dict[str, Any] = {
     "summary": "Submit one request; returns a task id at once (or the result, with Prefer: wait)",
     "operationId": "submit_v1_inference_post",
@@ -110,53 +132,65 @@ SUBMIT_DOC: dict[str, Any] = {
     }},
     "responses": {
         "202": {"description": "accepted; poll status_url", "content": _json("Accepted"),
-                "headers": {"Location": _header("the task's status_url")}},
+                "headers": {"Location": _header("the task's status_url"),
+                            **RATE_LIMIT_HEADERS}},
         "200": {"description": "finished within the time asked for with Prefer: wait",
                 "content": _json("TaskResult"),
                 "headers": {"Location": _header("the task's status_url"),
                             "Preference-Applied": _header("wait=N")}},
-        **_errors({400: "bad input", 404: "unknown model", 405: "method not allowed",
+        **_errors({400: "bad input", 403: "client_id in the body names another client than "
+                   "the credential", 404: "unknown model", 405: "method not allowed",
                    413: "body or image too large", 415: "unsupported Content-Type",
                    422: "model does not follow Ferry's contract, or an Idempotency-Key reused "
                         "with another request",
-                   429: "the model's backlog is full, or the predicted wait exceeds the "
-                        "deadline (Retry-After)",
                    500: "a bug in the gateway (logged)",
                    503: "Redis or Triton unavailable, or the model's circuit breaker is open; "
                         "retry later (Retry-After)"}),
+        "401": UNAUTHORIZED,
+        "429": {**LIMITED, "description": "the client's rate limit, its unfinished tasks or "
+                "open long-polls, the model's backlog, or a predicted wait past the deadline "
+                "(the code says which); Retry-After says when to try again"},
     },
+    "security": SECURITY,
 }
 
 CANCEL_DOC: dict[str, Any] = {
     "summary": "Cancel a task that has not reached Triton",
     "operationId": "cancel_v1_result__task_id__delete",
     "parameters": [
-        {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID_SCHEMA},
     ],
     "responses": {
         "200": {"description": "the record, CANCELLED", "content": _json("TaskResult")},
-        **_errors({404: "unknown or expired task", 405: "method not allowed",
-                   409: "already finished, or being inferred",
+        **_errors({404: "unknown or expired task (or another client's)",
+                   405: "method not allowed", 409: "already finished, or being inferred",
                    500: "a bug in the gateway (logged)",
                    503: "Redis unavailable; retry later"}),
+        "401": UNAUTHORIZED,
+        "429": LIMITED,
     },
+    "security": SECURITY,
 }
 
 RESULT_DOC: dict[str, Any] = {
     "summary": "A task's status and result; ?wait= long-polls",
     "operationId": "result_v1_result__task_id__get",
     "parameters": [
-        {"name": "task_id", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID_SCHEMA},
         {"name": "wait", "in": "query", "required": False,
          "schema": {"type": "number", "minimum": 0, "maximum": 30, "default": 0},
          "description": "seconds to wait for a final status"},
     ],
     "responses": {
         "200": {"description": "the task's record", "content": _json("TaskResult")},
-        **_errors({400: "'wait' out of range or not a number", 404: "unknown or expired task",
+        **_errors({400: "'wait' out of range or not a number",
+                   404: "unknown or expired task (or another client's)",
                    405: "method not allowed", 500: "a bug in the gateway (logged)",
                    503: "Redis unavailable; retry later"}),
+        "401": UNAUTHORIZED,
+        "429": LIMITED,
     },
+    "security": SECURITY,
 }
 
 
@@ -164,7 +198,8 @@ def add_hot_route_docs(openapi: dict[str, Any]) -> dict[str, Any]:
     """Add the hot routes and the models they use to FastAPI's OpenAPI document."""
     openapi.setdefault("paths", {})["/v1/inference"] = {"post": SUBMIT_DOC}
     openapi["paths"]["/v1/result/{task_id}"] = {"get": RESULT_DOC, "delete": CANCEL_DOC}
-    schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
+    openapi.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+    schemas = openapi["components"].setdefault("schemas", {})
     for model in MODELS:
         schema = model.model_json_schema(ref_template=REF)
         schemas.update(schema.pop("$defs", {}))

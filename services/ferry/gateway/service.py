@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redis.exceptions import RedisError
 
@@ -24,14 +25,16 @@ from ferry.errors import (
     ServiceUnavailableError,
     UnprocessableError,
 )
+from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
 from ferry.tasks import idempotency
-from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Sharing, input_digest
+from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Owner, Sharing, input_digest
 from ferry.tasks.capacity import Capacity
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.tasks.waiters import Reader
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,7 @@ class Gateway:
         self.waiters = parts.waiters
         self.capacity = parts.capacity
         self.idempotency = IdempotencyKeys(parts.hot)
+        self.access = parts.access
         self._admissions: dict[tuple[str, Priority, float], tuple[Capacity, Admission]] = {}
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
 
@@ -71,16 +75,28 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
+        await self.parts.access.close()
         await self.parts.backend.close()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
 
     async def submit(self, submission: Submission, wait_s: float = 0.0,
-                     idempotency_key: str | None = None) -> Submitted:
+                     idempotency_key: str | None = None, caller: Caller = ANONYMOUS) -> Submitted:
         """Admit the task; with ``wait_s`` > 0, also its final record if it has one by then.
 
-        With an idempotency key, a repeat of the same request gets the first one's task.
+        With an idempotency key, a repeat of the same request gets the first one's task. An
+        authenticated caller's task belongs to it.
         """
+        client_id = caller.client_for(submission.client_id)
+        if client_id != submission.client_id:
+            submission = replace(submission, client_id=client_id)
+        if wait_s > 0:
+            with self.access.waiting(caller):
+                return await self._submit(submission, wait_s, idempotency_key, caller.owner)
+        return await self._submit(submission, wait_s, idempotency_key, caller.owner)
+
+    async def _submit(self, submission: Submission, wait_s: float, idempotency_key: str | None,
+                      owner: Owner) -> Submitted:
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
@@ -88,7 +104,7 @@ class Gateway:
             check_payload(spec.input_kind, submission.payload)
         task, pending, sharing = self._new_task(spec.name, spec.version, submission)
         if idempotency_key is None:
-            return await self._admit(task, pending, sharing, submission, wait_s)
+            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
         key = idempotency.redis_key(submission.client_id, idempotency_key)
         digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
                                             task.payload)
@@ -98,7 +114,7 @@ class Gateway:
             if replay is not None:
                 return replay
         try:
-            return await self._admit(task, pending, sharing, submission, wait_s)
+            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
         except (ClientError, DependencyUnavailableError, RedisError, ConnectionError):
             with contextlib.suppress(Exception):  # best effort: a retry will find it stale
                 await self.idempotency.release(key, task.task_id, digest)
@@ -131,18 +147,18 @@ class Gateway:
         if not digest:
             return task, pending, NOT_SHARED
         created = dumps(now)
-        follower = b"%s %s" % (task.task_id.encode(), created)
-        return task, pending, Sharing(digest, lookup, collapse, created, follower)
+        return task, pending, Sharing(digest, lookup, collapse, created)
 
     async def _admit(self, task: Task, pending: TaskRecord, sharing: Sharing,
-                     submission: Submission, wait_s: float) -> Submitted:
+                     submission: Submission, wait_s: float, *, owner: Owner) -> Submitted:
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)
         if wait_s <= 0:
-            self._count(task.model, await self.store.admit(task, pending, admission, sharing))
+            self._count(task.model, await self.store.admit(task, pending, admission, sharing,
+                                                           owner))
             return Submitted(task.task_id)
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
-            admitted = await self.store.admit(task, pending, admission, sharing)
+            admitted = await self.store.admit(task, pending, admission, sharing, owner)
             self._count(task.model, admitted)
             try:
                 record = await watch.final(wait_s, admitted.record, read_first=False)
@@ -205,28 +221,38 @@ class Gateway:
         self._admissions[key] = (capacity, admission)
         return admission
 
-    async def result(self, task_id: str, wait_s: float) -> StoredRecord:
-        """The task's record, waiting up to ``wait_s`` for a final one; 404 if there is none."""
+    async def result(self, task_id: str, wait_s: float, caller: Caller = ANONYMOUS
+                     ) -> StoredRecord:
+        """The task's record, waiting up to ``wait_s`` for a final one; 404 if there is none
+        (or it is another client's)."""
         if not 0 <= wait_s <= self.settings.max_poll_s:
             raise BadRequestError("invalid_wait", f"'wait' must be between 0 and "
                                   f"{self.settings.max_poll_s:g} seconds, got {wait_s:g}")
         record = None
         if keys.is_task_id(task_id):
+            read = self._reader(caller)
             if wait_s > 0:
-                with self.waiters.watch(task_id) as watch:
+                with self.access.waiting(caller), self.waiters.watch(task_id, read) as watch:
                     record = await watch.final(wait_s)
             else:
-                record = await self.store.read(task_id)
+                record = await read(task_id)
         if record is None:
             raise self._unknown(task_id)
         return record
 
-    async def cancel(self, task_id: str) -> StoredRecord:
-        """End a task CANCELLED if it has not reached Triton; 404 if unknown, 409 if too late."""
+    def _reader(self, caller: Caller) -> Reader:
+        client_id = caller.client_id
+        if client_id is None:
+            return self.store.read
+        return functools.partial(self.store.read_owned, client_id=client_id)
+
+    async def cancel(self, task_id: str, caller: Caller = ANONYMOUS) -> StoredRecord:
+        """End a task CANCELLED if it has not reached Triton; 404 if unknown (or another
+        client's), 409 if too late."""
         if not keys.is_task_id(task_id):
             raise self._unknown(task_id)
         with self.waiters.watch(task_id) as watch:  # before asking: no answer missed
-            found = await self.store.cancel(task_id)
+            found = await self.store.cancel(task_id, caller.client_id or "")
             if found.outcome == 0:
                 raise self._unknown(task_id)
             if found.outcome == 4:

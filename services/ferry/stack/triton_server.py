@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,14 +99,16 @@ def start_triton(
     ports: TritonPorts | None = None,
     timeout_s: float = 180.0,
     interrupted: Callable[[], bool] = lambda: False,
+    extra_args: Sequence[str] = (),
 ) -> tuple[ManagedProcess, TritonPorts]:
-    """Start tritonserver on ``model_repository`` and wait until every model is ready."""
+    """Start tritonserver on ``model_repository`` and wait until every model is ready;
+    ``extra_args`` go to tritonserver as they are (``--grpc-use-ssl=true``...)."""
     if not (model_repository / "").is_dir():
         raise StartupError(f"model repository {model_repository} is not a directory")
     ports = ports or TritonPorts.free()
     backends = prepare_backends(state_dir)
     proc = ManagedProcess(
-        "tritonserver", triton_argv(model_repository, backends, ports),
+        "tritonserver", [*triton_argv(model_repository, backends, ports), *extra_args],
         env=triton_env(), log_path=state_dir / "triton.log",
     )
     proc.start()

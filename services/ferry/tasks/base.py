@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ferry import keys
 from ferry.errors import TooManyRequestsError
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
@@ -54,10 +55,7 @@ class Admission:
 
     def partition_limit(self, partition: int) -> int:
         """This partition's share of ``limit`` (0: no limit; at least 1)."""
-        if self.limit <= 0:
-            return 0
-        share, remainder = divmod(self.limit, self.partitions)
-        return max(1, share + (partition < remainder))
+        return partition_share(self.limit, self.partitions, partition)
 
     @property
     def partition_rate(self) -> float:
@@ -105,10 +103,45 @@ class Sharing:
     lookup: bool = False
     collapse: bool = False
     created: bytes = b"0"
-    follower: bytes = b""  # "<task id> <created_at as JSON>", what a leader's followers list holds
 
 
 NOT_SHARED = Sharing()
+
+
+def partition_share(total: int, partitions: int, partition: int) -> int:
+    """A partition's share of a limit counted per partition: the remainder to the first ones,
+    at least 1 (0: no limit)."""
+    if total <= 0:
+        return 0
+    share, remainder = divmod(total, partitions)
+    return max(1, share + (partition < remainder))
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The authenticated client a task belongs to (only it may read or cancel the task), and
+    how many unfinished tasks it may hold (0: no limit), counted per partition as the backlog
+    is. ``NO_OWNER``: authentication is off."""
+
+    client_id: str = ""
+    max_pending: int = 0
+
+    @property
+    def field(self) -> str:
+        """Its count's field in a partition's backlog hash ('' when not counted)."""
+        return keys.client_backlog_field(self.client_id) if self.max_pending else ""
+
+    def pending_limit(self, partition: int, partitions: int) -> int:
+        return partition_share(self.max_pending, partitions, partition)
+
+    def too_many(self, partition_held: int, partitions: int) -> TooManyRequestsError:
+        return TooManyRequestsError(
+            "too_many_pending", f"client {self.client_id!r} holds about "
+            f"{partition_held * partitions} unfinished tasks, its limit is {self.max_pending}: "
+            "wait for some to finish", retry_after_s=1.0)
+
+
+NO_OWNER = Owner()
 
 
 @dataclass(frozen=True)
@@ -135,13 +168,18 @@ class TaskStore(Protocol):
     """Admission, completion and reads of task records, each atomic with its queue entry."""
 
     async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
-                    sharing: Sharing = NOT_SHARED) -> Admitted:
+                    sharing: Sharing = NOT_SHARED, owner: Owner = NO_OWNER) -> Admitted:
         """Record the task as PENDING and append it to its partition, in one step, unless its
-        model's backlog or its deadline refuses it (``TooManyRequestsError``)."""
+        model's backlog, its deadline or its owner's limit refuses it
+        (``TooManyRequestsError``)."""
         ...
 
     async def read(self, task_id: str) -> StoredRecord | None:
         """The record, or None for an unknown or expired task."""
+        ...
+
+    async def read_owned(self, task_id: str, client_id: str) -> StoredRecord | None:
+        """The record if it belongs to ``client_id``, else None (as for an unknown task)."""
         ...
 
     async def complete(self, completions: Sequence[Completion]) -> list[bool]:

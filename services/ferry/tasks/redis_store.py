@@ -19,11 +19,13 @@ from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, RespClient
 from ferry.tasks.base import (
     NO_LIMITS,
+    NO_OWNER,
     NOT_SHARED,
     Admission,
     Admitted,
     Cancellation,
     Completion,
+    Owner,
     Sharing,
 )
 from ferry.tasks.record import Status, StoredRecord, TaskRecord, answer_at
@@ -40,17 +42,21 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # A task of another priority than normal rings its partition's doorbell (at most once per
 # doorbell period): batchers block on the normal streams only, and read the others while rung.
 # Then: task id, the slot's key prefix ("ferry:{pN}:"), look up the cache ('1'/'0'), collapse
-# ('1'/'0'), its creation time (JSON), result TTL, this task as a follower ("<id> <created_at>"),
-# its callback URL ('' none: kept on the record, so whoever ends the task queues the webhook),
-# the model's name as JSON (for a hit's record).
+# ('1'/'0'), its creation time (JSON), result TTL, its callback URL ('' none: kept on the
+# record, so whoever ends the task queues the webhook), the model's name as JSON (for a hit's
+# record), its owner (the authenticated client, '' none:
+# kept on the record so that only its owner may read or cancel it), the owner's backlog field
+# ('' none: not counted) and that field's limit in this partition (0: none).
 # Before any limit, the digest's task decides: if it ended with a reusable answer (its record's
 # 'answer' field: where the answer starts in its body) the task is SUCCESS at once ({2, body});
-# if it is still PENDING the task follows it, costing no backlog ({3, leader id}).
+# if it is still PENDING the task follows it, costing no backlog ({3, leader id}): the leader's
+# followers list holds "<id> <created_at> <owner>".
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
-# Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit, or
-# {-1, predicted wait} when the wait predicted for this priority exceeds the timeout.
+# Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit,
+# {-1, predicted wait} when the wait predicted for this priority exceeds the timeout, or
+# {-2, the owner's unfinished tasks in the partition} when they are at the owner's limit.
 _ADMIT = """
-local slot, callback = ARGV[12], ARGV[18]
+local slot, callback, owner, holder = ARGV[12], ARGV[17], ARGV[19], ARGV[20]
 local lookup, collapse = ARGV[13] == '1', ARGV[14] == '1'
 local leader = false  -- the digest's last task: its answer, or its inference to follow
 if lookup or collapse then
@@ -65,9 +71,9 @@ if leader then
   if type(state) ~= 'table' then state = {} end
   if lookup and state[1] == 'SUCCESS' and state[3] then
     local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
-                 ',"status":"SUCCESS","model":' .. ARGV[19] .. ',"finished_at":' .. ARGV[15] ..
+                 ',"status":"SUCCESS","model":' .. ARGV[18] .. ',"finished_at":' .. ARGV[15] ..
                  ',"cache":"hit"' .. string.sub(state[2], tonumber(state[3]))
-    redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body)
+    redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body, 'owner', owner)
     redis.call('EXPIRE', KEYS[1], ARGV[16])
     if callback ~= '' then
       redis.call('HSET', KEYS[1], 'callback', callback)
@@ -78,22 +84,26 @@ if leader then
   end
   if collapse and state[1] == 'PENDING' then
     local followers = slot .. 'followers:' .. leader
-    redis.call('RPUSH', followers, ARGV[17])
+    redis.call('RPUSH', followers, ARGV[11] .. ' ' .. ARGV[15] .. ' ' .. owner)
     redis.call('EXPIRE', followers, ARGV[2])
     redis.call('HSET', lkey, 'followed', '1')
     redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'leader', leader,
-               'callback', callback)
+               'callback', callback, 'owner', owner)
     redis.call('EXPIRE', KEYS[1], ARGV[2])
     return {3, leader}
   end
 end
 local prefix, priority = ARGV[4], tonumber(ARGV[5])
-local counts = redis.call('HMGET', KEYS[3], prefix .. '1', prefix .. '0', prefix .. '-1')
+local counts = redis.call('HMGET', KEYS[3], prefix .. '1', prefix .. '0', prefix .. '-1',
+                         holder ~= '' and holder or prefix .. '0')
 local high, normal, low = tonumber(counts[1]) or 0, tonumber(counts[2]) or 0,
                           tonumber(counts[3]) or 0
-local limit = tonumber(ARGV[6])
+local limit, held = tonumber(ARGV[6]), tonumber(counts[4]) or 0
 if limit > 0 and high + normal + low >= limit then
   return {0, tostring(high + normal + low)}
+end
+if holder ~= '' and tonumber(ARGV[21]) > 0 and held >= tonumber(ARGV[21]) then
+  return {-2, tostring(held)}
 end
 local rate, timeout = tonumber(ARGV[7]), tonumber(ARGV[9])
 if timeout > 0 and rate > 0 then
@@ -108,7 +118,12 @@ end
 redis.call('HINCRBY', KEYS[3], prefix .. ARGV[5], 1)
 local entry = redis.call('XADD', KEYS[2], '*', 'task', ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'PENDING', 'body', ARGV[1], 'entry', entry,
-           'stream', KEYS[2], 'counted', prefix .. ARGV[5], 'callback', callback)
+           'stream', KEYS[2], 'counted', prefix .. ARGV[5], 'callback', callback,
+           'owner', owner)
+if holder ~= '' then
+  redis.call('HINCRBY', KEYS[3], holder, 1)
+  redis.call('HSET', KEYS[1], 'held', holder)
+end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
@@ -126,7 +141,7 @@ return {1, entry}
 # backlog field ("<model>|<priority>"), digest ('' none), where a reusable answer starts in the
 # body (0: not reusable), the callback URL ('' none). A task that ends with a callback queues its
 # webhook here.
-# A task that gets its final record leaves its model's backlog.
+# A task that gets its final record leaves its model's backlog (and its owner's, if counted).
 # A reusable answer is the cache: its record keeps where the answer starts ('answer'), and the
 # digest's key, which names the task, lives for the cache TTL from now. The key of a task whose
 # answer is not reusable is deleted, unless it names another task by now.
@@ -149,7 +164,7 @@ for i = 9, #ARGV, 11 do
     fresh = 1
     local key = KEYS[k]
     k = k + 1
-    local state = redis.call('HMGET', key, 'status', 'followed')
+    local state = redis.call('HMGET', key, 'status', 'followed', 'held')
     if state[1] and state[1] ~= 'PENDING' then
       fresh = 0
     else
@@ -163,6 +178,9 @@ for i = 9, #ARGV, 11 do
       redis.call('EXPIRE', key, ttl)
       if redis.call('HINCRBY', KEYS[3], ARGV[i + 7], -1) < 0 then
         redis.call('HSET', KEYS[3], ARGV[i + 7], 0)  -- a lost count: never below none
+      end
+      if state[3] and redis.call('HINCRBY', KEYS[3], state[3], -1) < 0 then
+        redis.call('HSET', KEYS[3], state[3], 0)
       end
       if #body <= inline then
         frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
@@ -184,12 +202,14 @@ for i = 9, #ARGV, 11 do
       if state[2] then  -- identical requests follow it: they end as it did
         local fkey = slot .. 'followers:' .. id
         local tail = string.sub(body, (string.find(body, ',"status":', 1, true)))
+        local lowner = redis.call('HGET', key, 'owner') or ''
         for _, follower in ipairs(redis.call('LRANGE', fkey, 0, -1)) do
-          local fid, created = string.match(follower, '^(%S+) (%S+)$')
-          local fkey2 = slot .. 'task:' .. fid
+          local fid, created, fowner = string.match(follower, '^(%S+) (%S+) ?(%S*)$')
+          local fkey2 = slot .. 'task:' .. (fid or '')
           if fid and redis.call('HGET', fkey2, 'status') == 'PENDING' then
-            local fbody = '{"task_id":"' .. fid .. '","created_at":' .. created ..
-                          ',"collapsed_into":"' .. id .. '"' .. tail
+            local into = ''  -- another client's task is never named, only its answer shared
+            if fowner == lowner then into = ',"collapsed_into":"' .. id .. '"' end
+            local fbody = '{"task_id":"' .. fid .. '","created_at":' .. created .. into .. tail
             redis.call('HSET', fkey2, 'status', status, 'body', fbody)
             redis.call('EXPIRE', fkey2, ttl)
             if #fbody <= inline then
@@ -227,15 +247,17 @@ return written
 """
 
 # KEYS: task hash, backlog hash. ARGV: group, result TTL, done channel, cancel channel, finished
-# at, error, task id, the slot's key prefix. A follower of an identical task's inference leaves
+# at, error, task id, the slot's key prefix, the asking client ('' any; another client's task is
+# as unknown as no task). A follower of an identical task's inference leaves
 # its list and ends CANCELLED; a task others follow cannot be cancelled: {4}. A PENDING task
 # whose entry no batcher has read is deleted from its stream and ends CANCELLED here: {2, body}.
 # One a batcher holds is flagged and its id published on the cancel channel, for the batcher to
 # settle if it has not sent it to Triton: {3}. A final task: {1, status, body}; none: {0}.
 _CANCEL = """
-local state = redis.call('HMGET', KEYS[1], 'status', 'body', 'entry', 'stream', 'counted')
+local state = redis.call('HMGET', KEYS[1], 'status', 'body', 'entry', 'stream', 'counted',
+                        'owner', 'held')
 local status, body, entry, stream, counted = state[1], state[2], state[3], state[4], state[5]
-if not status then return {0} end
+if not status or (ARGV[9] ~= '' and state[6] ~= ARGV[9]) then return {0} end
 if status ~= 'PENDING' then return {1, status, body} end
 local function cancelled()
   body = string.gsub(body, '"status":"PENDING"', '"status":"CANCELLED"', 1)
@@ -266,8 +288,10 @@ if entry and stream then
   local held = redis.pcall('XPENDING', stream, ARGV[1], entry, entry, 1)
   if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
   if #held == 0 and redis.call('XDEL', stream, entry) == 1 then
-    if counted and redis.call('HINCRBY', KEYS[2], counted, -1) < 0 then
-      redis.call('HSET', KEYS[2], counted, 0)
+    for _, field in ipairs({counted or false, state[7] or false}) do
+      if field and redis.call('HINCRBY', KEYS[2], field, -1) < 0 then
+        redis.call('HSET', KEYS[2], field, 0)
+      end
     end
     return cancelled()
   end
@@ -314,7 +338,7 @@ class RedisTaskStore:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
 
     async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
-                    sharing: Sharing = NOT_SHARED) -> Admitted:
+                    sharing: Sharing = NOT_SHARED, owner: Owner = NO_OWNER) -> Admitted:
         partition = keys.partition_of(task.task_id, self.partitions)
         priority = Priority.of(task.priority)
         body = pending.body()
@@ -329,10 +353,13 @@ class RedisTaskStore:
              keys.BELL_MS, task.task_id,
              keys.slot_prefix(partition),
              int(bool(digest) and sharing.lookup), int(bool(digest) and sharing.collapse),
-             sharing.created, self.result_ttl_s, sharing.follower, task.callback_url,
-             model_json(task.model)]))
+             sharing.created, self.result_ttl_s, task.callback_url,
+             model_json(task.model), owner.client_id, owner.field,
+             owner.pending_limit(partition, self.partitions)]))
         if verdict == 0:
             raise admission.backlog_full(task.model, priority, int(value))
+        if verdict == -2:
+            raise owner.too_many(int(value), self.partitions)
         if verdict == -1:
             raise admission.too_slow(task.model, priority, float(value))
         if verdict == 2:
@@ -343,6 +370,15 @@ class RedisTaskStore:
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
         if status is None or body is None:
+            return None
+        return StoredRecord(Status(status.decode()), body)
+
+    async def read_owned(self, task_id: str, client_id: str) -> StoredRecord | None:
+        """The record if the task belongs to ``client_id``: another client's task is as unknown
+        as no task."""
+        status, body, owner = await self.client.execute("HMGET", self.key(task_id), "status",
+                                                        "body", "owner")
+        if status is None or body is None or owner != client_id.encode():
             return None
         return StoredRecord(Status(status.decode()), body)
 
@@ -385,13 +421,15 @@ class RedisTaskStore:
                      task.callback_url if task else ""]
         return self._complete.command(script_keys, args)
 
-    async def cancel(self, task_id: str) -> Cancellation:
-        """Cancel a task that has not reached Triton (see ``Cancellation``)."""
+    async def cancel(self, task_id: str, client_id: str = "") -> Cancellation:
+        """Cancel a task that has not reached Triton (see ``Cancellation``); with ``client_id``,
+        only a task of that client."""
         partition = keys.partition_of(task_id, self.partitions)
         reply = await self.client.execute(*self._cancel.command(
             [keys.task_key(task_id, partition), keys.backlog_key(partition)],
             [keys.CONSUMER_GROUP, self.result_ttl_s, keys.DONE_CHANNEL, keys.CANCEL_CHANNEL,
-             repr(time.time()), CANCELLED_ERROR, task_id, keys.slot_prefix(partition)]))
+             repr(time.time()), CANCELLED_ERROR, task_id, keys.slot_prefix(partition),
+             client_id]))
         outcome = int(reply[0])
         if outcome == 1:
             return Cancellation(outcome, StoredRecord(Status(reply[1].decode()), reply[2]))

@@ -93,10 +93,11 @@ class ResultWaiters:
         return sum(len(w) for w in self._watches.values())
 
     @contextmanager
-    def watch(self, task_id: str) -> Iterator[Watch]:
-        """Register a wait for ``task_id`` for the duration of the block."""
+    def watch(self, task_id: str, read: Reader | None = None) -> Iterator[Watch]:
+        """Register a wait for ``task_id`` for the duration of the block (reading the record
+        with ``read``, if given: an owner's read)."""
         key = task_id.encode()
-        watch = Watch(task_id, self.read)
+        watch = Watch(task_id, read or self.read)
         self._watches.setdefault(key, []).append(watch)
         try:
             yield watch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -83,12 +84,35 @@ def response_rows(spec: ModelSpec, response: service_pb2.ModelInferResponse,
     return rows
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """gRPC over TLS: the CA that verifies Triton (None: the system's), and a client
+    certificate and key for mutual TLS (optional). Files are read when the channel opens."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as file:
+                return file.read()
+
+        return grpc.ssl_channel_credentials(root_certificates=read(self.ca_file),
+                                            private_key=read(self.key_file),
+                                            certificate_chain=read(self.cert_file))
+
+
 class TritonGrpcBackend:
     """Whole batches to Triton, one gRPC infer call each; model specs cached for ``spec_ttl_s``."""
 
     def __init__(self, url: str, *, infer_timeout_s: float = 30.0, control_timeout_s: float = 5.0,
-                 spec_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 spec_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 tls: TlsFiles | None = None) -> None:
         self.url = url
+        self.tls = tls
         self.infer_timeout_s = infer_timeout_s
         self.control_timeout_s = control_timeout_s
         self.spec_ttl_s = spec_ttl_s
@@ -105,7 +129,11 @@ class TritonGrpcBackend:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+            if self.tls is None:
+                self._channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+            else:
+                self._channel = grpc.aio.secure_channel(self.url, self.tls.credentials(),
+                                                        options=_CHANNEL_OPTIONS)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def close(self) -> None:

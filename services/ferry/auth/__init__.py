@@ -1,0 +1,1 @@
+"""Who is asking: API keys and JWTs (``FERRY_AUTH``), and the per-client request rate limit."""

@@ -1,0 +1,110 @@
+"""Per-client request rate limits, kept in Redis so that every gateway process and replica
+shares them: GCRA (the generic cell rate algorithm) in one atomic script per request.
+
+A client may send ``burst`` requests at once and ``per_min`` a minute sustained; each request
+moves the client's theoretical arrival time (TAT) on by ``60 / per_min`` seconds, and a request
+is refused while the TAT is more than ``burst`` intervals ahead of Redis's clock. One key per
+client, one string each, expiring when the client has its whole allowance back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ferry import keys
+from ferry.errors import ConfigError, RateLimitedError
+from ferry.resp.client import RespClient
+
+# KEYS: the client's key. ARGV: emission interval (ms), burst. Times from Redis (TIME), in ms.
+# Returns {1, remaining, reset ms} or {0, retry after ms, reset ms}.
+_GCRA = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + tonumber(now[2]) / 1000
+local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local next_tat = tat + interval
+local allowed_at = next_tat - burst * interval
+if allowed_at > now then
+  return {0, tostring(allowed_at - now), tostring(tat - now)}
+end
+redis.call('SET', KEYS[1], tostring(next_tat), 'PX', math.ceil(next_tat - now) + 1)
+return {1, math.floor((now - allowed_at) / interval), tostring(next_tat - now)}
+"""
+
+
+@dataclass(frozen=True)
+class Rate:
+    per_min: int
+    burst: int
+
+    @property
+    def interval_ms(self) -> float:
+        return 60_000.0 / self.per_min
+
+    @property
+    def policy(self) -> bytes:
+        return b"%d;w=60;burst=%d" % (self.per_min, self.burst)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    remaining: int
+    retry_after_s: float
+    reset_s: float
+
+
+def parse_overrides(spec: str, default: Rate) -> dict[str, Rate]:
+    """``client=per_min[/burst]`` entries, comma-separated (0 per minute: unlimited)."""
+    rates: dict[str, Rate] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        client, sep, value = part.rpartition("=")
+        per_min, _, burst = value.partition("/")
+        try:
+            rate = Rate(int(per_min), int(burst) if burst else default.burst)
+        except ValueError:
+            rate = Rate(-1, -1)
+        if not sep or not client or rate.per_min < 0 or rate.burst < 1:
+            raise ConfigError(f"rate_limits: {part!r} is not 'client=per_min' or "
+                              "'client=per_min/burst'")
+        rates[client.strip()] = rate
+    return rates
+
+
+class RateLimiter:
+    """Checks and counts one request of a client against its rate (refusing with 429)."""
+
+    def __init__(self, client: RespClient, default: Rate, overrides: dict[str, Rate]) -> None:
+        self.client = client
+        self.default = default
+        self.overrides = overrides
+        self._script = client.register_script(_GCRA)
+
+    def rate(self, client_id: str) -> Rate:
+        return self.overrides.get(client_id, self.default)
+
+    async def check(self, client_id: str) -> list[tuple[bytes, bytes]]:
+        """The ``RateLimit-*`` headers for an allowed request; ``RateLimitedError`` if over."""
+        rate = self.rate(client_id)
+        if rate.per_min == 0:
+            return []
+        allowed, first, reset = await self.client.execute(*self._script.command(
+            [keys.rate_key(client_id)], [b"%r" % rate.interval_ms, rate.burst]))
+        verdict = Verdict(bool(allowed), int(first) if allowed else 0,
+                          0.0 if allowed else float(first) / 1000, float(reset) / 1000)
+        headers = self.headers(rate, verdict)
+        if not verdict.allowed:
+            raise RateLimitedError(
+                f"client {client_id!r} is over its rate limit of {rate.per_min} requests a "
+                f"minute (bursts of {rate.burst}); retry in {verdict.retry_after_s:.1f} s",
+                verdict.retry_after_s, headers)
+        return headers
+
+    @staticmethod
+    def headers(rate: Rate, verdict: Verdict) -> list[tuple[bytes, bytes]]:
+        return [(b"ratelimit-limit", b"%d" % rate.per_min),
+                (b"ratelimit-remaining", b"%d" % verdict.remaining),
+                (b"ratelimit-reset", b"%d" % math.ceil(verdict.reset_s)),
+                (b"ratelimit-policy", rate.policy)]
