@@ -129,8 +129,9 @@ WEBHOOK_GROUP = "ferry-webhooks"
 
 def cache_key(partition: int, digest: str) -> str:
     """A digest's key, in its slot: ``@<id>`` of the last task admitted for inference with that
-    input. While it is PENDING identical requests follow it; once it has a reusable answer its
-    record is the cached answer, for the cache TTL."""
+    input (``=<id>`` if it has a deadline: it is not followed). While it is PENDING identical
+    requests follow it; once it has a reusable answer its record is the cached answer, for the
+    cache TTL."""
     return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"
 
 

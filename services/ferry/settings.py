@@ -191,6 +191,9 @@ class BatcherSettings(CommonSettings):
     webhook_retry_s: float = setting(300.0, "how long a webhook is retried (with backoff) "
                                      "before it is recorded as failed")
     webhook_timeout_s: float = setting(5.0, "deadline of one webhook POST")
+    webhook_allow_private: bool = setting(False, "call allowlisted names that resolve to "
+                                          "private, loopback or link-local addresses (IP "
+                                          "literals on the allowlist are always called)")
     priority_aging_s: float = setting(2.0, "a task read this long ago boards ahead of every "
                                       "priority, so that low priority is never starved")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")

@@ -10,8 +10,14 @@ refuses a timestamp older than ``REPLAY_WINDOW_S`` (a replayed call).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from ferry.errors import BadRequestError
@@ -42,6 +48,54 @@ def check_callback(url: str, allowed: frozenset[str]) -> str:
         raise BadRequestError("callback_not_allowed", f"{host!r} is not on this Ferry's "
                               "webhook allowlist")
     return url
+
+
+class CallbackRefusedError(Exception):
+    """The callback's name resolves to an address Ferry does not call."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a webhook is POSTed: the URL with its host replaced by the address that was
+    checked (so that a name cannot resolve to another one between check and call), and what
+    keeps the name: the ``Host`` header and, for https, the TLS server name."""
+
+    url: str
+    headers: dict[str, str]
+    extensions: dict[str, Any]
+
+
+def allowed_address(address: str, allow_private: bool) -> bool:
+    """A public (global) address, or any when private ones are allowed."""
+    return allow_private or ipaddress.ip_address(address.split("%", 1)[0]).is_global
+
+
+async def pin(url: str, allow_private: bool) -> Target:
+    """Resolve the callback's host once and check every address it has. An allowlisted IP
+    literal is taken as the operator wrote it; a name must resolve to public addresses only,
+    unless private ones are allowed (``FERRY_WEBHOOK_ALLOW_PRIVATE``): an allowlisted name
+    cannot be pointed at 169.254.169.254, loopback or the cluster's own network."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return Target(url, {}, {})
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port,
+                                                             type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise CallbackRefusedError(f"cannot resolve {host!r}: {exc.strerror or exc}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    refused = [a for a in addresses if not allowed_address(a, allow_private)]
+    if not addresses or refused:
+        raise CallbackRefusedError(f"{host!r} resolves to a non-public address; set "
+                                   "FERRY_WEBHOOK_ALLOW_PRIVATE=true to call private networks")
+    address = addresses[0]
+    netloc = f"[{address}]" if ":" in address else address
+    pinned = parts._replace(netloc=f"{netloc}:{port}").geturl()
+    extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+    return Target(pinned, {"Host": parts.netloc.rpartition("@")[2]}, extensions)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

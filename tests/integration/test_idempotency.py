@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     running_gateway,
     running_stack,
     task_keys,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -104,3 +105,22 @@ async def test_a_bad_key_is_a_400(redis_url: str, triton_server: TritonServer, k
         answer = await client.post("/v1/inference?model=sim", content=b"x", headers=headers)
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_idempotency_key"
+
+
+async def test_a_repeat_after_the_result_expired_gets_the_same_task_and_no_inference(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url, result_ttl_s=1),
+                             batcher_settings(redis_url, url, result_ttl_s=1)) as stack:
+        first = await post(stack.client, "pay 20", "order-9", wait=True)
+        assert first.json()["status"] == "SUCCESS"
+        task_id = first.json()["task_id"]
+        before = batch_executions(url, "sim")
+        assert await wait_until(lambda: not task_keys(redis_client), 5)  # the result expired
+        again = await post(stack.client, "pay 20", "order-9", wait=True)
+        assert again.status_code == 202 and again.json()["task_id"] == task_id
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert (await stack.client.get(f"/v1/result/{task_id}")).status_code == 404
+        await asyncio.sleep(0.3)
+    assert executions_since(before, batch_executions(url, "sim")) == {}

@@ -155,3 +155,29 @@ async def test_an_unreadable_cache_entry_is_a_miss_not_a_failure(
         assert answer.json()["status"] == "SUCCESS" and "cache" not in answer.json()
         again = (await ask(stack.client, "broken entry")).json()  # the answer replaced it
         assert again["cache"] == "hit"
+
+
+async def test_a_task_with_a_deadline_or_being_cancelled_is_never_followed(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_gateway(gateway_settings(redis_url, url)) as client:  # all stay queued
+        timed = await client.post("/v1/inference?model=sim", content=b"deadline input",
+                                  headers={"Content-Type": "text/plain",
+                                           "X-Request-Timeout": "60"})
+        after_timed = (await ask_later(client, "deadline input")).json()
+        leader = (await ask_later(client, "flagged input")).json()["task_id"]
+        redis_client.hset(keys.task_key(leader, keys.partition_of(leader, 16)), "cancel", "1")
+        after_flagged = (await ask_later(client, "flagged input")).json()
+    for task_id in (after_timed["task_id"], after_flagged["task_id"]):
+        record = redis_client.hgetall(keys.task_key(task_id, keys.partition_of(task_id, 16)))
+        assert b"leader" not in record and b"entry" in record  # queued on its own
+    assert timed.status_code == 202
+
+
+async def ask_later(client: httpx.AsyncClient, text: str) -> httpx.Response:
+    """Submit without waiting for the answer (no batcher runs)."""
+    response = await client.post("/v1/inference?model=sim", content=text.encode(),
+                                 headers={"Content-Type": "text/plain"})
+    assert response.status_code == 202, response.text
+    return response

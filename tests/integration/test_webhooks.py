@@ -154,3 +154,43 @@ async def test_only_allowed_hosts_and_nothing_enqueued_otherwise(
             assert answer.status_code == 400, target
             assert answer.json()["error"]["code"] == code, target
     assert stream_lengths(redis_client) == 0 and task_keys(redis_client) == []
+
+
+async def test_a_cache_hit_gets_the_answer_not_the_first_tasks_webhook(
+    redis_url: str, triton_server: TritonServer, receiver: Receiver,
+) -> None:
+    gateway, batcher = hooked(redis_url, triton_server.grpc_url)
+    async with running_stack(gateway, batcher) as stack:
+        first = (await submit(stack.client, "shared answer", receiver.url())).json()["task_id"]
+        assert (await recorded(stack, first))["webhook"]["status"] == "delivered"
+        hit = (await stack.client.post("/v1/inference?model=sim", content=b"shared answer",
+                                       headers={"Content-Type": "text/plain",
+                                                "Prefer": "wait=5"})).json()
+        hooked_hit = (await submit(stack.client, "shared answer", receiver.url("/2"))
+                      ).json()["task_id"]
+        own = await recorded(stack, hooked_hit)
+    assert hit["cache"] == "hit" and "webhook" not in hit and "output" in hit
+    assert own["cache"] == "hit" and own["webhook"]["status"] == "delivered"
+    assert [path for path, _, _ in receiver.calls] == ["/hook", "/2"]
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+async def test_an_allowed_name_that_resolves_to_a_private_address_is_not_called(
+    redis_url: str, triton_server: TritonServer, receiver: Receiver, allow_private: bool,
+) -> None:
+    url = triton_server.grpc_url
+    common = {"webhook_allowed_hosts": "localhost", "webhook_secret": SECRET}
+    async with running_stack(gateway_settings(redis_url, url, **common),
+                             batcher_settings(redis_url, url, webhook_allow_private=allow_private,
+                                              **common)) as stack:
+        callback = f"http://localhost:{receiver.port}/named"
+        task_id = (await submit(stack.client, "by name", callback)).json()["task_id"]
+        record = await recorded(stack, task_id)
+    if allow_private:
+        assert record["webhook"]["status"] == "delivered"
+        assert [(path, headers["Host"]) for path, headers, _ in receiver.calls] == [
+            ("/named", f"localhost:{receiver.port}")]  # the name kept, the address pinned
+    else:
+        assert record["webhook"]["status"] == "failed" and record["webhook"]["attempts"] == 0
+        assert "non-public address" in record["webhook"]["error"]
+        assert receiver.calls == []

@@ -29,7 +29,7 @@ from ferry.backoff import backoff_delay
 from ferry.redis_conn import text
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
-from ferry.webhooks import SIGNATURE_HEADER, sign
+from ferry.webhooks import SIGNATURE_HEADER, CallbackRefusedError, pin, sign
 
 log = logging.getLogger(__name__)
 CONCURRENCY = 32
@@ -39,7 +39,7 @@ CLAIM_EVERY_S = 30.0
 # record (once), and the entry is acknowledged and deleted.
 _DONE = """
 local body = redis.call('HGET', KEYS[1], 'body')
-if body and not string.find(body, '"webhook":', 1, true) then
+if body and redis.call('HSETNX', KEYS[1], 'webhooked', '1') == 1 then  -- the first outcome only
   redis.call('HSET', KEYS[1], 'body', string.sub(body, 1, -2) .. ',"webhook":' .. ARGV[3] .. '}')
 end
 redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
@@ -153,14 +153,20 @@ class WebhookSender:
         assert self._client is not None
         deadline = time.monotonic() + self.settings.webhook_retry_s
         attempt, last = 0, ""
+        try:
+            target = await pin(url, self.settings.webhook_allow_private)
+        except CallbackRefusedError as exc:
+            return {"status": "failed", "attempts": 0, "error": str(exc), "at": time.time()}
         while True:
             attempt += 1
             now = int(time.time())
             headers = {"Content-Type": "application/json", "Ferry-Task": task_id,
-                       SIGNATURE_HEADER: sign(self.settings.webhook_secret, now, body)}
+                       SIGNATURE_HEADER: sign(self.settings.webhook_secret, now, body),
+                       **target.headers}
             status = 0
             try:
-                answer = await self._client.post(url, content=body, headers=headers)
+                answer = await self._client.post(target.url, content=body, headers=headers,
+                                                 extensions=target.extensions)
                 status = answer.status_code
                 last = f"HTTP {status}"
             except httpx.HTTPError as exc:

@@ -286,7 +286,7 @@ class Batcher:
         failures = 0
         while not self._stopping.is_set():
             rooms = self.rooms()
-            awake = self.queue.awake(self._holding())
+            awake = self.queue.awake(self._holding(), poll=True)
             readable = [p for p in awake if rooms[p] > 0]
             if not readable or not self.gate.is_open:  # full, or Triton is down: leave it queued
                 await self._wait_changed(block_s)
@@ -487,11 +487,11 @@ class Batcher:
 
     async def _settle_cancelled(self, deliveries: list[Delivery]) -> None:
         outcomes = [Outcome(d, Status.CANCELLED, error=fate.CANCELLED) for d in deliveries]
-        if await self.executor.settle(outcomes):
-            for delivery in deliveries:
-                self._held.discard(delivery.key)
-                if delivery.task is not None:
-                    self._cancelled.discard(delivery.task.task_id)
+        settled = await self.executor.settle(outcomes)
+        for delivery in deliveries:  # unsettled: no longer kept alive, so a reclaim settles it
+            self._held.discard(delivery.key)
+            if settled and delivery.task is not None:
+                self._cancelled.discard(delivery.task.task_id)
         self.metrics.buffered.set(len(self.buffer))
 
     def _is_cancelled(self, delivery: Delivery) -> bool:

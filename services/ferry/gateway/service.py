@@ -42,6 +42,7 @@ UNMEASURED_BACKLOG_LIMIT = 1000  # per model, until a batcher has measured its t
 ADMISSIONS_KEPT = 1024  # kinds of task (model, priority, timeout) whose limits are kept
 CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task to answer
 IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the first's admission
+IDEMPOTENT_TAKEOVER_TRIES = 3  # a repeat takes over a key whose task never came to be
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,19 @@ class Gateway:
         key = idempotency.redis_key(submission.client_id, idempotency_key)
         digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
                                             task.payload)
-        holder = await self.idempotency.claim(key, task.task_id, digest)
-        if holder is not None:
-            replay = await self._replay(key, holder, digest, wait_s)
-            if replay is not None:
-                return replay
+        replay = await self._take_key(key, task.task_id, digest, wait_s)
+        if replay is not None:
+            return replay
         try:
-            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
+            submitted = await self._admit(task, pending, sharing, submission, wait_s,
+                                          owner=owner)
         except (ClientError, DependencyUnavailableError, RedisError, ConnectionError):
             with contextlib.suppress(Exception):  # best effort: a retry will find it stale
                 await self.idempotency.release(key, task.task_id, digest)
             raise
+        with contextlib.suppress(RedisError, ConnectionError):  # unconfirmed: still replayed
+            await self.idempotency.confirm(key, task.task_id, digest)  # while its record lives
+        return submitted
 
     def _new_task(self, model: str, version: str,
                   submission: Submission) -> tuple[Task, TaskRecord, Sharing]:
@@ -173,6 +176,23 @@ class Gateway:
         if admitted.how != "queued":
             self.metrics.shared.labels(model, admitted.how).inc()
 
+    async def _take_key(self, key: str, task_id: str, digest: str,
+                        wait_s: float) -> Submitted | None:
+        """Take the idempotency key for ``task_id`` (None: this request admits its task), or
+        the answer of the first request that took it."""
+        holder = await self.idempotency.claim(key, task_id, digest)
+        for _ in range(IDEMPOTENT_TAKEOVER_TRIES):
+            if holder is None:
+                return None
+            replay = await self._replay(key, holder, digest, wait_s)
+            if replay is not None:
+                return replay
+            if await self.idempotency.replace(key, holder, task_id, digest):
+                return None  # the first request's task never came to be: this one takes over
+            holder = await self.idempotency.claim(key, task_id, digest)  # another one did
+        raise ServiceUnavailableError("idempotency_contended", "concurrent repeats of this "
+                                      "request keep replacing each other; retry", 1.0)
+
     async def _replay(self, key: str, holder: idempotency.Claimed, digest: str,
                       wait_s: float) -> Submitted | None:
         """The first request's task for a repeat; None if that task never came to be (its
@@ -182,11 +202,14 @@ class Gateway:
                                      f"with a different request (task {holder.task_id}); a "
                                      "key stands for one request for 24 h")
         record = await self.store.read(holder.task_id)
-        for _ in range(IDEMPOTENT_WAIT_TRIES):  # the first request may be admitting right now
+        for _ in range(0 if holder.admitted else IDEMPOTENT_WAIT_TRIES):  # it may be admitting
             if record is not None:
                 break
             await asyncio.sleep(IDEMPOTENT_WAIT_S)
             record = await self.store.read(holder.task_id)
+        if record is None and holder.admitted:  # admitted, and its result has expired since
+            self.metrics.replayed.inc()
+            return Submitted(holder.task_id, None, replayed=True)
         if record is None:
             return None
         if wait_s > 0 and not record.status.final:

@@ -29,6 +29,9 @@ from ferry.resp.client import Packed, RespClient, RespError, pack
 
 log = logging.getLogger(__name__)
 AWAKE_S = 2.0  # a priority rung (or read) this recently is read too: longer than a bell's period
+# A sleeping priority is still polled this often: its doorbell is an entry in the normal stream,
+# which under a normal backlog is read only after the entries ahead of it.
+SLEEPING_POLL_S = 0.25
 
 # XCLAIM ... JUSTID each id (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still owns.
 _TOUCH_OWN = """
@@ -91,6 +94,7 @@ class RedisStreamQueue:
         self.clock = clock
         started = clock()  # read every priority at first: work may be waiting from before
         self._rung = dict.fromkeys(BY_URGENCY, started)
+        self._polled = started
         self.consumer = consumer
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
         self._read_commands: dict[tuple[tuple[Priority, ...], int, int], Packed] = {}
@@ -139,12 +143,17 @@ class RedisStreamQueue:
             await self._answer(bells)
         return deliveries
 
-    def awake(self, holding: Iterable[Priority] = ()) -> list[Priority]:
+    def awake(self, holding: Iterable[Priority] = (), *, poll: bool = False) -> list[Priority]:
         """The priorities to read, most urgent first: normal always; another while its doorbell
-        rang, or its tasks were read, within ``AWAKE_S``, or while this batcher holds some."""
+        rang, or its tasks were read, within ``AWAKE_S``, or while this batcher holds some.
+        With ``poll``, every priority once per ``SLEEPING_POLL_S``: a doorbell behind a normal
+        backlog waits its turn, a high-priority task must not."""
         now = self.clock()
         for priority in holding:
             self._rung[priority] = now
+        if poll and now - self._polled >= SLEEPING_POLL_S:
+            self._polled = now
+            return list(BY_URGENCY)
         return [p for p in BY_URGENCY
                 if p is Priority.NORMAL or now - self._rung[p] < AWAKE_S]
 

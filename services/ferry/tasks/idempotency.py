@@ -36,12 +36,22 @@ return 1
 """
 
 
+ADMITTED = "+"  # the key's third word once its task was admitted
+
+
 @dataclass(frozen=True)
 class Claimed:
-    """A key's holder: the task the first request created, and that request's digest."""
+    """A key's holder: the task the first request created, that request's digest, and whether
+    the task was admitted (a task that was, and whose record has expired since, is still the
+    key's task: its repeat gets its id, never a second inference)."""
 
     task_id: str
     digest: str
+    admitted: bool = False
+
+    @property
+    def value(self) -> str:
+        return f"{self.task_id} {self.digest}" + (f" {ADMITTED}" if self.admitted else "")
 
 
 def redis_key(client_id: str, key: str) -> str:
@@ -69,14 +79,21 @@ class IdempotencyKeys:
                                                                self.ttl_s]))
         if held is None:
             return None
-        holder, _, held_digest = bytes(held).decode().partition(" ")
-        return Claimed(holder, held_digest)
+        holder, _, rest = bytes(held).decode().partition(" ")
+        held_digest, _, mark = rest.partition(" ")
+        return Claimed(holder, held_digest, mark == ADMITTED)
 
     async def replace(self, key: str, old: Claimed, task_id: str, digest: str) -> bool:
         """Hand a key whose task never came to be over to ``task_id`` (if still ``old``'s)."""
         swapped = await self.client.execute(*self._swap.command(
-            [key], [f"{old.task_id} {old.digest}", f"{task_id} {digest}"]))
+            [key], [old.value, f"{task_id} {digest}"]))
         return bool(swapped)
+
+    async def confirm(self, key: str, task_id: str, digest: str) -> None:
+        """Mark the key's task admitted: from now on it is the key's task for good."""
+        claimed = Claimed(task_id, digest)
+        await self.client.execute(*self._swap.command(
+            [key], [claimed.value, Claimed(task_id, digest, admitted=True).value]))
 
     async def release(self, key: str, task_id: str, digest: str) -> None:
         """Give up a key this request took, whose task was not admitted."""

@@ -48,9 +48,10 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 # kept on the record so that only its owner may read or cancel it), the owner's backlog field
 # ('' none: not counted) and that field's limit in this partition (0: none).
 # Before any limit, the digest's task decides: if it ended with a reusable answer (its record's
-# 'answer' field: where the answer starts in its body) the task is SUCCESS at once ({2, body});
-# if it is still PENDING the task follows it, costing no backlog ({3, leader id}): the leader's
-# followers list holds "<id> <created_at> <owner>".
+# 'answer' field: where the answer starts and ends in its body) the task is SUCCESS at once
+# ({2, body}); if it is still PENDING, may be followed ('@', not '=': a task with a deadline
+# does not lead) and is not being cancelled, the task follows it, costing no backlog ({3, leader
+# id}): the leader's followers list holds "<id> <created_at> <owner>".
 # Predicted wait: the backlog ahead (this priority and higher) / rate + that fixed part.
 # Returns {1, entry id}, {0, backlog} when the partition's backlog is at its limit,
 # {-1, predicted wait} when the wait predicted for this priority exceeds the timeout, or
@@ -58,21 +59,24 @@ CANCELLED_ERROR = "cancelled by the client before inference"
 _ADMIT = """
 local slot, callback, owner, holder = ARGV[12], ARGV[17], ARGV[19], ARGV[20]
 local lookup, collapse = ARGV[13] == '1', ARGV[14] == '1'
-local leader = false  -- the digest's last task: its answer, or its inference to follow
+local leader, followable = false, false  -- the digest's last task: its answer, or its inference
 if lookup or collapse then
   local found = redis.pcall('GET', KEYS[6])
-  if type(found) == 'string' and string.sub(found, 1, 1) == '@' then  -- else unreadable: a miss
-    leader = string.sub(found, 2)
+  local kind = type(found) == 'string' and string.sub(found, 1, 1)
+  if kind == '@' or kind == '=' then  -- else none, or unreadable: a miss
+    leader, followable = string.sub(found, 2), kind == '@'
   end
 end
 if leader then
   local lkey = slot .. 'task:' .. leader
-  local state = redis.pcall('HMGET', lkey, 'status', 'body', 'answer')
+  local state = redis.pcall('HMGET', lkey, 'status', 'body', 'answer', 'cancel')
   if type(state) ~= 'table' then state = {} end
-  if lookup and state[1] == 'SUCCESS' and state[3] then
+  local from, to = string.match(state[3] or '', '^(%d+) (%d+)$')
+  if lookup and state[1] == 'SUCCESS' and from then  -- the answer as it was written, no more
     local body = '{"task_id":"' .. ARGV[11] .. '","created_at":' .. ARGV[15] ..
                  ',"status":"SUCCESS","model":' .. ARGV[18] .. ',"finished_at":' .. ARGV[15] ..
-                 ',"cache":"hit"' .. string.sub(state[2], tonumber(state[3]))
+                 ',"cache":"hit"' .. string.sub(state[2], tonumber(from), tonumber(to) - 1) ..
+                 '}'
     redis.call('HSET', KEYS[1], 'status', 'SUCCESS', 'body', body, 'owner', owner)
     redis.call('EXPIRE', KEYS[1], ARGV[16])
     if callback ~= '' then
@@ -82,7 +86,7 @@ if leader then
     end
     return {2, body}
   end
-  if collapse and state[1] == 'PENDING' then
+  if collapse and followable and state[1] == 'PENDING' and not state[4] then
     local followers = slot .. 'followers:' .. leader
     redis.call('RPUSH', followers, ARGV[11] .. ' ' .. ARGV[15] .. ' ' .. owner)
     redis.call('EXPIRE', followers, ARGV[2])
@@ -128,8 +132,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if priority ~= 0 and redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[10]) then
   redis.call('XADD', KEYS[4], '*', 'bell', ARGV[5])
 end
-if lookup or collapse then  -- identical requests find this task from now
-  redis.call('SET', KEYS[6], '@' .. ARGV[11], 'EX', ARGV[2])
+if lookup or collapse then  -- identical requests find this task from now ('=': not to follow)
+  redis.call('SET', KEYS[6], (collapse and '@' or '=') .. ARGV[11], 'EX', ARGV[2])
 end
 return {1, entry}
 """
@@ -142,9 +146,9 @@ return {1, entry}
 # body (0: not reusable), the callback URL ('' none). A task that ends with a callback queues its
 # webhook here.
 # A task that gets its final record leaves its model's backlog (and its owner's, if counted).
-# A reusable answer is the cache: its record keeps where the answer starts ('answer'), and the
-# digest's key, which names the task, lives for the cache TTL from now. The key of a task whose
-# answer is not reusable is deleted, unless it names another task by now.
+# A reusable answer is the cache: its record keeps where the answer starts and ends ('answer':
+# "<from> <to>", 1-based), and the digest's key, if it still names the task, lives for the cache
+# TTL from now. The key of a task whose answer is not reusable is deleted, if it names the task.
 # The first final answer stands: an item whose record is already final writes nothing; an
 # unreadable entry (no record to check) is dead-lettered only by the step that acknowledges it.
 # Announcement frames: "<task id> <status> <n> <body of n bytes>", n = 0: body not inlined.
@@ -170,8 +174,8 @@ for i = 9, #ARGV, 11 do
     else
       local digest, answer = ARGV[i + 8], ARGV[i + 9]
       local reused = digest ~= '' and answer ~= '0' and cache_ttl > 0
-      if reused then
-        redis.call('HSET', key, 'status', status, 'body', body, 'answer', answer)
+      if reused then  -- where the answer is in the body: later additions are not part of it
+        redis.call('HSET', key, 'status', status, 'body', body, 'answer', answer .. ' ' .. #body)
       else
         redis.call('HSET', key, 'status', status, 'body', body)
       end
@@ -193,10 +197,13 @@ for i = 9, #ARGV, 11 do
       end
       if digest ~= '' then
         local shared = slot .. 'cache:' .. digest
-        if reused then
-          redis.call('EXPIRE', shared, cache_ttl)
-        elseif redis.pcall('GET', shared) == '@' .. id then
-          redis.call('DEL', shared)
+        local named = redis.pcall('GET', shared)
+        if named == '@' .. id or named == '=' .. id then  -- else it names a later task by now
+          if reused then
+            redis.call('EXPIRE', shared, cache_ttl)
+          else
+            redis.call('DEL', shared)
+          end
         end
       end
       if state[2] then  -- identical requests follow it: they end as it did
