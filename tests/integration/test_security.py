@@ -22,7 +22,7 @@ import jwt
 import pytest
 import redis
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from ferry import keys
 from ferry.auth import api_keys
@@ -389,3 +389,26 @@ def test_no_payload_credential_or_output_reaches_the_logs(
     secrets = [marker, ALICE_KEY, BOB_KEY, wrong_key, SECRET,
                *(o["output"]["OUTPUT"]["sha256"] for o in outputs)]
     assert [s for s in secrets if s in logs] == []
+
+
+async def test_es256_tokens_verify_against_a_pem_public_key(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    signer, stranger = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(
+        ec.SECP256R1())
+    public_pem = signer.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    settings = gateway_settings(redis_url, triton_server.grpc_url, auth="jwt",
+                                jwt_algorithms="ES256", jwt_public_key=public_pem,
+                                jwt_client_claim="client")
+    claims = {"client": "erin", "exp": int(time.time()) + 60}
+    async with running_gateway(settings) as client:
+        good = await post(client, "e", {
+            "Authorization": f"Bearer {_token(claims, signer, 'ES256')}"})
+        forged = await post(client, "e", {
+            "Authorization": f"Bearer {_token(claims, stranger, 'ES256')}"})
+        mine = await client.get(good.headers["location"], headers={
+            "Authorization": f"Bearer {_token(claims, signer, 'ES256')}"})
+    assert good.status_code == 202 and mine.status_code == 200
+    assert refused_as_unauthenticated(forged) == "invalid_token"
+    assert stream_lengths(redis_client) == 1
