@@ -11,6 +11,7 @@ import uvloop
 from ferry import __version__
 from ferry.auth import api_keys
 from ferry.auth.base import CLIENT_ID
+from ferry.batcher.supervisor import Supervisor
 from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
 from ferry.gateway.serve import serve
@@ -84,5 +85,7 @@ def run(command: str, settings: CommonSettings) -> int:
     if isinstance(settings, GatewaySettings):
         return serve(settings)
     if isinstance(settings, BatcherSettings):
+        if settings.owned_partitions.strip().lower() == "auto":
+            return uvloop.run(Supervisor(settings).run())
         return uvloop.run(Batcher(settings).run())
     raise ConfigError(f"unknown command {command}")

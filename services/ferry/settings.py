@@ -164,7 +164,17 @@ class BatcherSettings(CommonSettings):
 
     max_batch: int = setting(64, "a batch leaves when it holds this many requests")
     max_wait_ms: float = setting(50.0, "... or this long after its first request arrived")
-    owned_partitions: str = setting("all", "partitions this batcher reads: 'all' or e.g. '0-7,12'")
+    owned_partitions: str = setting("all", "partitions this batcher reads: 'all', e.g. "
+                                    "'0-7,12', or 'auto': replica <ordinal> of <replicas> owns "
+                                    "those whose number modulo <replicas> is its ordinal")
+    ordinal: int = setting(-1, "'auto': this replica's ordinal; -1: from the host name (a "
+                           "StatefulSet pod's name ends in -<ordinal>)")
+    replicas: int = setting(0, "'auto': how many batcher replicas share the partitions; 0: the "
+                            "replica count of the StatefulSet named by statefulset, read through "
+                            "the Kubernetes API and followed")
+    statefulset: str = setting("", "'auto': the batchers' StatefulSet (in this pod's namespace)")
+    replicas_check_s: float = setting(15.0, "'auto': how often the StatefulSet's replica count "
+                                      "is read")
     max_inflight_batches: int = setting(0, "batches of one model at Triton at once; 0: as many "
                                         "as Triton runs instances of the model")
     adaptive_flush: bool = setting(True, "send a batch early when Triton has a free instance "
@@ -207,7 +217,13 @@ class BatcherSettings(CommonSettings):
             raise ConfigError("max_batch must be >= 1 and max_wait_ms >= 0")
         if self.max_attempts < 1 or self.max_inflight_batches < 0:
             raise ConfigError("max_attempts must be >= 1 and max_inflight_batches >= 0")
-        parse_partitions(self.owned_partitions, self.partitions)
+        if self.owned_partitions.strip().lower() == "auto":
+            if not self.replicas and not self.statefulset:
+                raise ConfigError("owned_partitions=auto needs replicas or statefulset")
+            if self.replicas < 0 or self.replicas_check_s <= 0:
+                raise ConfigError("replicas must be >= 0 and replicas_check_s > 0")
+        else:
+            parse_partitions(self.owned_partitions, self.partitions)
         if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:
             raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")
         if not 0 < self.breaker_threshold <= 1 or self.breaker_min_calls < 1:
