@@ -22,9 +22,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from prometheus_client import start_http_server
 from redis.exceptions import RedisError
 
 from ferry.backoff import backoff_delay
@@ -44,6 +42,7 @@ from ferry.settings import BatcherSettings, parse_partitions
 from ferry.tasks import capacity
 from ferry.tasks.capacity import Capacity
 from ferry.tasks.record import Status
+from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend
 
@@ -128,7 +127,8 @@ class Batcher:
         self._parked = False
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._metrics_server: Any = None
+        self._metrics_server: StatusServer | None = None
+        self._read_failures = 0  # queue reads failed in a row (Redis unreachable)
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -142,8 +142,10 @@ class Batcher:
         if self.webhooks is not None:
             await self.webhooks.start()
         if s.metrics_port:
-            self._metrics_server, _ = start_http_server(
-                s.metrics_port, s.metrics_host, registry=self.metrics.registry)
+            self._metrics_server = StatusServer(s.metrics_host, s.metrics_port,
+                                                self.metrics.registry, live=self.liveness,
+                                                ready=self.readiness)
+            await self._metrics_server.start()
         self._loops = [
             asyncio.create_task(self._read_loop(), name="ferry-reader"),
             asyncio.create_task(self._claim_loop(), name="ferry-claimer"),
@@ -155,6 +157,21 @@ class Batcher:
             loop_task.add_done_callback(self._loop_done)
         log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms",
                  self.consumer, ",".join(map(str, self.partitions)), s.max_batch, s.max_wait_ms)
+
+    def liveness(self) -> tuple[bool, dict[str, str]]:
+        """Alive while every loop runs (a dead loop makes the process exit anyway)."""
+        dead = [t.get_name() for t in self._loops if t.done()]
+        return (bool(self._loops) and not dead and not self.failed.is_set(),
+                {"loops": "running" if not dead else f"stopped: {', '.join(dead)}"})
+
+    def readiness(self) -> tuple[bool, dict[str, str]]:
+        """Ready while Redis answered a read lately and Triton is reachable."""
+        redis_ok = self._read_failures == 0
+        alive, _ = self.liveness()
+        details = {"redis": "ok" if redis_ok else f"{self._read_failures} reads failed in a row",
+                   "triton": "ok" if self.gate.is_open else "unreachable",
+                   "partitions": ",".join(map(str, self.partitions))}
+        return alive and redis_ok and self.gate.is_open, details
 
     async def _until_redis_answers(self, step: Callable[[], Awaitable[None]]) -> None:
         """Run a start-up step, waiting out a Redis that is starting (refusing, or loading its
@@ -226,7 +243,7 @@ class Batcher:
         with contextlib.suppress(*REDIS_TROUBLE):
             await capacity.withdraw(self.parts.hot, self.consumer, list(self.models))
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+            await self._metrics_server.close()
             self._metrics_server = None
         await self.gate.close()
         await self.backend.close()
@@ -283,7 +300,6 @@ class Batcher:
         """
         per_stream = max(1, math.ceil(self.settings.max_batch / len(self.partitions)))
         block_s = self.settings.read_block_ms / 1000.0
-        failures = 0
         while not self._stopping.is_set():
             rooms = self.rooms()
             awake = self.queue.awake(self._holding(), poll=True)
@@ -303,12 +319,12 @@ class Batcher:
             count = min(per_stream, *(rooms[p] for p in readable))
             try:
                 deliveries = await self.queue.read(count, block_ms, readable)
-                failures = 0
+                self._read_failures = 0
             except REDIS_TROUBLE as exc:
-                failures += 1
+                self._read_failures += 1
                 self._changed.set()  # whatever waited for this read plans without it
                 log.warning("reading the queue failed (%s); retrying", exc)
-                await asyncio.sleep(backoff_delay(failures + 1, 0.1, 2.0, jitter=1.0))
+                await asyncio.sleep(backoff_delay(self._read_failures + 1, 0.1, 2.0, jitter=1.0))
                 continue
             await self._board(deliveries)
             if partial and not deliveries:  # until a batch leaves (or a moment passes)
