@@ -6,7 +6,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install up test unit bench lint typecheck proto lock clean
+.PHONY: help install tools up test unit bench lint typecheck proto lock chart k8s clean
+TOOLS := .tools
+HELM := $(TOOLS)/bin/helm
+CHART := deploy/helm/ferry
+# The plain manifests: the default values, and a Redis password Secret made by the operator
+# (no generated secret is written into the repository).
+K8S_VALUES := --set redis.existingPasswordSecret=ferry-redis
 
 help:
 	@echo "make up         run the whole stack (Redis, Triton, gateway, batcher) on loopback"
@@ -17,6 +23,8 @@ help:
 	@echo "make typecheck  mypy --strict"
 	@echo "make proto      regenerate services/ferry/v1 from proto/"
 	@echo "make lock       re-pin requirements.lock from the current .venv"
+	@echo "make chart      helm lint, render, schema-validate and policy-scan deploy/helm/ferry"
+	@echo "make k8s        re-render the plain manifests in deploy/k8s/ from the chart"
 
 $(STAMP): pyproject.toml requirements.lock scripts/install-redis.sh
 	scripts/install-redis.sh
@@ -27,11 +35,23 @@ $(STAMP): pyproject.toml requirements.lock scripts/install-redis.sh
 
 install: $(STAMP)
 
+$(TOOLS)/.installed: scripts/install-chart-tools.sh
+	scripts/install-chart-tools.sh
+	touch $@
+
+tools: $(TOOLS)/.installed
+
 up: install
 	$(BIN)/ferry up $(ARGS)
 
-test: install lint typecheck
+test: install tools lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+chart: install tools
+	$(BIN)/pytest tests/deploy $(PYTEST_ARGS)
+
+k8s: tools
+	$(HELM) template ferry $(CHART) --namespace ferry $(K8S_VALUES) > deploy/k8s/ferry.yaml
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -54,4 +74,4 @@ lock: install
 	  $(BIN)/python -m pip freeze --exclude-editable; } > requirements.lock
 
 clean:
-	rm -rf $(VENV) .ferry .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) .ferry .pytest_cache .mypy_cache .ruff_cache
