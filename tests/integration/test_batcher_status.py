@@ -24,7 +24,7 @@ async def test_health_readiness_and_metrics(triton_server: TritonServer, tmp_pat
     redis_proc, redis_url = start_redis(tmp_path / "redis")
     port = free_port()
     batcher = Batcher(batcher_settings(redis_url, triton_server.grpc_url, metrics_port=port,
-                                       owned_partitions="0-7"))
+                                       owned_partitions="0-7", claim_interval_ms=200))
     await batcher.start()
     base = f"http://{LOOPBACK}:{port}"
     try:
@@ -34,8 +34,12 @@ async def test_health_readiness_and_metrics(triton_server: TritonServer, tmp_pat
             assert ready.status_code == 200
             assert ready.json() == {"ok": True, "redis": "ok", "triton": "ok",
                                     "partitions": "0,1,2,3,4,5,6,7"}
+            await asyncio.sleep(0.5)  # a claim round: it measures the owned partitions
             metrics = await client.get("/metrics")
             assert "ferry_batch_size" in metrics.text and metrics.status_code == 200
+            assert 'ferry_partition_depth{partition="7"} 0.0' in metrics.text
+            assert 'ferry_partition_pending{partition="0"} 0.0' in metrics.text
+            assert 'partition="8"' not in metrics.text  # not this batcher's
             assert (await client.get("/nowhere")).status_code == 404
             assert (await client.post("/readyz")).status_code == 405
             redis_proc.stop(grace_s=5)  # Redis goes away: the batcher is not ready any more

@@ -356,6 +356,9 @@ class Batcher:
             try:
                 await self._reclaim()
                 self.metrics.queue_depth.set(await self.queue.depth())
+                for partition, (depth, held) in (await self.queue.partition_stats()).items():
+                    self.metrics.partition_depth.labels(str(partition)).set(depth)
+                    self.metrics.partition_pending.labels(str(partition)).set(held)
                 await self.parts.store.heal_backlog(self.partitions)
             except REDIS_TROUBLE as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)

@@ -283,5 +283,23 @@ class RedisStreamQueue:
                     pipe.xlen(stream)
             return sum(int(n) for n in await pipe.execute())
 
+    async def partition_stats(self) -> dict[int, tuple[int, int]]:
+        """For each owned partition: its unfinished entries (all priorities) and how many of
+        them a batcher holds (delivered, not yet acknowledged)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for partition in self.owned:
+                for stream in keys.partition_streams(partition):
+                    pipe.xlen(stream)
+                    pipe.xpending(stream, keys.CONSUMER_GROUP)
+            replies = await pipe.execute(raise_on_error=False)
+        stats: dict[int, tuple[int, int]] = {}
+        per_partition = 2 * len(BY_URGENCY)
+        for index, partition in enumerate(self.owned):
+            chunk = replies[index * per_partition:(index + 1) * per_partition]
+            depth = sum(int(n) for n in chunk[0::2] if isinstance(n, int))
+            held = sum(int(p["pending"]) for p in chunk[1::2] if isinstance(p, dict))
+            stats[partition] = (depth, held)
+        return stats
+
     async def close(self) -> None:
         await self.reader.close()

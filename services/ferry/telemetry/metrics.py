@@ -54,6 +54,12 @@ class BatcherMetrics:
         self.queue_depth = Gauge("ferry_queue_depth",
                                  "Unfinished tasks in all partition streams (new and pending)",
                                  registry=r)
+        self.partition_depth = Gauge("ferry_partition_depth", "Unfinished tasks of a partition "
+                                     "this batcher owns (all priorities)", ["partition"],
+                                     registry=r)
+        self.partition_pending = Gauge("ferry_partition_pending", "Tasks of a partition this "
+                                       "batcher owns that a batcher holds (read, not finished)",
+                                       ["partition"], registry=r)
 
 
 class GatewayMetrics:
