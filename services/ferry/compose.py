@@ -24,6 +24,7 @@ from ferry.tasks.capacity import CapacityBoard
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
 from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics
+from ferry.telemetry.tracing import Tracing
 from ferry.triton.base import InferenceBackend
 from ferry.triton.grpc_backend import TlsFiles, TritonGrpcBackend
 
@@ -40,6 +41,7 @@ class GatewayParts:
     capacity: CapacityBoard  # the models' measured service rates, for admission
     metrics: GatewayMetrics
     access: Access  # authentication, rate limits, per-client bounds
+    tracing: Tracing  # OTLP traces, when OTEL_* asks for them
 
 
 def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
@@ -56,7 +58,7 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
         backend=backend or triton_backend(settings),
         hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
         capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics(),
-        access=Access(settings, hot))
+        access=Access(settings, hot), tracing=Tracing("ferry-gateway"))
 
 
 @dataclass
@@ -70,6 +72,7 @@ class BatcherParts:
     store: RedisTaskStore
     metrics: BatcherMetrics
     cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
+    tracing: Tracing  # OTLP traces, when OTEL_* asks for them
 
 
 def triton_backend(settings: CommonSettings, infer_timeout_s: float = 30.0) -> TritonGrpcBackend:
@@ -104,4 +107,5 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
     return BatcherParts(
         settings=settings, consumer=consumer, cancels=cancels,
         backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s),
-        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics())
+        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics(),
+        tracing=Tracing("ferry-batcher"))

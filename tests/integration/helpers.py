@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +18,9 @@ import tritonclient.grpc as triton_grpc
 from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
-from ferry.settings import BatcherSettings, GatewaySettings
+from ferry.settings import BatcherSettings, GatewaySettings, to_env
+from ferry.stack.ports import LOOPBACK, http_ok
+from ferry.stack.process import ManagedProcess, env_with
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
@@ -31,6 +35,28 @@ def batcher_settings(redis_url: str, triton_url: str, **overrides: Any) -> Batch
                               "metrics_port": 0, "backoff_base_ms": 10.0, "backoff_max_ms": 50.0}
     values.update(overrides)
     return BatcherSettings(**values)
+
+
+@contextmanager
+def ferry_processes(gateway: GatewaySettings, batcher: BatcherSettings, logs: Path,
+                    extra_env: Mapping[str, str] | None = None,
+                    grace_s: float = 10) -> Iterator[str]:
+    """A batcher and a gateway as separate ``python -m ferry`` processes (as ``ferry up``
+    runs them); yields the gateway's URL once it is ready, and stops both after."""
+    procs = [ManagedProcess(name, [sys.executable, "-m", "ferry", name],
+                            env=env_with({**to_env(settings, cls), **(extra_env or {})}),
+                            log_path=logs / f"{name}.log")
+             for name, settings, cls in (("batcher", batcher, BatcherSettings),
+                                         ("gateway", gateway, GatewaySettings))]
+    url = f"http://{LOOPBACK}:{gateway.port}"
+    try:
+        for proc in procs:
+            proc.start()
+        procs[1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
+        yield url
+    finally:
+        for proc in reversed(procs):
+            proc.stop(grace_s=grace_s)
 
 
 @dataclass

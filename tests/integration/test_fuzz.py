@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, http_ok
-from ferry.stack.process import ManagedProcess, env_with
+from ferry.stack.ports import free_port
 from tests.conftest import TritonServer
-from tests.integration.helpers import batcher_settings, gateway_settings
+from tests.integration.helpers import batcher_settings, ferry_processes, gateway_settings
 from tests.integration.test_security import ALICE_KEY, KEYS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -39,19 +37,8 @@ def stack_processes(redis_url: str, triton_server: TritonServer, tmp_path: Path,
     gateway = gateway_settings(redis_url, triton_server.grpc_url, port=free_port(), workers=1,
                                max_poll_s=1.0, **auth)
     batcher = batcher_settings(redis_url, triton_server.grpc_url)
-    procs = [ManagedProcess(name, [sys.executable, "-m", "ferry", name],
-                            env=env_with(to_env(settings, cls)), log_path=tmp_path / f"{name}.log")
-             for name, settings, cls in (("batcher", batcher, BatcherSettings),
-                                         ("gateway", gateway, GatewaySettings))]
-    for proc in procs:
-        proc.start()
-    url = f"http://{LOOPBACK}:{gateway.port}"
-    try:
-        procs[1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
+    with ferry_processes(gateway, batcher, tmp_path) as url:
         yield url
-    finally:
-        for proc in procs:
-            proc.stop(grace_s=10)
 
 
 def schemathesis(url: str, report: Path, *headers: str) -> subprocess.CompletedProcess[str]:

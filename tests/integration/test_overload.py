@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, http_ok
-from ferry.stack.process import ManagedProcess, env_with
+from ferry.settings import BatcherSettings, GatewaySettings
+from ferry.stack.ports import LOOPBACK, free_port
 from loadtest import overload
 from loadtest.rawhttp import Pool
 from tests.conftest import TritonServer
+from tests.integration.helpers import ferry_processes
 
 pytestmark = pytest.mark.integration
 CAPACITY = 8 / 0.066  # tasks/s
@@ -28,27 +27,15 @@ DEADLINE_S = 2.0
 
 
 @pytest.fixture
-def ferry_processes(redis_url: str, triton_server: TritonServer,
+def overload_stack(redis_url: str, triton_server: TritonServer,
                     tmp_path: Path) -> Iterator[str]:
     port = free_port()
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
                               port=port, default_model="sim_overload")
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
                               metrics_port=0, max_batch=8)
-    procs = []
-    for name, env in (("batcher", to_env(batcher, BatcherSettings)),
-                      ("gateway", to_env(gateway, GatewaySettings))):
-        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
-                              log_path=tmp_path / f"{name}.log")
-        proc.start()
-        procs.append(proc)
-    url = f"http://{LOOPBACK}:{port}"
-    try:
-        procs[-1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
+    with ferry_processes(gateway, batcher, tmp_path, grace_s=20) as url:
         yield url
-    finally:
-        for proc in reversed(procs):
-            proc.stop(grace_s=20)
 
 
 async def warm_up(url: str) -> None:
@@ -65,10 +52,10 @@ async def warm_up(url: str) -> None:
 
 
 async def test_twice_the_capacity_for_30_s_loses_nothing_and_keeps_the_deadline(
-    ferry_processes: str,
+    overload_stack: str,
 ) -> None:
-    await warm_up(ferry_processes)
-    result = await overload.run(ferry_processes, "sim_overload", rate=2 * CAPACITY,
+    await warm_up(overload_stack)
+    result = await overload.run(overload_stack, "sim_overload", rate=2 * CAPACITY,
                                 seconds=30.0, timeout_s=DEADLINE_S)
     print(json.dumps(result.to_json(), indent=2))  # the figures, for the record
     assert result.lost == 0

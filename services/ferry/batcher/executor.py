@@ -39,6 +39,7 @@ from ferry.settings import NO_FALLBACKS, BatcherSettings, Fallbacks
 from ferry.tasks.base import Completion, TaskStore
 from ferry.tasks.record import Status, TaskRecord
 from ferry.telemetry.metrics import BatcherMetrics
+from ferry.telemetry.tracing import CURRENT_BATCH
 from ferry.triton.base import InferenceBackend, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -238,9 +239,20 @@ class BatchExecutor:
 
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
-        started = time.monotonic()
-        inferred = await self.backend.infer(spec, payloads)
+        started, recorder = time.monotonic(), CURRENT_BATCH.get()
+        started_ns = time.time_ns() if recorder is not None else 0
+        try:
+            inferred = await self.backend.infer(spec, payloads)
+        except BackendError as exc:
+            if recorder is not None:
+                recorder.step("triton.infer", started_ns, {
+                    "ferry.model": spec.name, "ferry.batch.size": len(items),
+                    "error.type": type(exc).__name__})
+            raise
         seconds = time.monotonic() - started
+        if recorder is not None:
+            recorder.step("triton.infer", started_ns, {"ferry.model": spec.name,
+                                                        "ferry.batch.size": len(items)})
         self.observe_call(spec.name, len(items), seconds)
         self.metrics.infer_seconds.labels(spec.name).observe(seconds)
         self.metrics.batch_size.labels(spec.name).observe(len(items))
@@ -261,7 +273,8 @@ class BatchExecutor:
         A duplicate delivery whose task already has a final answer writes nothing and leaves no
         dead letter: the first answer stands.
         """
-        finished_at = time.time()
+        finished_at, recorder = time.time(), CURRENT_BATCH.get()
+        started_ns = time.time_ns() if recorder is not None else 0
         completions = [o.completion(finished_at) for o in outcomes]
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
@@ -271,6 +284,9 @@ class BatchExecutor:
                 await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
                 continue
             self._count([o for o, new in zip(outcomes, written, strict=True) if new])
+            if recorder is not None:
+                recorder.step("ferry.result_write", started_ns,
+                              {"ferry.tasks": len(outcomes), "ferry.attempt": attempt})
             return True
         return False
 

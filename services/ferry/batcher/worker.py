@@ -44,6 +44,7 @@ from ferry.tasks.capacity import Capacity
 from ferry.tasks.record import Status
 from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics
+from ferry.telemetry.tracing import CURRENT_BATCH, BatchTrace, batch_trace
 from ferry.triton.base import InferenceBackend
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class Batcher:
         self.fallbacks = settings.fallbacks()
         self._cancelled: set[str] = set()  # ids a client cancelled, that this batcher may hold
         self.cancels = self.parts.cancels
+        self.tracing = self.parts.tracing
         self.cancels.on_message = self._on_cancel
         self.webhooks = (WebhookSender(settings, self.parts.redis, self.partitions,
                                        self.consumer, self.metrics)
@@ -136,6 +138,7 @@ class Batcher:
     async def start(self) -> None:
         """Connect, create the consumer groups, start the loops (and /metrics if configured)."""
         s = self.settings
+        self.tracing.start()
         await self.backend.start()
         await self._until_redis_answers(self.queue.ensure_groups)
         await self.cancels.start()
@@ -252,6 +255,7 @@ class Batcher:
             await self.queue.forget_consumer()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
+        self.tracing.shutdown()
 
     async def run(self) -> int:
         """Run until SIGINT or SIGTERM (0) or until a loop dies (1), then stop cleanly."""
@@ -546,7 +550,11 @@ class Batcher:
         await _wait(self._changed, timeout)
 
     def _launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason) -> None:
-        task = asyncio.create_task(self._run_batch(lane.model, deliveries),
+        recorder = None
+        if self.tracing.enabled:
+            recorder = batch_trace(lane.model, reason.value, [
+                (d.task.trace_context, d.task.enqueued_at_ms) for d in deliveries if d.task])
+        task = asyncio.create_task(self._run_batch(lane.model, deliveries, recorder),
                                    name=f"ferry-batch-{lane.model}")
         self._batches[task] = (lane, deliveries)
         state = self.models.get(lane.model)
@@ -557,12 +565,17 @@ class Batcher:
         self.metrics.inflight.set(len(self._batches))
         task.add_done_callback(self._batch_done)
 
-    async def _run_batch(self, model: str, deliveries: list[Delivery]) -> None:
+    async def _run_batch(self, model: str, deliveries: list[Delivery],
+                         recorder: BatchTrace | None = None) -> None:
+        if recorder is not None:
+            CURRENT_BATCH.set(recorder)  # this task's own context: the executor records in it
         try:
             await self.executor.run(model, deliveries)
         except Exception:
             log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
                           len(deliveries), model)
+        if recorder is not None:
+            recorder.emit(self.tracing.tracer)
         for delivery in deliveries:  # not on cancellation: stop() hands those back
             self._held.discard(delivery.key)
 

@@ -121,6 +121,7 @@ class HotLane:
         self.settings = gateway.settings
         self.metrics: GatewayMetrics = gateway.metrics
         self.access = gateway.access
+        self.tracing = gateway.tracing
         self.submit = Route(SUBMIT_PATH, {"POST": self._submit})
         self.result = Route(RESULT_ROUTE, {"GET": self._result, "DELETE": self._cancel})
 
@@ -148,6 +149,8 @@ class HotLane:
             status, body, headers = 405, error_body(
                 "method_not_allowed", f"{route.template} takes {route.allow} only"), [
                 (b"allow", route.allow.encode())]
+        elif self.tracing.enabled:
+            status, body, headers = await self._traced(route, handler, scope, receive)
         else:
             status, body, headers = await self._answer(handler, scope, receive)
         headers.append(JSON_TYPE)
@@ -156,6 +159,21 @@ class HotLane:
         await send({"type": "http.response.body", "body": body})
         self.metrics.observe_request(route.template, scope["method"], status,
                                      time.perf_counter() - started)
+
+    async def _traced(self, route: Route, handler: Handler, scope: Scope,
+                      receive: Receive) -> Answer:
+        """The answer, inside the request's span (the caller's traceparent, if any, its
+        parent); the task it creates carries the span's context in its envelope."""
+        carrier = {name.decode("latin-1"): value.decode("latin-1")
+                   for name, value in scope["headers"]
+                   if name.lower() in (b"traceparent", b"tracestate")}
+        with self.tracing.server_span(f"{scope['method']} {route.template}", carrier) as span:
+            answer = await self._answer(handler, scope, receive)
+            if span is not None:
+                span.set_attribute("http.request.method", scope["method"])
+                span.set_attribute("http.route", route.template)
+                span.set_attribute("http.response.status_code", answer[0])
+            return answer
 
     async def _answer(self, handler: Handler, scope: Scope, receive: Receive) -> Answer:
         """The handler's answer for an authenticated caller (with its ``RateLimit-*``

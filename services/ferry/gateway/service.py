@@ -67,10 +67,12 @@ class Gateway:
         self.capacity = parts.capacity
         self.idempotency = IdempotencyKeys(parts.hot)
         self.access = parts.access
+        self.tracing = parts.tracing
         self._admissions: dict[tuple[str, Priority, float], tuple[Capacity, Admission]] = {}
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
 
     async def start(self) -> None:
+        self.tracing.start()
         await self.parts.backend.start()
         await self.parts.subscriber.start()
 
@@ -80,6 +82,7 @@ class Gateway:
         await self.parts.backend.close()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
+        self.tracing.shutdown()
 
     async def submit(self, submission: Submission, wait_s: float = 0.0,
                      idempotency_key: str | None = None, caller: Caller = ANONYMOUS) -> Submitted:
@@ -144,6 +147,8 @@ class Gateway:
                     deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0,
                     input_digest=digest, digest_version=version if digest else "",
                     callback_url=submission.callback_url)
+        if self.tracing.enabled:
+            self.tracing.inject(task.trace_context)
         pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=model,
                              created_at=now, priority=submission.priority.label,
                              deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)

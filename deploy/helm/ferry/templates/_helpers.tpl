@@ -84,6 +84,14 @@ seccompProfile:
   value: {{ .Values.partitions | quote }}
 - name: FERRY_LOG_LEVEL
   value: INFO
+{{- if .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.tracing.otlpEndpoint | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .Values.tracing.samplingRatio | quote }}
+{{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 - name: {{ $name }}
   value: {{ $value | quote }}
