@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install tools up test unit bench lint typecheck proto lock chart k8s clean
+.PHONY: help install tools up test test-cluster unit bench lint typecheck proto lock chart k8s clean
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
 CHART := deploy/helm/ferry
@@ -17,6 +17,7 @@ K8S_VALUES := --set redis.existingPasswordSecret=ferry-redis
 help:
 	@echo "make up         run the whole stack (Redis, Triton, gateway, batcher) on loopback"
 	@echo "make test       lint, type-check, then the whole test suite against real servers"
+	@echo "                (and the tests marked cluster again against a Redis Cluster)"
 	@echo "make unit       only the unit tests (no servers)"
 	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~15 min)"
 	@echo "make lint       ruff"
@@ -46,6 +47,11 @@ up: install
 
 test: install tools lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) test-cluster
+
+# The integration tests marked `cluster`, again, against a 3-master Redis Cluster on loopback.
+test-cluster: install
+	FERRY_TEST_REDIS_CLUSTER=1 $(BIN)/pytest tests/integration -m "cluster and not single_redis" $(PYTEST_ARGS)
 
 chart: install tools
 	$(BIN)/pytest tests/deploy $(PYTEST_ARGS)

@@ -1,23 +1,27 @@
 """Real servers for the integration tests: a redis-server and a tritonserver on free loopback ports.
 
-Both start once per session; every test starts with an empty Redis. Triton serves the bundled model
-repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for crash and scheduling tests,
-and ``sim_slow2``, the same with two instances.
+Both start once per session; every test starts with an empty Redis. With
+``FERRY_TEST_REDIS_CLUSTER=1`` the Redis is a 3-master Redis Cluster on loopback (``make test``
+runs the tests marked ``cluster`` that way too), and the settings the tests build say so. Triton
+serves the bundled model repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for
+crash and scheduling tests, and ``sim_slow2``, the same with two instances.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
 
 from ferry.stack.process import ManagedProcess
-from ferry.stack.redis_server import start_redis
+from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
 from ferry.stack.up import bundled_repository
 
@@ -54,11 +58,48 @@ def build_test_repository(target: Path) -> Path:
     config = re.sub(r'key: "per_item_ms" value: \{ string_value: "[0-9.]+" \}',
                     'key: "per_item_ms" value: { string_value: "2" }', config)
     (overload / "config.pbtxt").write_text(config)
+    add_tensorrt_ensemble(target)
     return target
+
+
+PRODUCTION_MODELS = Path(__file__).resolve().parents[1] / "deploy" / "triton" / "models"
+
+
+def add_tensorrt_ensemble(target: Path) -> None:
+    """The production moderation ensemble of ``deploy/triton/models``, as ``moderation_ensemble``
+    (the local ``moderation`` keeps its name), with its TensorRT step replaced by a stand-in that
+    runs the same ONNX file with onnxruntime behind the same inputs and outputs."""
+    for name in ("moderation_pre", "moderation_post"):  # with the local model's code, as the
+        shutil.copytree(PRODUCTION_MODELS / name, target / name)  # image has them
+        shutil.copy(target / "moderation" / "1" / "moderation_ops.py", target / name / "1")
+    ensemble = target / "moderation_ensemble"
+    shutil.copytree(PRODUCTION_MODELS / "moderation", ensemble)
+    config = (ensemble / "config.pbtxt").read_text()
+    (ensemble / "config.pbtxt").write_text(
+        config.replace('name: "moderation"', 'name: "moderation_ensemble"'))
+    engine = target / "moderation_trt"
+    (engine / "1").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "integration" / "standin" / "detector.py",
+                engine / "1" / "model.py")
+    config = (PRODUCTION_MODELS / "moderation_trt" / "config.pbtxt").read_text()
+    config = config.replace('platform: "tensorrt_plan"', 'backend: "python"')
+    config, swapped = re.subn(r"instance_group \[.*?\n\]", "instance_group [ { count: 2, "
+                              "kind: KIND_CPU } ]", config, flags=re.DOTALL)
+    assert swapped == 1, "moderation_trt's instance_group changed shape"
+    (engine / "config.pbtxt").write_text(config)
+
+
+REDIS_CLUSTER = os.environ.get("FERRY_TEST_REDIS_CLUSTER") == "1"
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if REDIS_CLUSTER:
+        nodes, url = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+        yield url
+        for node in nodes:
+            node.stop(grace_s=5)
+        return
     proc, url = start_redis(tmp_path_factory.mktemp("redis"))
     yield url
     proc.stop(grace_s=5)
@@ -73,17 +114,28 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
     proc.stop(grace_s=20)
 
 
+def sync_client(url: str) -> redis.Redis:
+    """A redis-py client of the tests' Redis (of the cluster, in cluster mode: typed as a plain
+    client, which the cluster client mimics for every command the tests use)."""
+    if REDIS_CLUSTER:
+        return cast(redis.Redis, redis.RedisCluster.from_url(url))
+    return redis.Redis.from_url(url)
+
+
 @pytest.fixture
 def redis_url(redis_server: str) -> Iterator[str]:
-    """A clean Redis for each test."""
-    client = redis.Redis.from_url(redis_server)
-    client.flushall()
+    """A clean Redis for each test (every master, in cluster mode)."""
+    client = sync_client(redis_server)
+    if REDIS_CLUSTER:
+        cast(redis.RedisCluster, client).flushall(target_nodes=redis.RedisCluster.PRIMARIES)
+    else:
+        client.flushall()
     yield redis_server
     client.close()
 
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+    client = sync_client(redis_url)
     yield client
     client.close()

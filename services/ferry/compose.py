@@ -11,13 +11,11 @@ import socket
 import uuid
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
 from ferry import keys
 from ferry.gateway.access import Access
 from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import address, connect, lean
-from ferry.resp.client import RespClient
+from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean
+from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, CommonSettings, GatewaySettings, parse_partitions
 from ferry.tasks.capacity import CapacityBoard
@@ -33,8 +31,8 @@ from ferry.triton.grpc_backend import TlsFiles, TritonGrpcBackend
 class GatewayParts:
     settings: GatewaySettings
     backend: InferenceBackend
-    hot: RespClient  # admission and result reads
-    redis: aioredis.Redis  # readiness
+    hot: Commands  # admission and result reads
+    redis: SlowRedis  # readiness
     store: RedisTaskStore
     waiters: ResultWaiters
     subscriber: Subscriber  # completion announcements, which wake the waiters
@@ -66,8 +64,8 @@ class BatcherParts:
     settings: BatcherSettings
     consumer: str
     backend: InferenceBackend
-    hot: RespClient  # completion
-    redis: aioredis.Redis  # groups, reclaim, keep-alive, hand-back, depth
+    hot: Commands  # completion
+    redis: SlowRedis  # groups, reclaim, keep-alive, hand-back, depth
     queue: RedisStreamQueue  # reads through a blocking lean connection of its own
     store: RedisTaskStore
     metrics: BatcherMetrics
@@ -93,10 +91,12 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
     consumer = consumer_name()
     hot = lean(settings, f"ferry-batcher-{consumer}")
     redis = connect(settings)
-    queue = RedisStreamQueue(redis, lean(settings, f"ferry-reader-{consumer}"),
-                             partitions=settings.partitions,
+    reader = lean(settings, f"ferry-reader-{consumer}")
+    queue = RedisStreamQueue(redis, reader, partitions=settings.partitions,
                              owned=parse_partitions(settings.owned_partitions, settings.partitions),
-                             consumer=consumer)
+                             consumer=consumer,
+                             blocker=(lambda: cluster_client(settings, f"ferry-reader-{consumer}"))
+                             if settings.redis_cluster else None)
     store = RedisTaskStore(hot, partitions=settings.partitions,
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,

@@ -12,23 +12,45 @@ from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
-from ferry.resp.client import RedisAddress, RespClient
+from ferry.errors import ConfigError
+from ferry.resp.client import Commands, RedisAddress, RespClient
+from ferry.resp.cluster import ClusterClient
 from ferry.settings import CommonSettings
 
+SlowRedis = aioredis.Redis | RedisCluster  # redis-py, for the occasional work
 
-def connect(settings: CommonSettings) -> aioredis.Redis:
+
+def connect(settings: CommonSettings) -> SlowRedis:
     """A redis-py client over a blocking pool of ``redis_max_connections`` (bytes in, bytes out).
 
     Under a burst, callers queue for a connection (up to ``redis_pool_timeout_s``) instead of
-    each opening one until Redis refuses.
+    each opening one until Redis refuses. With ``redis_cluster``, redis-py's cluster client (a
+    pool of that size per node).
     """
+    if settings.redis_cluster:
+        return RedisCluster.from_url(
+            settings.redis_url, max_connections=settings.redis_max_connections,
+            socket_timeout=settings.redis_socket_timeout_s,
+            socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s, health_check_interval=30,
         socket_timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
     return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()
+
+
+async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None:
+    """Refuse a Redis Cluster node when ``redis_cluster`` is off: keys of other slots would be
+    answered with MOVED. (With it on, both clients refuse a server that is not a cluster.)"""
+    if settings.redis_cluster or isinstance(redis, RedisCluster):
+        return
+    info = await redis.info("cluster")
+    if info.get("cluster_enabled"):
+        raise ConfigError(f"Redis at {address(settings)} is a Redis Cluster node: set "
+                          "FERRY_REDIS_CLUSTER=true (redis_cluster)")
 
 
 def _credentials(settings: CommonSettings) -> dict[str, Any]:
@@ -59,8 +81,11 @@ def address(settings: CommonSettings) -> RedisAddress:
                    password=settings.redis_password or found.password, ssl_context=context)
 
 
-def lean(settings: CommonSettings, name: str) -> RespClient:
-    """A lean pipelined client: one connection, every caller's commands in order."""
+def lean(settings: CommonSettings, name: str) -> Commands:
+    """A lean pipelined client: one connection (per cluster node), every caller's commands in
+    order."""
+    if settings.redis_cluster:
+        return cluster_client(settings, name)
     return RespClient(address(settings), timeout_s=settings.redis_socket_timeout_s,
                       connect_timeout_s=settings.redis_socket_timeout_s, name=name)
 
@@ -68,3 +93,9 @@ def lean(settings: CommonSettings, name: str) -> RespClient:
 def text(value: Any) -> str:
     """A Redis reply (bytes, as Ferry's clients return them) as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def cluster_client(settings: CommonSettings, name: str) -> ClusterClient:
+    """A lean client of the Redis Cluster ``redis_url`` is a node of."""
+    return ClusterClient(address(settings), timeout_s=settings.redis_socket_timeout_s,
+                         connect_timeout_s=settings.redis_socket_timeout_s, name=name)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from ferry.auth.api_keys import parse_keys
 from ferry.auth.base import check_key_source, parse_algorithms
 from ferry.errors import ConfigError
+from ferry.resp.client import RedisAddress
 
 ENV_PREFIX = "FERRY_"
 FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
@@ -50,6 +51,8 @@ class CommonSettings:
                                          "or 'host:port', comma-separated; empty: webhooks off")
     webhook_secret: str = setting("", "key of the webhooks' HMAC-SHA256 signature (required "
                                   "for webhooks)")
+    redis_cluster: bool = setting(False, "redis_url is a seed node of a Redis Cluster: keys are "
+                                  "routed by slot (every key of a partition shares one)")
     redis_username: str = setting("", "Redis ACL user (overrides the URL's)")
     redis_password: str = setting("", "Redis password (overrides the URL's; or "
                                   "FERRY_REDIS_PASSWORD_FILE)")
@@ -78,6 +81,10 @@ class CommonSettings:
                 self.triton_cert_file) != bool(self.triton_key_file):
             raise ConfigError("a client certificate and its key go together (redis_cert_file "
                               "and redis_key_file, triton_cert_file and triton_key_file)")
+        if self.redis_cluster and (self.redis_url.startswith("unix:")
+                                   or RedisAddress.from_url(self.redis_url).db != 0):
+            raise ConfigError("a Redis Cluster is reached over redis:// or rediss:// and has "
+                              "only database 0")
         if (self.triton_ca_file or self.triton_cert_file) and not self.triton_ssl:
             raise ConfigError("triton_ca_file and triton_cert_file need triton_ssl=true")
 

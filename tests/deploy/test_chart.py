@@ -135,6 +135,12 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     assert "--model-repository=s3://models-bucket/ferry" in pod["containers"][0]["args"]
     scaled = by_kind[("ScaledObject", "ferry-batcher")]["spec"]
     assert len(scaled["triggers"]) == 16 and scaled["maxReplicaCount"] == 16
+    gpus = by_kind[("ScaledObject", "ferry-triton")]["spec"]
+    assert gpus["scaleTargetRef"]["name"] == "ferry-triton"
+    assert {t["metadata"]["stream"] for t in gpus["triggers"]} == {
+        f"ferry:{{p{p}}}:tasks" for p in range(16)}
+    assert all(t["metadata"]["lagCount"] == "5000" for t in gpus["triggers"])
+    assert "replicas" not in by_kind[("Deployment", "ferry-triton")]["spec"]  # KEDA's to set
 
 
 @pytest.mark.parametrize(("setting", "complaint"), [
@@ -142,7 +148,47 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("auth.mode=api_key", "auth.existingSecret"),
     ("auth.mode=basic", "value must be one of"),
     ("redis.builtin=false", "redis.externalUrl is required"),
+    ("redis.cluster=true", "redis.cluster needs an external Redis Cluster"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
     assert done.returncode != 0 and complaint in done.stderr, done.stderr
+
+
+def test_an_external_redis_cluster_is_named_to_ferry_and_keda() -> None:
+    items = list(objects(render("values-external-redis.yaml")))
+    for item in items:
+        name = item["metadata"]["name"]
+        if item["kind"] in ("Deployment", "StatefulSet") and "triton" not in name:
+            env = {e["name"]: e.get("value") for e in
+                   item["spec"]["template"]["spec"]["containers"][0]["env"]}
+            assert env["FERRY_REDIS_CLUSTER"] == "true", name
+            assert env["FERRY_REDIS_URL"].startswith("rediss://")
+    scaled = [i for i in items if i["kind"] == "ScaledObject"]
+    triggers = [t for s in scaled for t in s["spec"]["triggers"]]
+    assert triggers and {t["type"] for t in triggers} == {"redis-cluster-streams"}
+    assert all(t["metadata"]["addresses"].count(":6379") == 3 and
+               t["metadata"]["enableTLS"] == "true" for t in triggers)
+
+
+def test_the_tensorrt_engine_is_built_on_the_pods_gpu_for_the_configs_shapes() -> None:
+    by_kind = {(o["kind"], o["metadata"]["name"]): o for o in objects(render("values-gpu.yaml"))}
+    pod = by_kind[("Deployment", "ferry-triton")]["spec"]["template"]["spec"]
+    copy, build = pod["initContainers"]
+    assert copy["image"] == pod["containers"][0]["image"]  # the repository rides in Triton's image
+    assert build["image"] == "nvcr.io/nvidia/tensorrt:25.01-py3"
+    assert build["resources"]["limits"]["nvidia.com/gpu"] == 1
+    config = (ROOT / "deploy" / "triton" / "models" / "moderation_trt" /
+              "config.pbtxt").read_text()
+    args = build["args"]
+    assert "--fp16" in args and "--saveEngine=/engines/moderation_trt/1/model.plan" in args
+    for arg in args:  # the shapes trtexec builds for are the ones the config promises Triton
+        if arg.startswith(("--minShapes", "--maxShapes")):
+            batch = int(arg.split(":", 1)[1].split("x")[0])
+            assert batch in (1, 64) and arg.endswith("x3x320x320")
+            assert arg in config
+    assert "max_batch_size: 64" in config
+    assert "--model-repository=/engines" in pod["containers"][0]["args"]
+    plain = {(o["kind"], o["metadata"]["name"]): o for o in objects(render("values.yaml"))}
+    assert "initContainers" not in plain[("Deployment", "ferry-triton")]["spec"]["template"][
+        "spec"]

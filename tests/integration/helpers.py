@@ -21,18 +21,20 @@ from ferry.gateway.app import create_app
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, http_ok
 from ferry.stack.process import ManagedProcess, env_with
+from tests.conftest import REDIS_CLUSTER
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
     values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
-                              "default_model": "sim"}
+                              "default_model": "sim", "redis_cluster": REDIS_CLUSTER}
     values.update(overrides)
     return GatewaySettings(**values)
 
 
 def batcher_settings(redis_url: str, triton_url: str, **overrides: Any) -> BatcherSettings:
     values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
-                              "metrics_port": 0, "backoff_base_ms": 10.0, "backoff_max_ms": 50.0}
+                              "metrics_port": 0, "backoff_base_ms": 10.0, "backoff_max_ms": 50.0,
+                              "redis_cluster": REDIS_CLUSTER}
     values.update(overrides)
     return BatcherSettings(**values)
 

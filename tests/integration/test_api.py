@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     task_keys,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture
@@ -200,6 +200,7 @@ async def test_sample_image_is_accepted_as_raw_body(gateway: httpx.AsyncClient) 
     assert response.status_code == 202, response.text
 
 
+@pytest.mark.single_redis  # a Redis of its own, or counts one server's commands
 async def test_redis_down_is_a_503_not_a_crash(triton_server: TritonServer) -> None:
     settings = gateway_settings("redis://127.0.0.1:9/0", triton_server.grpc_url)
     async with running_gateway(settings) as client:
@@ -214,6 +215,7 @@ async def test_redis_down_is_a_503_not_a_crash(triton_server: TritonServer) -> N
         assert polled.status_code == 503
 
 
+@pytest.mark.single_redis  # a Redis of its own, or counts one server's commands
 async def test_a_redis_that_cannot_write_is_a_503_not_a_500(
     gateway: httpx.AsyncClient, redis_client: redis.Redis,
 ) -> None:

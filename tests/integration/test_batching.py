@@ -20,7 +20,7 @@ from tests.integration.helpers import (
     stream_lengths,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 def expected_output(payload: bytes) -> dict[str, object]:
@@ -111,6 +111,7 @@ async def test_models_are_batched_separately(
     assert results[-1]["output"]["DETECTIONS"]["detections"] == []
 
 
+@pytest.mark.single_redis  # a Redis of its own, or counts one server's commands
 async def test_long_poll_returns_when_the_result_is_written(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:

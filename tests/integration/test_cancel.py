@@ -23,7 +23,7 @@ from tests.integration.helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 async def cancel(client: httpx.AsyncClient, task_id: str) -> httpx.Response:

@@ -32,7 +32,7 @@ from tests.integration.helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(

@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     task_keys,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 def inferred(url: str, before: dict[int, int]) -> int:

@@ -15,22 +15,25 @@ import redis
 from ferry import keys
 from ferry.codec import encode_task
 from ferry.queue.base import Delivery
-from ferry.resp.client import RedisAddress, RespClient
+from ferry.redis_conn import lean
+from ferry.resp.client import RedisAddress
 from ferry.resp.subscriber import Subscriber
+from ferry.settings import CommonSettings
 from ferry.tasks.base import Completion
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters, parse_announcement
 from ferry.v1.task_pb2 import Task
+from tests.conftest import REDIS_CLUSTER
 from tests.integration.helpers import dead_letters, stream_lengths, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 PARTITIONS = 16
 
 
 @pytest.fixture
 async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
-    client = RespClient(RedisAddress.from_url(redis_url))
+    client = lean(CommonSettings(redis_url=redis_url, redis_cluster=REDIS_CLUSTER), "test")
     yield RedisTaskStore(client, partitions=PARTITIONS, result_ttl_s=60, pending_ttl_s=600,
                          inline_limit=1024)
     await client.close()

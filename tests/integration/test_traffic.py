@@ -30,7 +30,7 @@ from tests.integration.helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 async def post(client: httpx.AsyncClient, payload: str, *, model: str = "sim",

@@ -29,7 +29,7 @@ from tests.integration.helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 SECRET = "s3cret"
 
 

@@ -10,7 +10,7 @@ import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from ferry.errors import ModelContractError, PermanentBackendError
-from ferry.triton.base import ModelSpec
+from ferry.triton.base import ModelSpec, ensemble_steps
 from ferry.triton.tensors import output_rows, pack_bytes, unpack_bytes
 
 
@@ -236,3 +236,12 @@ def test_bytes_output_with_too_few_elements_is_refused() -> None:
 def test_unknown_output_datatype_is_refused() -> None:
     with pytest.raises(PermanentBackendError, match="datatype FP8"):
         output_rows("OUTPUT", "FP8", [1, 1], b"\x00", 1)
+
+
+def test_the_steps_of_an_ensemble() -> None:
+    config = {"platform": "ensemble", "ensemble_scheduling": {"step": [
+        {"model_name": "pre", "model_version": "-1"}, {"model_name": "engine"},
+        {"model_name": "post"}]}}
+    assert ensemble_steps(config) == ["pre", "engine", "post"]
+    assert ensemble_steps({"backend": "python"}) == []
+    assert ensemble_steps({"platform": "ensemble"}) == []

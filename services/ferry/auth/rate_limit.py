@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ferry import keys
 from ferry.errors import ConfigError, RateLimitedError
-from ferry.resp.client import RespClient
+from ferry.resp.client import Commands
 
 # KEYS: the client's key. ARGV: emission interval (ms), burst. Times from Redis (TIME), in ms.
 # Returns {1, remaining, reset ms} or {0, retry after ms, reset ms}.
@@ -76,7 +76,7 @@ def parse_overrides(spec: str, default: Rate) -> dict[str, Rate]:
 class RateLimiter:
     """Checks and counts one request of a client against its rate (refusing with 429)."""
 
-    def __init__(self, client: RespClient, default: Rate, overrides: dict[str, Rate]) -> None:
+    def __init__(self, client: Commands, default: Rate, overrides: dict[str, Rate]) -> None:
         self.client = client
         self.default = default
         self.overrides = overrides

@@ -21,18 +21,18 @@ from typing import Any
 
 import httpx
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from ferry import keys
 from ferry.backoff import backoff_delay
-from ferry.redis_conn import text
+from ferry.redis_conn import SlowRedis, text
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.webhooks import SIGNATURE_HEADER, CallbackRefusedError, pin, sign
 
 log = logging.getLogger(__name__)
 CONCURRENCY = 32
+CLUSTER_POLL_S = 0.5  # on a Redis Cluster, how long to wait before reading empty streams again
 CLAIM_EVERY_S = 30.0
 
 # KEYS: task hash, webhook stream. ARGV: group, entry id, outcome (JSON). The outcome joins the
@@ -51,7 +51,7 @@ return 0
 class WebhookSender:
     """Start, run, stop: sends the webhooks of ``owned`` partitions."""
 
-    def __init__(self, settings: BatcherSettings, redis: aioredis.Redis, owned: Sequence[int],
+    def __init__(self, settings: BatcherSettings, redis: SlowRedis, owned: Sequence[int],
                  consumer: str, metrics: BatcherMetrics) -> None:
         self.settings = settings
         self.redis = redis
@@ -105,9 +105,17 @@ class WebhookSender:
 
     async def _read(self, pending: bool) -> None:
         start = "0" if pending else ">"
-        reply: Any = await self.redis.xreadgroup(
-            keys.WEBHOOK_GROUP, self.consumer, dict.fromkeys(self.streams, start),
-            count=CONCURRENCY, block=None if pending else 1000)
+        if self.settings.redis_cluster:  # streams in many slots: one read each, then a pause
+            reply: Any = []
+            for stream in self.streams:
+                reply += await self.redis.xreadgroup(
+                    keys.WEBHOOK_GROUP, self.consumer, {stream: start}, count=CONCURRENCY) or []
+            if not reply and not pending:
+                await asyncio.sleep(CLUSTER_POLL_S)
+        else:
+            reply = await self.redis.xreadgroup(
+                keys.WEBHOOK_GROUP, self.consumer, dict.fromkeys(self.streams, start),
+                count=CONCURRENCY, block=None if pending else 1000)
         for stream, entries in reply or ():
             for entry_id, fields in entries:
                 await self._slots.acquire()

@@ -38,6 +38,7 @@ from ferry.compose import BatcherParts, batcher_parts
 from ferry.errors import BackendError, DependencyUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
+from ferry.redis_conn import check_cluster_mode
 from ferry.settings import BatcherSettings, parse_partitions
 from ferry.tasks import capacity
 from ferry.tasks.capacity import Capacity
@@ -140,7 +141,7 @@ class Batcher:
         s = self.settings
         self.tracing.start()
         await self.backend.start()
-        await self._until_redis_answers(self.queue.ensure_groups)
+        await self._until_redis_answers(self._prepare_queue)
         await self.cancels.start()
         if self.webhooks is not None:
             await self.webhooks.start()
@@ -175,6 +176,10 @@ class Batcher:
                    "triton": "ok" if self.gate.is_open else "unreachable",
                    "partitions": ",".join(map(str, self.partitions))}
         return alive and redis_ok and self.gate.is_open, details
+
+    async def _prepare_queue(self) -> None:
+        await check_cluster_mode(self.settings, self.parts.redis)
+        await self.queue.ensure_groups()
 
     async def _until_redis_answers(self, step: Callable[[], Awaitable[None]]) -> None:
         """Run a start-up step, waiting out a Redis that is starting (refusing, or loading its

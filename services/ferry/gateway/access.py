@@ -19,7 +19,7 @@ from ferry.auth.base import Authenticator, Credential, parse_algorithms
 from ferry.auth.jwt import JwtAuthenticator
 from ferry.auth.rate_limit import Rate, RateLimiter, parse_overrides
 from ferry.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
-from ferry.resp.client import RespClient
+from ferry.resp.client import Commands
 from ferry.settings import GatewaySettings
 from ferry.tasks.base import NO_OWNER, Owner
 
@@ -67,7 +67,7 @@ class Access:
     """Authenticates, rate-limits, and bounds the open long-polls of each client (in this
     process)."""
 
-    def __init__(self, settings: GatewaySettings, hot: RespClient) -> None:
+    def __init__(self, settings: GatewaySettings, hot: Commands) -> None:
         self.authenticator = authenticator(settings)
         default = Rate(settings.rate_limit_per_min, settings.rate_limit_burst)
         self.limiter = RateLimiter(hot, default, parse_overrides(settings.rate_limits, default))

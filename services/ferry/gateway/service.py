@@ -29,6 +29,7 @@ from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
+from ferry.redis_conn import check_cluster_mode
 from ferry.tasks import idempotency
 from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Owner, Sharing, input_digest
 from ferry.tasks.capacity import Capacity
@@ -73,6 +74,8 @@ class Gateway:
 
     async def start(self) -> None:
         self.tracing.start()
+        with contextlib.suppress(RedisError, OSError):  # a Redis still starting: checked later
+            await check_cluster_mode(self.parts.settings, self.parts.redis)
         await self.parts.backend.start()
         await self.parts.subscriber.start()
 

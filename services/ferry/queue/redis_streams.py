@@ -11,23 +11,25 @@ blocks); the rest (groups, reclaim, keep-alive, hand-back, depth) is occasional 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from ferry import keys
 from ferry.codec import EnvelopeError, decode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
-from ferry.redis_conn import text
-from ferry.resp.client import Packed, RespClient, RespError, pack
+from ferry.redis_conn import SlowRedis, text
+from ferry.resp.client import Commands, Packed, RespError
+from ferry.resp.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
+UNBLOCK_TRIES = 50  # a blocked read not yet at Redis when told to stop: asked again, 2 ms apart
 AWAKE_S = 2.0  # a priority rung (or read) this recently is read too: longer than a bell's period
 # A sleeping priority is still polled this often: its doorbell is an entry in the normal stream,
 # which under a normal backlog is read only after the entries ahead of it.
@@ -75,11 +77,17 @@ def _task_field(fields: Any) -> bytes:
 class RedisStreamQueue:
     """The partition streams, seen by one consumer of the group."""
 
-    def __init__(self, redis: aioredis.Redis, reader: RespClient, *, partitions: int,
+    def __init__(self, redis: SlowRedis, reader: Commands, *, partitions: int,
                  owned: Sequence[int], consumer: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 blocker: Callable[[], ClusterClient] | None = None) -> None:
+        """``reader`` reads (and, on one Redis, blocks: it needs a connection of its own). On a
+        Redis Cluster it is a ``ClusterClient`` and ``blocker`` makes the connection a blocking
+        read of one partition waits on (partitions live in different slots)."""
         self.redis = redis
         self.reader = reader
+        self._blocker = blocker
+        self._blockers: dict[int, ClusterClient] = {}
         self.partitions = partitions
         self.owned = tuple(owned)
         self.by_priority = {priority: [keys.partition_stream(p, priority) for p in self.owned]
@@ -97,7 +105,9 @@ class RedisStreamQueue:
         self._polled = started
         self.consumer = consumer
         self._claim_cursor = {stream: "0-0" for stream in self.streams}
-        self._read_commands: dict[tuple[tuple[Priority, ...], int, int], Packed] = {}
+        self._read_commands: dict[tuple[tuple[Priority, ...], int, int, int | None],
+                                  Packed] = {}
+        self._regroup = False  # a partition's read found its group gone: recreate the groups
         self._touch = redis.register_script(_TOUCH_OWN)
 
     async def ensure_groups(self) -> None:
@@ -115,17 +125,7 @@ class RedisStreamQueue:
         ``block_ms`` for any (0: only what is there now); most urgent first."""
         if count <= 0 or not self.streams or not priorities:
             return []
-        try:
-            reply: Any = await self.reader.execute(
-                self._read_command(tuple(priorities), count, block_ms),
-                timeout_s=self.reader.timeout_s + max(0, block_ms) / 1000.0)
-        except RespError as exc:
-            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted under a blocked read
-            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
-                raise
-            log.warning("consumer group missing (Redis flushed?); recreating it: %s", exc)
-            await self.ensure_groups()
-            return []
+        reply = await self._fetch(tuple(priorities), count, block_ms)
         deliveries: list[Delivery] = []
         bells: list[tuple[str, Any]] = []
         for stream, entries in reply or ():
@@ -142,6 +142,85 @@ class RedisStreamQueue:
         if bells:
             await self._answer(bells)
         return deliveries
+
+    async def _fetch(self, priorities: tuple[Priority, ...], count: int, block_ms: int
+                     ) -> Any:
+        """XREADGROUP's reply: ``[[stream, [[id, fields], ...]], ...]`` or None."""
+        try:
+            if isinstance(self.reader, ClusterClient):
+                reply: Any = await self._read_slots(self.reader, priorities, count, block_ms)
+            else:
+                reply = await self.reader.execute(
+                    self._read_command(priorities, count, block_ms),
+                    timeout_s=self.reader.timeout_s + max(0, block_ms) / 1000.0)
+        except RespError as exc:
+            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted under a blocked read
+            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+                raise
+            log.warning("consumer group missing (Redis flushed?); recreating it: %s", exc)
+            await self.ensure_groups()
+            return None
+        if self._regroup:
+            self._regroup = False
+            await self.ensure_groups()
+        return reply
+
+    async def _read_slots(self, cluster: ClusterClient, priorities: tuple[Priority, ...],
+                          count: int, block_ms: int) -> list[Any]:
+        """On a Redis Cluster: one XREADGROUP per partition (its streams share a slot), all at
+        once. If none has entries and ``block_ms`` allows, a blocking read per partition, each on
+        a connection of its own; when the first answers, the others are unblocked (CLIENT
+        UNBLOCK) and every reply is kept, so no entry read is left behind."""
+        reply = self._slot_replies(await cluster.replies(
+            [self._read_command(priorities, count, 0, p) for p in self.owned]))
+        if any(entries for _, entries in reply) or block_ms <= 0:
+            return reply
+        waits = {asyncio.ensure_future(self._blocking(p).execute(
+            self._read_command(priorities, count, block_ms, p),
+            timeout_s=cluster.timeout_s + block_ms / 1000.0)): p for p in self.owned}
+        try:
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in pending:
+                await self._unblock(cluster, wait, waits[wait])
+            replies = await asyncio.gather(*waits, return_exceptions=True)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return self._slot_replies(replies)
+
+    def _slot_replies(self, replies: Sequence[Any]) -> list[Any]:
+        """The partitions' replies as one XREADGROUP's; an error reply is raised only if no
+        partition answered (entries read from the others must not be dropped)."""
+        found = [row for reply in replies if isinstance(reply, list) for row in reply]
+        errors = [reply for reply in replies if isinstance(reply, BaseException)]
+        if not errors:
+            return found
+        if not found:
+            raise errors[0]
+        log.warning("reading %d partition(s) failed: %s", len(errors), errors[0])
+        if any(str(e).startswith(("NOGROUP", "UNBLOCKED")) for e in errors):
+            self._regroup = True
+        return found
+
+    def _blocking(self, partition: int) -> ClusterClient:
+        client = self._blockers.get(partition)
+        if client is None:
+            assert self._blocker is not None, "a cluster reader needs a blocker factory"
+            client = self._blockers[partition] = self._blocker()
+        return client
+
+    async def _unblock(self, cluster: ClusterClient, wait: asyncio.Future[Any],
+                       partition: int) -> None:
+        """End a partition's blocking read early (it then answers as if it timed out)."""
+        stream = keys.partition_stream(partition)
+        blocked = await self._blocking(partition).node_of(stream)
+        control = await cluster.node_of(stream)
+        for _ in range(UNBLOCK_TRIES):
+            client_id = blocked.connection_id
+            if wait.done() or (client_id is not None and await control.execute(
+                    "CLIENT", "UNBLOCK", client_id) == 1):
+                return
+            await asyncio.sleep(0.002)  # the read may not have reached Redis yet
 
     def awake(self, holding: Iterable[Priority] = (), *, poll: bool = False) -> list[Priority]:
         """The priorities to read, most urgent first: normal always; another while its doorbell
@@ -175,16 +254,18 @@ class RedisStreamQueue:
             await pipe.execute()
 
     def _read_command(self, priorities: tuple[Priority, ...], count: int,
-                      block_ms: int) -> Packed:
-        """XREADGROUP over the owned streams of ``priorities``, packed once per arguments."""
-        key = (priorities, count, block_ms)
+                      block_ms: int, partition: int | None = None) -> Packed:
+        """XREADGROUP over the owned streams of ``priorities`` (only ``partition``'s, if given),
+        packed once per arguments."""
+        key = (priorities, count, block_ms, partition)
         command = self._read_commands.get(key)
         if command is None:
             block = ("BLOCK", block_ms) if block_ms > 0 else ()
-            streams = [s for priority in priorities for s in self.by_priority[priority]]
-            command = self._read_commands[key] = Packed(pack(
+            streams = [s for priority in priorities for s in self.by_priority[priority]
+                       if partition is None or s == keys.partition_stream(partition, priority)]
+            command = self._read_commands[key] = Packed.of(
                 ("XREADGROUP", "GROUP", keys.CONSUMER_GROUP, self.consumer, "COUNT", count,
-                 *block, "STREAMS", *streams, *(">" for _ in streams))))
+                 *block, "STREAMS", *streams, *(">" for _ in streams)), streams[0])
         return command
 
     async def claim_stale(self, min_idle_ms: int, count: int) -> list[Delivery]:
@@ -244,11 +325,8 @@ class RedisStreamQueue:
             by_stream.setdefault(stream, []).append(entry_id)
         if not by_stream:
             return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream, ids in by_stream.items():
-                await self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids],
-                                  client=pipe)
-            await pipe.execute()
+        for stream, ids in by_stream.items():  # one script per stream (and slot)
+            await self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids])
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.
@@ -256,12 +334,16 @@ class RedisStreamQueue:
         Used on a clean stop, so that work this batcher never finished is taken at once by
         another, without waiting ``claim_idle_ms`` or counting as a failed delivery.
         """
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for d in deliveries:
-                pipe.xadd(d.stream, {keys.TASK_FIELD: d.raw})
-                pipe.xack(d.stream, keys.CONSUMER_GROUP, d.entry_id)
-                pipe.xdel(d.stream, d.entry_id)
-            await pipe.execute()
+        by_stream: dict[str, list[Delivery]] = {}
+        for delivery in deliveries:
+            by_stream.setdefault(delivery.stream, []).append(delivery)
+        for stream, held in by_stream.items():  # a transaction per stream (one slot each)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                for d in held:
+                    pipe.xadd(stream, {keys.TASK_FIELD: d.raw})
+                    pipe.xack(stream, keys.CONSUMER_GROUP, d.entry_id)
+                    pipe.xdel(stream, d.entry_id)
+                await pipe.execute()
 
     async def forget_consumer(self) -> bool:
         """Remove this consumer from the group if it holds nothing (else its entries would go)."""
@@ -303,3 +385,5 @@ class RedisStreamQueue:
 
     async def close(self) -> None:
         await self.reader.close()
+        for client in self._blockers.values():
+            await client.close()

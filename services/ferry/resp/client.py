@@ -16,7 +16,7 @@ import hashlib
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
@@ -101,24 +101,40 @@ class RedisAddress:
         return self.path or f"{self.host}:{self.port}"
 
 
+def as_bytes(arg: Arg) -> bytes:
+    """An argument as Redis receives it."""
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, int):
+        return b"%d" % arg
+    return repr(arg).encode()
+
+
 def pack(command: Command) -> bytes:
     """One command in RESP: an array of bulk strings (payloads are copied once, by the join)."""
     parts = [b"*%d\r\n" % len(command)]
     for arg in command:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            data = repr(arg).encode()
+        data = as_bytes(arg)
         parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(parts)
 
 
 class Packed(bytes):
-    """A command packed in advance (sent as it is): for commands repeated with the same args."""
+    """A command packed in advance (sent as it is): for commands repeated with the same args.
+
+    ``key`` names the key it works on, for a Redis Cluster client to route it (None: any node).
+    """
+
+    key: bytes | None = None
+
+    @classmethod
+    def of(cls, command: Command, key: Arg | None = None) -> Packed:
+        packed = cls(pack(command))
+        if key is not None:
+            packed.key = as_bytes(key)
+        return packed
 
 
 class _Connection(asyncio.Protocol):
@@ -133,6 +149,7 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._writable: asyncio.Future[None] | None = None
         self.closed: Exception | None = None
+        self.client_id: int | None = None  # Redis's id of this connection, once set up
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -245,6 +262,16 @@ class RespClient:
         return script
 
     async def _run(self, commands: Sequence[Command], timeout_s: float | None) -> list[Any]:
+        replies = await self.replies(commands, timeout_s)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
+
+    async def replies(self, commands: Sequence[Command], timeout_s: float | None = None
+                      ) -> list[Any]:
+        """Every command's reply in order, an error reply (or a broken connection) as its
+        exception instead of raising it; raises only if no connection can be had."""
         replies = await self._send(commands, timeout_s)
         missing = [i for i, r in enumerate(replies) if _no_script(r)]
         if missing:  # the script cache was flushed under a live connection: reload, rerun those
@@ -252,10 +279,14 @@ class RespClient:
             again = await self._send([*reloads, *(commands[i] for i in missing)], timeout_s)
             for i, reply in zip(missing, again[len(reloads):], strict=True):
                 replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                raise reply
         return replies
+
+    @property
+    def connection_id(self) -> int | None:
+        """Redis's id of the live connection (for CLIENT UNBLOCK), or None if there is none."""
+        connection = self._connection
+        return connection.client_id if connection is not None and connection.closed is None \
+            else None
 
     async def _send(self, commands: Sequence[Command], timeout_s: float | None) -> list[Any]:
         connection = await self._connected()
@@ -307,11 +338,14 @@ class RespClient:
         connection = await open_connection(
             self.address, lambda: _Connection(loop, self.timeout_s), self.connect_timeout_s)
         try:
-            setup = [*handshake(self.address, self.name),
+            greeting = handshake(self.address, self.name)
+            setup = [*greeting, ("CLIENT", "ID"),
                      *(("SCRIPT", "LOAD", source) for source in self._scripts.values())]
-            for reply in await asyncio.gather(*connection.send(setup), return_exceptions=True):
+            replies = await asyncio.gather(*connection.send(setup), return_exceptions=True)
+            for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply
+            connection.client_id = int(cast(int, replies[len(greeting)]))
         except RespUnavailableError:
             connection.close()
             raise
@@ -370,3 +404,18 @@ class Script:
 
     def command(self, keys: Sequence[Arg], args: Sequence[Arg]) -> Command:
         return ("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
+class Commands(Protocol):
+    """What Ferry's hot path needs of a Redis client: ``RespClient`` for one server,
+    ``ClusterClient`` for a Redis Cluster."""
+
+    timeout_s: float
+
+    async def execute(self, *command: Arg, timeout_s: float | None = None) -> Any: ...
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]: ...
+
+    def register_script(self, source: str) -> Script: ...
+
+    async def close(self) -> None: ...

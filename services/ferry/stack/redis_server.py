@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,3 +58,61 @@ def start_redis(
         proc.stop(grace_s=5)
         raise
     return proc, f"redis://{LOOPBACK}:{port}/0"
+
+
+def start_redis_cluster(
+    data_dir: Path, *, masters: int = 3, timeout_s: float = 60.0,
+) -> tuple[list[ManagedProcess], str]:
+    """A Redis Cluster of ``masters`` loopback redis-servers (no replicas), created with
+    ``redis-cli --cluster create``; returns them and the URL of the first (a seed node)."""
+    procs: list[ManagedProcess] = []
+    ports: list[int] = []
+    try:
+        for index in range(masters):
+            port = free_port()
+            node_dir = data_dir / f"node{index}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            argv = [*redis_argv(port, node_dir, persist=False), "--cluster-enabled", "yes",
+                    "--cluster-config-file", str(node_dir / "nodes.conf"),
+                    "--cluster-node-timeout", "5000",
+                    "--cluster-port", str(free_port())]  # else port + 10000, maybe taken
+            proc = ManagedProcess(f"redis-cluster-{index}", argv,
+                                  log_path=node_dir / "redis.log")
+            procs.append(proc)
+            proc.start()
+            proc.wait_ready(functools.partial(answers_ping, port), timeout_s)
+            ports.append(port)
+        create_cluster(ports, timeout_s)
+    except BaseException:
+        for proc in procs:
+            proc.stop(grace_s=5)
+        raise
+    return procs, f"redis://{LOOPBACK}:{ports[0]}/0"
+
+
+def create_cluster(ports: list[int], timeout_s: float) -> None:
+    """Join loopback nodes into one cluster (slots spread evenly) and wait for ``cluster_state:ok``
+    on every node."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise StartupError("redis-cli not found on PATH (Debian: apt-get install redis-tools)")
+    created = subprocess.run(  # noqa: S603 - argv is built by Ferry, never a shell
+        [cli, "--cluster", "create", *(f"{LOOPBACK}:{p}" for p in ports),
+         "--cluster-replicas", "0", "--cluster-yes"],
+        capture_output=True, text=True, timeout=timeout_s, check=False)
+    if created.returncode != 0:
+        raise StartupError(f"redis-cli --cluster create failed: {created.stdout[-500:]}"
+                           f"{created.stderr[-500:]}")
+    deadline = time.monotonic() + timeout_s
+    for port in ports:
+        while b"cluster_state:ok" not in _cluster_info(cli, port):
+            if time.monotonic() > deadline:
+                raise StartupError(f"the Redis Cluster on port {port} did not become ready")
+            time.sleep(0.1)
+
+
+def _cluster_info(cli: str, port: int) -> bytes:
+    done = subprocess.run(  # noqa: S603 - argv is built by Ferry, never a shell
+        [cli, "-h", LOOPBACK, "-p", str(port), "cluster", "info"], capture_output=True,
+        timeout=10, check=False)
+    return done.stdout

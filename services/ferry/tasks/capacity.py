@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ferry import keys
-from ferry.resp.client import RespClient
+from ferry.resp.client import Commands
 
 REPORT_INTERVAL_S = 1.0
 STALE_AFTER_S = 15.0  # a report older than this is ignored (its batcher is gone or stuck)
@@ -72,7 +72,7 @@ def freshest(reports: Mapping[bytes, bytes], now: float) -> dict[str, Capacity]:
 class CapacityBoard:
     """The gateway's view: refreshed from Redis at most every ``refresh_s``."""
 
-    def __init__(self, client: RespClient, *, refresh_s: float = REPORT_INTERVAL_S,
+    def __init__(self, client: Commands, *, refresh_s: float = REPORT_INTERVAL_S,
                  clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.refresh_s = refresh_s
@@ -105,7 +105,7 @@ class CapacityBoard:
         self._models = freshest(dict(zip(pairs, pairs, strict=False)), now)
 
 
-async def report(client: RespClient, batcher: str, capacities: Mapping[str, Capacity],
+async def report(client: Commands, batcher: str, capacities: Mapping[str, Capacity],
                  now: float) -> None:
     """Publish one batcher's measurements (one round trip)."""
     if not capacities:
@@ -117,7 +117,7 @@ async def report(client: RespClient, batcher: str, capacities: Mapping[str, Capa
                            ("EXPIRE", keys.CAPACITY_KEY, KEY_TTL_S)])
 
 
-async def withdraw(client: RespClient, batcher: str, models: list[str]) -> None:
+async def withdraw(client: Commands, batcher: str, models: list[str]) -> None:
     """Remove a stopping batcher's reports."""
     if models:
         await client.execute("HDEL", keys.CAPACITY_KEY, *(f"{m}|{batcher}" for m in models))

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ferry import keys
-from ferry.resp.client import RespClient
+from ferry.resp.client import Commands
 
 TTL_S = 24 * 3600
 MAX_KEY_LENGTH = 256
@@ -66,7 +66,7 @@ def request_digest(model: str, priority: int, content_type: str, payload: bytes)
 
 
 class IdempotencyKeys:
-    def __init__(self, client: RespClient, ttl_s: int = TTL_S) -> None:
+    def __init__(self, client: Commands, ttl_s: int = TTL_S) -> None:
         self.client = client
         self.ttl_s = ttl_s
         self._claim = client.register_script(_CLAIM)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from ferry import keys
 from ferry.codec import dumps, encode_task
 from ferry.priority import BY_URGENCY, Priority
-from ferry.resp.client import Arg, Command, RespClient
+from ferry.resp.client import Arg, Command, Commands
 from ferry.tasks.base import (
     NO_LIMITS,
     NO_OWNER,
@@ -326,7 +326,7 @@ def model_json(model: str) -> bytes:
 class RedisTaskStore:
     """Task records and their lifecycle, over the lean pipelined client."""
 
-    def __init__(self, client: RespClient, *, partitions: int, result_ttl_s: int,
+    def __init__(self, client: Commands, *, partitions: int, result_ttl_s: int,
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
                  inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0) -> None:
         self.client = client

@@ -69,6 +69,14 @@ def instance_count(config: Mapping[str, Any]) -> int:
     return max(1, total)
 
 
+def ensemble_steps(config: Mapping[str, Any]) -> list[str]:
+    """The models an ensemble's steps call (none for a model that is not an ensemble)."""
+    if config.get("platform") != "ensemble":
+        return []
+    steps = config.get("ensemble_scheduling", {}).get("step", []) or []
+    return [str(step["model_name"]) for step in steps if step.get("model_name")]
+
+
 def _parameter(config: Mapping[str, Any], key: str, default: str) -> str:
     value = config.get("parameters", {}).get(key, {})
     return str(value.get("string_value", default)) if isinstance(value, dict) else default

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -24,7 +24,7 @@ from ferry.errors import (
     TransientBackendError,
     UnknownModelError,
 )
-from ferry.triton.base import Inferred, ModelSpec
+from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
 from ferry.triton.tensors import Rows, output_rows, pack_bytes
 
 # gRPC codes after which the same call may well succeed.
@@ -183,7 +183,19 @@ class TritonGrpcBackend:
                 service_pb2.ModelConfigRequest(name=model), timeout=self.control_timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, f"model {model!r}") from exc
-        return ModelSpec.from_triton(as_dict(metadata), as_dict(config.config))
+        spec = ModelSpec.from_triton(as_dict(metadata), as_dict(config.config))
+        steps = ensemble_steps(as_dict(config.config))
+        if steps:  # an ensemble runs as many batches at once as its narrowest step
+            spec = replace(spec, instances=min([await self._instances(s) for s in steps]))
+        return spec
+
+    async def _instances(self, model: str) -> int:
+        try:
+            config = await self.stub.ModelConfig(
+                service_pb2.ModelConfigRequest(name=model), timeout=self.control_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, f"model {model!r}") from exc
+        return instance_count(as_dict(config.config))
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         """One infer call for the whole batch; per-request output rows in input order."""

@@ -33,6 +33,9 @@ checkov.io/skip2: CKV_K8S_15=IfNotPresent by default (pullPolicy is a value); wi
 {{- define "ferry.redisHost" -}}{{ include "ferry.fullname" . }}-redis{{- end -}}
 
 {{- define "ferry.redisUrl" -}}
+{{- if and .Values.redis.builtin .Values.redis.cluster -}}
+{{- fail "redis.cluster needs an external Redis Cluster (redis.builtin=false, redis.externalUrl)" -}}
+{{- end -}}
 {{- if .Values.redis.builtin -}}redis://{{ include "ferry.redisHost" . }}:6379/0
 {{- else -}}{{ required "redis.externalUrl is required when redis.builtin is false" .Values.redis.externalUrl }}{{- end -}}
 {{- end -}}
@@ -77,6 +80,10 @@ seccompProfile:
 {{- if include "ferry.redisHasPassword" . }}
 - name: FERRY_REDIS_PASSWORD_FILE
   value: /var/run/secrets/ferry/redis/password
+{{- end }}
+{{- if .Values.redis.cluster }}
+- name: FERRY_REDIS_CLUSTER
+  value: "true"
 {{- end }}
 - name: FERRY_TRITON_URL
   value: {{ include "ferry.tritonUrl" . | quote }}
