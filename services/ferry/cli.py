@@ -1,5 +1,5 @@
 """The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
-``ferry keys new``."""
+``ferry keys new``, ``ferry plan fit|size|curve``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ferry.batcher.supervisor import Supervisor
 from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
 from ferry.gateway.serve import serve
+from ferry.planner import command as planner
 from ferry.settings import (
     BatcherSettings,
     CommonSettings,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     new = actions.add_parser("new", help="make a key for a client: prints the key once, and "
                              "the FERRY_API_KEYS entry that holds only its hash")
     new.add_argument("--client", required=True, help="the client id the key proves")
+    planner.add_parser(commands)
     return parser
 
 
@@ -69,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "keys":
         return new_api_key(args.client)
+    if args.command == "plan":
+        return planner.run(args)
     cls, _ = COMMANDS[args.command]
     try:
         settings = load(cls, args)

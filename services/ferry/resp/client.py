@@ -115,8 +115,13 @@ def as_bytes(arg: Arg) -> bytes:
 def pack(command: Command) -> bytes:
     """One command in RESP: an array of bulk strings (payloads are copied once, by the join)."""
     parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        data = as_bytes(arg)
+    for arg in command:  # as_bytes, inlined: the hot path packs every argument of every command
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        else:
+            data = as_bytes(arg)
         parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(parts)
 
@@ -262,7 +267,13 @@ class RespClient:
         return script
 
     async def _run(self, commands: Sequence[Command], timeout_s: float | None) -> list[Any]:
-        replies = await self.replies(commands, timeout_s)
+        replies = await self._send(commands, timeout_s)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                if _no_script(reply):
+                    replies = await self._reloaded(commands, replies, timeout_s)
+                    break
+                raise reply
         for reply in replies:
             if isinstance(reply, BaseException):
                 raise reply
@@ -273,12 +284,19 @@ class RespClient:
         """Every command's reply in order, an error reply (or a broken connection) as its
         exception instead of raising it; raises only if no connection can be had."""
         replies = await self._send(commands, timeout_s)
+        if any(_no_script(r) for r in replies):
+            replies = await self._reloaded(commands, replies, timeout_s)
+        return replies
+
+    async def _reloaded(self, commands: Sequence[Command], replies: list[Any],
+                        timeout_s: float | None) -> list[Any]:
+        """The script cache was flushed under a live connection: reload every script and run
+        again the commands that found theirs missing."""
         missing = [i for i, r in enumerate(replies) if _no_script(r)]
-        if missing:  # the script cache was flushed under a live connection: reload, rerun those
-            reloads: list[Command] = [("SCRIPT", "LOAD", s) for s in self._scripts.values()]
-            again = await self._send([*reloads, *(commands[i] for i in missing)], timeout_s)
-            for i, reply in zip(missing, again[len(reloads):], strict=True):
-                replies[i] = reply
+        reloads: list[Command] = [("SCRIPT", "LOAD", s) for s in self._scripts.values()]
+        again = await self._send([*reloads, *(commands[i] for i in missing)], timeout_s)
+        for i, reply in zip(missing, again[len(reloads):], strict=True):
+            replies[i] = reply
         return replies
 
     @property

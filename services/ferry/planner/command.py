@@ -1,0 +1,308 @@
+"""``ferry plan fit | size | curve``: the command line of the planner."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ferry.errors import ConfigError, FerryError
+from ferry.planner import arrivals as arrival_kinds
+from ferry.planner.costs import CostModel
+from ferry.planner.profile import DEFAULT_SIZES, from_statistics, live_statistics, sweep
+from ferry.planner.search import (
+    BATCHER_TASKS_PER_S,
+    GATEWAY_TASKS_PER_S,
+    Arrivals,
+    Sizing,
+    Target,
+    size,
+)
+from ferry.planner.simulate import Deployment, Outcome, simulate
+
+
+def add_parser(commands: Any) -> None:
+    plan = commands.add_parser("plan", help="fit a model's batch cost, simulate Ferry's policy, "
+                               "size a deployment")
+    actions = plan.add_subparsers(dest="action", required=True)
+    fit = actions.add_parser("fit", help="measure t(B) = t_fixed + B * t_per")
+    fit.add_argument("--triton-url", help="Triton gRPC host:port (a sweep of batch sizes)")
+    fit.add_argument("--model", help="the model to profile")
+    fit.add_argument("--from-stats", type=Path, help="fit from Triton's statistics saved to a "
+                     "file (GET /v2/models/<m>/stats), offline")
+    fit.add_argument("--live-stats", action="store_true", help="fit from the live server's "
+                     "statistics (after real traffic) instead of a sweep")
+    fit.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_SIZES)))
+    fit.add_argument("--repeats", type=int, default=10, help="timed calls per batch size")
+    fit.add_argument("--payload-bytes", type=int, default=1024)
+    fit.add_argument("--out", type=Path, help="write the fit as JSON here (for --fit)")
+    fit.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sizing = actions.add_parser("size", help="the cheapest deployment for a load and a p99")
+    sizing.add_argument("--qps", type=float, required=True)
+    sizing.add_argument("--p99-ms", type=float, required=True)
+    _cost_arguments(sizing)
+    sizing.add_argument("--headroom", type=float, default=0.2,
+                        help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
+    sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
+    sizing.add_argument("--gateway-tasks-per-s", type=float, default=GATEWAY_TASKS_PER_S)
+    sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S)
+    sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    curve = actions.add_parser("curve", help="draw p99 against QPS for a few configurations")
+    _cost_arguments(curve)
+    curve.add_argument("--configs", default="1x64x50,2x64x50,4x64x50",
+                       help="instances x max batch x max wait ms, comma-separated")
+    curve.add_argument("--p99-ms", type=float, help="draw this target too")
+    curve.add_argument("--points", type=int, default=12, help="loads per configuration")
+    curve.add_argument("--out", type=Path, default=Path("operating-curve.png"))
+    curve.add_argument("--json", action="store_true", help="also print the points as JSON")
+
+
+def _cost_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fit", type=Path, help="a fit file from ferry plan fit --out")
+    parser.add_argument("--t-fixed-ms", type=float, help="t(B)'s fixed part, ms")
+    parser.add_argument("--t-per-ms", type=float, help="t(B)'s part per item, ms")
+    parser.add_argument("--jitter-ms", type=float, default=0.0, help="spread of a call, ms")
+    parser.add_argument("--arrivals", choices=arrival_kinds.KINDS, default="poisson")
+    parser.add_argument("--trace", type=Path, help="arrival times, one per line (seconds)")
+    parser.add_argument("--overhead-ms", type=float, default=3.0,
+                        help="Ferry's own latency per task (gateway, Redis, wake-ups)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="simulated time per run")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "fit":
+            return _fit(args)
+        if args.action == "size":
+            return _size(args)
+        return _curve(args)
+    except (FerryError, OSError) as exc:
+        print(f"ferry plan {args.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+# -- fit ----------------------------------------------------------------------------------------
+
+def _fit(args: argparse.Namespace) -> int:
+    if args.from_stats:
+        stats = json.loads(args.from_stats.read_text())
+        cost = from_statistics(stats, args.model or "")
+    elif not args.triton_url or not args.model:
+        raise ConfigError("give --triton-url and --model (or --from-stats FILE)")
+    elif args.live_stats:
+        cost = from_statistics(asyncio.run(live_statistics(args.triton_url, args.model)),
+                               args.model)
+    else:
+        sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
+        cost = asyncio.run(sweep(args.triton_url, args.model, sizes=sizes,
+                                 repeats=args.repeats, payload_bytes=args.payload_bytes))
+    if args.out:
+        args.out.write_text(json.dumps(cost.to_json(), indent=2) + "\n")
+    if args.json:
+        print(json.dumps(cost.to_json(), indent=2))
+    else:
+        print(fit_table(cost))
+    return 0
+
+
+def fit_table(cost: CostModel) -> str:
+    lines = [f"t(B) = {cost.fixed_s * 1e3:.3f} + {cost.per_item_s * 1e3:.4f} * B ms   "
+             f"(R² {cost.r2:.3f}, residual sd {cost.jitter_s * 1e3:.3f} ms, from {cost.source}"
+             f"{', ' + cost.model if cost.model else ''})",
+             "", f"{'batch':>5} {'measured ms':>12} {'fitted ms':>10} {'calls':>6}"]
+    lines += [f"{b:>5} {t * 1e3:>12.3f} {cost.time(b) * 1e3:>10.3f} {w:>6.0f}"
+              for b, t, w in _by_batch(cost.points)]
+    return "\n".join(lines)
+
+
+def _by_batch(points: Sequence[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """Mean seconds and total weight per batch size."""
+    merged: dict[int, tuple[float, float]] = {}
+    for batch, seconds, weight in points:
+        total, count = merged.get(batch, (0.0, 0.0))
+        merged[batch] = (total + seconds * weight, count + weight)
+    return [(b, total / count, count) for b, (total, count) in sorted(merged.items())]
+
+
+# -- size ---------------------------------------------------------------------------------------
+
+def cost_of(args: argparse.Namespace) -> CostModel:
+    if args.fit:
+        return CostModel.load(args.fit)
+    if args.t_fixed_ms is None or args.t_per_ms is None:
+        raise ConfigError("give --fit FILE, or --t-fixed-ms and --t-per-ms")
+    return CostModel(args.t_fixed_ms / 1e3, args.t_per_ms / 1e3, args.jitter_ms / 1e3)
+
+
+def arrivals_of(args: argparse.Namespace) -> Arrivals:
+    if args.arrivals == "trace":
+        if args.trace is None:
+            raise ConfigError("--arrivals trace needs --trace FILE")
+        arrival_kinds.trace(args.trace)  # refused now if unreadable, not after a search
+        return lambda qps, seconds, seed: arrival_kinds.trace(args.trace, qps, seconds)
+    return partial(_generated, args.arrivals)
+
+
+def _generated(kind: str, qps: float, seconds: float, seed: int) -> list[float]:
+    return arrival_kinds.generate(kind, qps, seconds, seed)
+
+
+def _size(args: argparse.Namespace) -> int:
+    cost = cost_of(args)
+    target = Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
+                    max_batch_limit=args.max_batch, overhead_s=args.overhead_ms / 1e3,
+                    gateway_tasks_per_s=args.gateway_tasks_per_s,
+                    batcher_tasks_per_s=args.batcher_tasks_per_s,
+                    check_seconds=args.seconds, seed=args.seed)
+    sizing = size(cost, target, arrivals_of(args))
+    if args.json:
+        print(json.dumps(sizing_json(sizing, args.arrivals), indent=2))
+    else:
+        print(sizing_table(sizing, args.arrivals))
+    return 0
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.0095 else f"{seconds * 1e3:.1f} ms"
+
+
+def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
+    t, d, cost = s.target, s.deployment, s.cost
+    load = t.qps / s.capacity
+    rows = [
+        ("GPU instances (Triton model instances)", f"{d.instances}"),
+        ("batchers", f"{d.batchers}, each FERRY_MAX_INFLIGHT_BATCHES={d.window}"),
+        ("partitions", f"{s.partitions}"),
+        ("gateways", f"{s.gateways}"),
+        ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"),
+        (f"predicted at {t.qps:,.0f}/s", _outcome(s.at_target)),
+        (f"predicted at {t.design_qps:,.0f}/s (+{t.headroom:.0%})", _outcome(s.at_design)),
+        ("capacity at full batches", f"{s.capacity:,.0f}/s (the target is {load:.0%} of it)"),
+        ("back of the envelope",
+         f"{s.envelope_instances} instances ({t.max_batch_limit} / "
+         f"{_ms(cost.time(t.max_batch_limit))} = {cost.throughput(t.max_batch_limit):,.0f}/s "
+         f"each): {_outcome(s.envelope_at_target)} at {t.qps:,.0f}/s"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    head = (f"Ferry plan: {t.qps:,.0f}/s with p99 < {_ms(t.p99_s)}, t(B) = "
+            f"{cost.fixed_s * 1e3:g} + {cost.per_item_s * 1e3:g}·B ms, {arrivals} arrivals, "
+            f"Ferry overhead {_ms(t.overhead_s)} ({s.candidates} simulated configurations)")
+    return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
+                     + ["", why(s)])
+
+
+def _outcome(o: Outcome) -> str:
+    return (f"p50 {_ms(o.p50_s)}, p99 {_ms(o.p99_s)}, GPU busy {o.utilisation:.0%}, "
+            f"mean batch {o.mean_batch:.1f}")
+
+
+def why(s: Sizing) -> str:
+    """Why the answer differs from the back-of-envelope count."""
+    t, extra = s.target, s.deployment.instances - s.envelope_instances
+    meets = s.envelope_at_target.p99_s <= t.p99_s
+    if extra <= 0:
+        return ("The envelope's count is enough here: the batches fill and the queue stays "
+                "short at this load.")
+    return (f"Why {extra} more than the envelope: it counts full batches on fully busy GPUs "
+            f"with no queue. At {t.qps:,.0f}/s its {s.envelope_instances} instances "
+            f"{'meet' if meets else 'miss'} the p99 ({_ms(s.envelope_at_target.p99_s)}) with "
+            f"{1 - t.qps / s.cost.throughput(t.max_batch_limit, s.envelope_instances):.0%} to "
+            f"spare, so any burst queues; the p99 must also hold at +{t.headroom:.0%} "
+            f"({t.design_qps:,.0f}/s), which needs capacity beyond that, and batches that "
+            "leave on the timer or the adaptive flush run below full size.")
+
+
+def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
+    d = s.deployment
+    return {
+        "target": {"qps": s.target.qps, "p99_ms": s.target.p99_s * 1e3,
+                   "headroom": s.target.headroom, "arrivals": arrivals},
+        "cost": s.cost.to_json(),
+        "deployment": {"gpu_instances": d.instances, "batchers": d.batchers,
+                       "inflight_per_batcher": d.window, "partitions": s.partitions,
+                       "gateways": s.gateways, "max_batch": d.max_batch,
+                       "max_wait_ms": d.max_wait_s * 1e3, "overhead_ms": d.overhead_s * 1e3},
+        "at_target": outcome_json(s.at_target),
+        "at_design_load": outcome_json(s.at_design),
+        "capacity_per_s": s.capacity,
+        "envelope": {"gpu_instances": s.envelope_instances,
+                     "at_target": outcome_json(s.envelope_at_target)},
+        "simulated_configurations": s.candidates,
+    }
+
+
+def outcome_json(o: Outcome) -> dict[str, Any]:
+    return {"p50_ms": o.p50_s * 1e3, "p90_ms": o.p90_s * 1e3, "p99_ms": o.p99_s * 1e3,
+            "p999_ms": o.p999_s * 1e3, "mean_ms": o.mean_s * 1e3, "gpu_busy": o.utilisation,
+            "mean_batch": o.mean_batch, "served": o.served, "refused": o.refused,
+            "flushes": o.flushes}
+
+
+# -- curve --------------------------------------------------------------------------------------
+
+def parse_configs(text: str) -> list[Deployment]:
+    """``2x64x50`` = 2 instances, max batch 64, max wait 50 ms."""
+    out = []
+    for item in text.split(","):
+        try:
+            instances, batch, wait = item.strip().lower().split("x")
+            out.append(Deployment(int(instances), int(batch), float(wait) / 1e3))
+        except ValueError as exc:
+            raise ConfigError(f"--configs item {item!r} is not INSTANCESxBATCHxWAIT_MS") from exc
+    return out
+
+
+def curve_points(cost: CostModel, deployment: Deployment, make: Arrivals, *, points: int,
+                 seconds: float, seed: int) -> list[tuple[float, Outcome]]:
+    """p99 at loads from 10% to 105% of the deployment's full-batch capacity."""
+    capacity = cost.throughput(deployment.max_batch, deployment.instances)
+    loads = [capacity * (0.1 + 0.95 * i / max(1, points - 1)) for i in range(points)]
+    return [(qps, simulate(cost, deployment, make(qps, seconds, seed), seed=seed))
+            for qps in loads]
+
+
+def _curve(args: argparse.Namespace) -> int:
+    import matplotlib  # noqa: PLC0415 - optional (ferry[plan]): only this command draws
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415
+
+    cost, make = cost_of(args), arrivals_of(args)
+    figure, axes = pyplot.subplots(figsize=(8, 5))
+    dump: list[dict[str, Any]] = []
+    for given in parse_configs(args.configs):
+        config = Deployment(given.instances, given.max_batch, given.max_wait_s,
+                            overhead_s=args.overhead_ms / 1e3)
+        series = curve_points(cost, config, make, points=args.points, seconds=args.seconds,
+                              seed=args.seed)
+        label = (f"{config.instances} instance{'s' if config.instances > 1 else ''}, batch "
+                 f"{config.max_batch}, wait {config.max_wait_s * 1e3:g} ms")
+        axes.plot([q for q, _ in series], [o.p99_s * 1e3 for _, o in series], marker="o",
+                  label=label)
+        dump.append({"config": label, "points": [{"qps": q, **outcome_json(o)}
+                                                 for q, o in series]})
+    if args.p99_ms:
+        axes.axhline(args.p99_ms, color="grey", linestyle="--", label=f"p99 {args.p99_ms:g} ms")
+    axes.set_xlabel("offered load (requests/s)")
+    axes.set_ylabel("predicted p99 (ms)")
+    axes.set_yscale("log")
+    axes.set_title(f"Ferry's operating curve: t(B) = {cost.fixed_s * 1e3:g} + "
+                   f"{cost.per_item_s * 1e3:g}·B ms, {args.arrivals} arrivals")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(args.out, dpi=110)
+    pyplot.close(figure)
+    print(f"wrote {args.out}")
+    if args.json:
+        print(json.dumps(dump, indent=2))
+    return 0
+

@@ -1,0 +1,169 @@
+"""Sizing: the cheapest deployment (fewest GPU instances) whose simulated p99 meets the target at
+the target load plus headroom, over a small grid of batching settings.
+
+Gateways and batchers are sized by CPU (tasks per second one process serves, measured by
+``make bench``); partitions so that every batcher owns at least one. Then, for each (max batch,
+max wait), a binary search over instance counts from the back-of-envelope bound upward (p99 falls
+as instances are added), each candidate simulated with Ferry's own policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from ferry.errors import ConfigError
+from ferry.planner.costs import CostModel
+from ferry.planner.simulate import Deployment, Outcome, simulate
+
+Arrivals = Callable[[float, float, int], list[float]]  # (qps, seconds, seed) -> times
+
+# One process of each, as measured by make bench on a 2-core machine where gateway, batcher,
+# Redis and the load generator shared the cores: Ferry held p99 < 100 ms up to 2,000/s.
+GATEWAY_TASKS_PER_S = 2000.0
+BATCHER_TASKS_PER_S = 2000.0
+MIN_PARTITIONS = 16
+
+
+@dataclass(frozen=True)
+class Target:
+    qps: float
+    p99_s: float
+    headroom: float = 0.2  # the p99 must hold at qps · (1 + headroom)
+    max_batch_limit: int = 64  # the model's max_batch_size
+    batch_choices: tuple[int, ...] = (16, 32, 64)
+    wait_choices_s: tuple[float, ...] = (0.01, 0.05)
+    overhead_s: float = 0.003
+    gateway_tasks_per_s: float = GATEWAY_TASKS_PER_S
+    batcher_tasks_per_s: float = BATCHER_TASKS_PER_S
+    search_seconds: float = 20.0  # simulated time per candidate
+    check_seconds: float = 60.0  # simulated time for the answer's figures
+    seed: int = 0
+    max_instances: int = 4096
+
+    @property
+    def design_qps(self) -> float:
+        return self.qps * (1.0 + self.headroom)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    target: Target
+    cost: CostModel
+    deployment: Deployment
+    gateways: int
+    partitions: int
+    at_target: Outcome
+    at_design: Outcome
+    envelope_instances: int
+    envelope_at_target: Outcome
+    candidates: int  # configurations simulated
+
+    @property
+    def capacity(self) -> float:
+        """Tasks per second at full batches on every instance."""
+        return self.cost.throughput(self.deployment.max_batch, self.deployment.instances)
+
+
+def envelope(cost: CostModel, qps: float, max_batch: int) -> int:
+    """The back-of-envelope count: full batches, no queueing, no headroom."""
+    return max(1, math.ceil(qps / cost.throughput(max_batch)))
+
+
+def processes(qps: float, per_process: float) -> int:
+    return max(1, math.ceil(qps / per_process))
+
+
+def partitions_for(batchers: int) -> int:
+    """At least 16, and a power of two at least the batcher count (each owns one or more)."""
+    return max(MIN_PARTITIONS, 1 << max(0, batchers - 1).bit_length())
+
+
+def size(cost: CostModel, target: Target, arrivals: Arrivals,
+         progress: Callable[[str], None] = lambda line: None) -> Sizing:
+    """The cheapest deployment meeting ``target``; raises ConfigError if none up to
+    ``max_instances`` does."""
+    if target.qps <= 0 or target.p99_s <= 0:
+        raise ConfigError("the target needs a positive QPS and p99")
+    batchers = processes(target.design_qps, target.batcher_tasks_per_s)
+    search_arrivals = arrivals(target.design_qps, target.search_seconds, target.seed)
+    best: tuple[int, float, Deployment] | None = None
+    tried = 0
+    for max_batch in sorted({min(b, target.max_batch_limit) for b in target.batch_choices}):
+        if cost.time(max_batch) >= target.p99_s:
+            continue  # one full batch alone already takes the whole budget
+        for wait_s in target.wait_choices_s:
+            base = Deployment(instances=1, max_batch=max_batch, max_wait_s=wait_s,
+                              batchers=batchers, overhead_s=target.overhead_s)
+            found, count = _fewest(cost, base, target, search_arrivals)
+            tried += count
+            if found is None:
+                continue
+            p99 = found[1].p99_s
+            progress(f"max batch {max_batch}, max wait {wait_s * 1e3:.0f} ms: "
+                     f"{found[0].instances} instances (p99 {p99 * 1e3:.0f} ms)")
+            key = (found[0].instances, p99)
+            if best is None or key < best[:2]:
+                best = (found[0].instances, p99, found[0])
+    if best is None:
+        raise ConfigError(f"no deployment of up to {target.max_instances} instances meets p99 "
+                          f"{target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
+    chosen = best[2]
+    at_target = simulate(cost, chosen, arrivals(target.qps, target.check_seconds,
+                                                target.seed + 1), seed=target.seed + 1)
+    at_design = simulate(cost, chosen, arrivals(target.design_qps, target.check_seconds,
+                                                target.seed + 2), seed=target.seed + 2)
+    plain = envelope(cost, target.qps, target.max_batch_limit)
+    naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain)
+    envelope_run = simulate(cost, naive, arrivals(target.qps, target.check_seconds,
+                                                  target.seed + 1), seed=target.seed + 1)
+    return Sizing(target=target, cost=cost, deployment=chosen,
+                  gateways=processes(target.design_qps, target.gateway_tasks_per_s),
+                  partitions=partitions_for(batchers), at_target=at_target,
+                  at_design=at_design, envelope_instances=plain,
+                  envelope_at_target=envelope_run, candidates=tried + 3)
+
+
+def _with_instances(base: Deployment, instances: int) -> Deployment:
+    """``base`` on ``instances``, each batcher allowed its share of them in flight (Ferry's
+    default, every instance per batcher, lets batchers stack small batches at Triton)."""
+    return replace(base, instances=instances,
+                   inflight=max(1, math.ceil(instances / base.batchers)))
+
+
+def _fewest(cost: CostModel, base: Deployment, target: Target,
+            arrivals: Sequence[float]) -> tuple[tuple[Deployment, Outcome] | None, int]:
+    """The fewest instances meeting the p99 with these settings (binary search upward from the
+    capacity bound), and how many runs it took."""
+    low = envelope(cost, target.design_qps, base.max_batch)
+    runs = 0
+
+    def meets(instances: int) -> tuple[bool, Deployment, Outcome]:
+        nonlocal runs
+        runs += 1
+        deployment = _with_instances(base, instances)
+        outcome = simulate(cost, deployment, arrivals, seed=target.seed)
+        return _meets(outcome, target), deployment, outcome
+
+    high, found = low, meets(low)
+    while not found[0]:
+        if high >= target.max_instances:
+            return None, runs
+        low, high = high + 1, min(target.max_instances, high * 2)
+        found = meets(high)
+    best = found
+    while low < high:
+        middle = (low + high) // 2
+        attempt = meets(middle)
+        if attempt[0]:
+            high, best = middle, attempt
+        else:
+            low = middle + 1
+    return (best[1], best[2]), runs
+
+
+def _meets(outcome: Outcome, target: Target) -> bool:
+    """The p99 holds. (A deployment that cannot keep up fails it: its queue, and so its tail,
+    grows for the whole run, and the simulation answers every admitted task.)"""
+    return outcome.served > 0 and outcome.p99_s <= target.p99_s
