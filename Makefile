@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install tools up test test-cluster unit bench lint typecheck proto lock chart k8s clean
+.PHONY: help install tools up test test-cluster unit bench plan-check lint typecheck proto lock chart k8s clean
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
 CHART := deploy/helm/ferry
@@ -20,6 +20,7 @@ help:
 	@echo "                (and the tests marked cluster again against a Redis Cluster)"
 	@echo "make unit       only the unit tests (no servers)"
 	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~15 min)"
+	@echo "make plan-check the planner's predictions next to BENCHMARKS.md: PLANNER.md (~1 min)"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy --strict"
 	@echo "make proto      regenerate services/ferry/v1 from proto/"
@@ -64,6 +65,10 @@ unit: install
 
 bench: install
 	$(BIN)/python -m loadtest.bench $(ARGS)
+
+# The planner's predictions next to BENCHMARKS.md's measurements, and the design scenario.
+plan-check: install
+	$(BIN)/python -m ferry.planner.validate --bench BENCHMARKS.md --out PLANNER.md
 
 lint: install
 	$(BIN)/ruff check services tests loadtest

@@ -75,6 +75,7 @@ class Outcome:
     mean_batch: float
     flushes: dict[str, int] = field(default_factory=dict)
     unfinished: int = 0  # still queued or at Triton when arrivals stopped (counted, not lost)
+    finished_s: float = 0.0  # when the last task was answered (the simulated clock)
 
     @property
     def throughput(self) -> float:
@@ -124,6 +125,7 @@ class Simulation:
         self.backlog = 0
         self.refused = 0
         self.offered = 0
+        self.last_answer = 0.0
 
     def run(self, arrivals: Sequence[float]) -> Outcome:
         """Simulate until every admitted task is answered; statistics skip the warm-up."""
@@ -177,6 +179,7 @@ class Simulation:
         batcher.cost.add(size, seconds)
         self.backlog -= size
         answered = now + self.deployment.overhead_s
+        self.last_answer = answered
         warmup = self.warmup_s or 0.0
         self.latencies.extend(answered - a for a in batch.arrivals if a >= warmup)
         self._plan(batcher, now)
@@ -232,7 +235,7 @@ class Simulation:
             mean_s=sum(ordered) / len(ordered) if ordered else 0.0,
             utilisation=min(1.0, self.busy_s / (self.deployment.instances * span)),
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
-            flushes=dict(self.flushes), unfinished=unfinished)
+            flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer)
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:

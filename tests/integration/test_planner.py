@@ -1,0 +1,54 @@
+"""``ferry plan fit`` against a real tritonserver: a sweep recovers the simulated model's t(B),
+and so do Triton's own statistics, live and saved to a file."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ferry.cli import main
+from ferry.planner.costs import CostModel
+from tests.conftest import TritonServer
+
+pytestmark = pytest.mark.integration
+MODEL = "sim_overload"  # t(B) = 50 + 2·B ms, sleeping, batches of up to 8
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["plan", "fit", *args]) == 0
+    return out.getvalue()
+
+
+def test_a_sweep_and_the_statistics_recover_the_models_cost(
+    triton_server: TritonServer, tmp_path: Path,
+) -> None:
+    swept = tmp_path / "sweep.json"
+    table = run("--triton-url", triton_server.grpc_url, "--model", MODEL, "--repeats", "8",
+                "--batch-sizes", "1,2,4,8", "--out", str(swept))
+    assert "t(B) =" in table and "from sweep" in table
+    cost = CostModel.load(swept)
+    assert {b for b, _, _ in cost.points} == {1, 2, 4, 8}
+    assert 0.049 <= cost.fixed_s <= 0.056  # a sleep never ends early; gRPC adds a little
+    assert cost.per_item_s == pytest.approx(0.002, abs=0.0005)
+
+    live = json.loads(run("--triton-url", triton_server.grpc_url, "--model", MODEL,
+                          "--live-stats", "--json"))
+    assert live["source"] == "stats"
+    # Triton's own compute times of the same calls (its statistics count every call since the
+    # model loaded, the cold first one included): the same line within 20%
+    from_stats = CostModel.from_json(live)
+    for batch in (1, 8):
+        assert from_stats.time(batch) == pytest.approx(cost.time(batch), rel=0.2)
+
+    stats = httpx.get(f"http://127.0.0.1:{triton_server.ports.http}/v2/models/{MODEL}/stats")
+    saved = tmp_path / "stats.json"
+    saved.write_text(stats.text)
+    offline = json.loads(run("--from-stats", str(saved), "--model", MODEL, "--json"))
+    assert offline["t_fixed_ms"] == pytest.approx(live["t_fixed_ms"], rel=0.05)
