@@ -176,6 +176,22 @@ def test_the_search_answers_the_fewest_instances_that_meet_the_target() -> None:
     assert simulate(cost, fewer, arrivals.poisson(target.design_qps, 20, 0)).p99_s > 0.15
     assert chosen.instances >= envelope(cost, target.design_qps, 32)
     assert sizing.envelope_instances == envelope(cost, 1500, 64)
+    # Ferry's own admission: what the instances serve in max_queue_wait_s, and nothing refused
+    assert chosen.max_backlog == math.ceil(cost.throughput(32, chosen.instances) * 10.0)
+    assert sizing.at_design.refused == 0
+
+
+def test_admission_that_refuses_too_much_needs_more_instances() -> None:
+    """A backlog limit of 50 ms of work refuses arrivals in every burst: the search adds
+    instances until it refuses at most 0.1%."""
+    cost = CostModel(0.020, 0.001)
+    loose = Target(qps=1500, p99_s=0.5, batch_choices=(32,), wait_choices_s=(0.02,),
+                   search_seconds=20, check_seconds=20)
+    tight = Target(qps=1500, p99_s=0.5, batch_choices=(32,), wait_choices_s=(0.02,),
+                   search_seconds=20, check_seconds=20, max_queue_wait_s=0.05)
+    relaxed, strict = size(cost, loose, arrivals.poisson), size(cost, tight, arrivals.poisson)
+    assert strict.deployment.instances > relaxed.deployment.instances
+    assert strict.at_design.refused <= 0.001 * strict.at_design.offered
 
 
 def test_partitions_cover_the_batchers() -> None:

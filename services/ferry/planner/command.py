@@ -50,6 +50,9 @@ def add_parser(commands: Any) -> None:
     sizing.add_argument("--headroom", type=float, default=0.2,
                         help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
     sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
+    sizing.add_argument("--max-queue-wait-s", type=float, default=10.0,
+                        help="Ferry's admission (FERRY_MAX_QUEUE_WAIT_S): arrivals past what "
+                        "the instances serve in this time are refused (0: no limit)")
     sizing.add_argument("--gateway-tasks-per-s", type=float, default=GATEWAY_TASKS_PER_S)
     sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S)
     sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -159,6 +162,7 @@ def _size(args: argparse.Namespace) -> int:
     cost = cost_of(args)
     target = Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
                     max_batch_limit=args.max_batch, overhead_s=args.overhead_ms / 1e3,
+                    max_queue_wait_s=args.max_queue_wait_s,
                     gateway_tasks_per_s=args.gateway_tasks_per_s,
                     batcher_tasks_per_s=args.batcher_tasks_per_s,
                     check_seconds=args.seconds, seed=args.seed)
@@ -200,24 +204,26 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
 
 
 def _outcome(o: Outcome) -> str:
+    refused = f", refused {o.refused / o.offered:.1%}" if o.refused and o.offered else ""
     return (f"p50 {_ms(o.p50_s)}, p99 {_ms(o.p99_s)}, GPU busy {o.utilisation:.0%}, "
-            f"mean batch {o.mean_batch:.1f}")
+            f"mean batch {o.mean_batch:.1f}{refused}")
 
 
 def why(s: Sizing) -> str:
     """Why the answer differs from the back-of-envelope count."""
     t, extra = s.target, s.deployment.instances - s.envelope_instances
-    meets = s.envelope_at_target.p99_s <= t.p99_s
     if extra <= 0:
         return ("The envelope's count is enough here: the batches fill and the queue stays "
                 "short at this load.")
+    load = t.qps / s.cost.throughput(t.max_batch_limit, s.envelope_instances)
+    verdict = ("meet the p99 but leave nothing to spare" if s.envelope_at_target.p99_s
+               <= t.p99_s else "miss the p99")
     return (f"Why {extra} more than the envelope: it counts full batches on fully busy GPUs "
-            f"with no queue. At {t.qps:,.0f}/s its {s.envelope_instances} instances "
-            f"{'meet' if meets else 'miss'} the p99 ({_ms(s.envelope_at_target.p99_s)}) with "
-            f"{1 - t.qps / s.cost.throughput(t.max_batch_limit, s.envelope_instances):.0%} to "
-            f"spare, so any burst queues; the p99 must also hold at +{t.headroom:.0%} "
-            f"({t.design_qps:,.0f}/s), which needs capacity beyond that, and batches that "
-            "leave on the timer or the adaptive flush run below full size.")
+            f"with no queue. At {t.qps:,.0f}/s its {s.envelope_instances} instances run at "
+            f"{load:.0%} of their full-batch capacity and {verdict} "
+            f"(p99 {_ms(s.envelope_at_target.p99_s)}): every burst queues. The p99 must also hold "
+            f"at +{t.headroom:.0%} ({t.design_qps:,.0f}/s), and batches that leave on the timer "
+            "or the adaptive flush run below full size, so they carry less per call.")
 
 
 def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
@@ -229,7 +235,8 @@ def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
         "deployment": {"gpu_instances": d.instances, "batchers": d.batchers,
                        "inflight_per_batcher": d.window, "partitions": s.partitions,
                        "gateways": s.gateways, "max_batch": d.max_batch,
-                       "max_wait_ms": d.max_wait_s * 1e3, "overhead_ms": d.overhead_s * 1e3},
+                       "max_wait_ms": d.max_wait_s * 1e3, "overhead_ms": d.overhead_s * 1e3,
+                       "max_backlog": d.max_backlog},
         "at_target": outcome_json(s.at_target),
         "at_design_load": outcome_json(s.at_design),
         "capacity_per_s": s.capacity,

@@ -37,6 +37,8 @@ class Target:
     overhead_s: float = 0.003
     gateway_tasks_per_s: float = GATEWAY_TASKS_PER_S
     batcher_tasks_per_s: float = BATCHER_TASKS_PER_S
+    max_queue_wait_s: float = 10.0  # Ferry's admission: backlog = capacity x this (0: none)
+    max_refused: float = 0.001  # share of arrivals admission may refuse at the design load
     search_seconds: float = 20.0  # simulated time per candidate
     check_seconds: float = 60.0  # simulated time for the answer's figures
     seed: int = 0
@@ -114,7 +116,8 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
                                                 target.seed + 1), seed=target.seed + 1)
     tried += checks
     plain = envelope(cost, target.qps, target.max_batch_limit)
-    naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain)
+    naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain, cost,
+                            target)
     envelope_run = simulate(cost, naive, arrivals(target.qps, target.check_seconds,
                                                   target.seed + 1), seed=target.seed + 1)
     return Sizing(target=target, cost=cost, deployment=chosen,
@@ -139,13 +142,19 @@ def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Ar
             raise ConfigError(f"no deployment of up to {target.max_instances} instances meets "
                               f"p99 {target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
         grown = min(target.max_instances, chosen.instances + max(1, chosen.instances // 20))
-        chosen = _with_instances(chosen, grown)
+        chosen = _with_instances(chosen, grown, cost, target)
 
 
-def _with_instances(base: Deployment, instances: int) -> Deployment:
+def _with_instances(base: Deployment, instances: int, cost: CostModel,
+                    target: Target) -> Deployment:
     """``base`` on ``instances``, each batcher allowed its share of them in flight (Ferry's
-    default, every instance per batcher, lets batchers stack small batches at Triton)."""
-    return replace(base, instances=instances,
+    default, every instance per batcher, lets batchers stack small batches at Triton), and
+    Ferry's automatic backlog limit: what the instances serve in ``max_queue_wait_s``."""
+    backlog = 0
+    if target.max_queue_wait_s > 0:
+        rate = cost.throughput(base.max_batch, instances)
+        backlog = max(1, math.ceil(rate * target.max_queue_wait_s))
+    return replace(base, instances=instances, max_backlog=backlog,
                    inflight=max(1, math.ceil(instances / base.batchers)))
 
 
@@ -159,7 +168,7 @@ def _fewest(cost: CostModel, base: Deployment, target: Target,
     def meets(instances: int) -> tuple[bool, Deployment, Outcome]:
         nonlocal runs
         runs += 1
-        deployment = _with_instances(base, instances)
+        deployment = _with_instances(base, instances, cost, target)
         outcome = simulate(cost, deployment, arrivals, seed=target.seed)
         return _meets(outcome, target), deployment, outcome
 
@@ -181,6 +190,9 @@ def _fewest(cost: CostModel, base: Deployment, target: Target,
 
 
 def _meets(outcome: Outcome, target: Target) -> bool:
-    """The p99 holds. (A deployment that cannot keep up fails it: its queue, and so its tail,
-    grows for the whole run, and the simulation answers every admitted task.)"""
-    return outcome.served > 0 and outcome.p99_s <= target.p99_s
+    """The p99 holds, and admission refused (almost) nothing. (A deployment that cannot keep up
+    fails one or the other: its queue grows until the backlog limit refuses arrivals, or, with
+    no limit, its tail grows for the whole run.)"""
+    refused = outcome.refused / outcome.offered if outcome.offered else 0.0
+    return (outcome.served > 0 and outcome.p99_s <= target.p99_s
+            and refused <= target.max_refused)
