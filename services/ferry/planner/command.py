@@ -151,11 +151,7 @@ def arrivals_of(args: argparse.Namespace) -> Arrivals:
             raise ConfigError("--arrivals trace needs --trace FILE")
         arrival_kinds.trace(args.trace)  # refused now if unreadable, not after a search
         return lambda qps, seconds, seed: arrival_kinds.trace(args.trace, qps, seconds)
-    return partial(_generated, args.arrivals)
-
-
-def _generated(kind: str, qps: float, seconds: float, seed: int) -> list[float]:
-    return arrival_kinds.generate(kind, qps, seconds, seed)
+    return partial(arrival_kinds.generate, args.arrivals)
 
 
 def _size(args: argparse.Namespace) -> int:

@@ -261,8 +261,9 @@ class RedisStreamQueue:
         command = self._read_commands.get(key)
         if command is None:
             block = ("BLOCK", block_ms) if block_ms > 0 else ()
-            streams = [s for priority in priorities for s in self.by_priority[priority]
-                       if partition is None or s == keys.partition_stream(partition, priority)]
+            streams = ([s for priority in priorities for s in self.by_priority[priority]]
+                       if partition is None else
+                       [keys.partition_stream(partition, priority) for priority in priorities])
             command = self._read_commands[key] = Packed.of(
                 ("XREADGROUP", "GROUP", keys.CONSUMER_GROUP, self.consumer, "COUNT", count,
                  *block, "STREAMS", *streams, *(">" for _ in streams)), streams[0])
@@ -325,8 +326,9 @@ class RedisStreamQueue:
             by_stream.setdefault(stream, []).append(entry_id)
         if not by_stream:
             return
-        for stream, ids in by_stream.items():  # one script per stream (and slot)
-            await self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids])
+        await asyncio.gather(*(  # one script per stream (each in its own slot), all at once
+            self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids])
+            for stream, ids in by_stream.items()))
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.

@@ -268,15 +268,10 @@ class RespClient:
 
     async def _run(self, commands: Sequence[Command], timeout_s: float | None) -> list[Any]:
         replies = await self._send(commands, timeout_s)
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                if _no_script(reply):
-                    replies = await self._reloaded(commands, replies, timeout_s)
-                    break
-                raise reply
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                raise reply
+        if any(isinstance(reply, BaseException) for reply in replies):  # the rare path
+            if any(_no_script(reply) for reply in replies):
+                replies = await self._reloaded(commands, replies, timeout_s)
+            raise_first(replies)
         return replies
 
     async def replies(self, commands: Sequence[Command], timeout_s: float | None = None
@@ -407,6 +402,13 @@ def handshake(address: RedisAddress, name: str, *, select: bool = True) -> list[
         commands.append(("SELECT", address.db))
     commands.append(("CLIENT", "SETNAME", name))
     return commands
+
+
+def raise_first(replies: Sequence[Any]) -> None:
+    """Raise the first error among ``replies`` (errors held as values), if any."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
 
 
 def _no_script(reply: Any) -> bool:

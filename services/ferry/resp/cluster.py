@@ -31,6 +31,7 @@ from ferry.resp.client import (
     RespUnavailableError,
     Script,
     as_bytes,
+    raise_first,
 )
 
 SLOTS = 16384
@@ -97,6 +98,7 @@ class ClusterClient:
         if seed.path is not None or seed.db:
             raise ConfigError("a Redis Cluster is reached over TCP and has only database 0")
         self.address = seed
+        self._seed: Node = (seed.host, seed.port)
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.name = name
@@ -111,16 +113,13 @@ class ClusterClient:
 
     async def execute(self, *command: Arg, timeout_s: float | None = None) -> Any:
         single = command[0] if len(command) == 1 and isinstance(command[0], Packed) else command
-        reply = (await self.replies([single], timeout_s))[0]
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
+        replies = await self.replies([single], timeout_s)
+        raise_first(replies)
+        return replies[0]
 
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         replies = await self.replies(commands) if commands else []
-        for reply in replies:
-            if isinstance(reply, BaseException):
-                raise reply
+        raise_first(replies)
         return replies
 
     def register_script(self, source: str) -> Script:
@@ -193,9 +192,9 @@ class ClusterClient:
     def _owner(self, command: Command, table: list[Node | None]) -> Node:
         slot = slot_of(command)
         if slot is None:  # keyless: any node (one already connected, if there is one)
-            return next(iter(self._nodes), (self.address.host, self.address.port))
+            return next(iter(self._nodes), self._seed)
         # a slot no master serves goes to the seed, which answers MOVED or CLUSTERDOWN
-        return table[slot] or (self.address.host, self.address.port)
+        return table[slot] or self._seed
 
     def node(self, node: Node) -> RespClient:
         """The connection to one node (opened on first use, with every script)."""
@@ -212,8 +211,7 @@ class ClusterClient:
     async def node_of(self, key: Arg) -> RespClient:
         """The connection to the node that owns ``key``'s slot now."""
         table = await self._slot_table()
-        return self.node(table[int(key_slot(as_bytes(key)))] or
-                         (self.address.host, self.address.port))
+        return self.node(table[int(key_slot(as_bytes(key)))] or self._seed)
 
     # -- the slot map ---------------------------------------------------------------------------
 
@@ -232,8 +230,7 @@ class ClusterClient:
         async with self._refresh_lock:
             if self._refreshed_at != seen and not (force and self._table is None):
                 return  # another caller refreshed it while this one waited
-            seed = (self.address.host, self.address.port)
-            candidates = [seed, *(n for n in self._nodes if n != seed)]
+            candidates = [self._seed, *(n for n in self._nodes if n != self._seed)]
             problem: Exception | None = None
             for candidate in candidates:
                 try:
@@ -251,7 +248,8 @@ class ClusterClient:
                 self._table = parse_slots(reply, candidate)
                 self._stale = False
                 self._refreshed_at = time.monotonic()
-                for gone in [n for n in self._nodes if n not in set(self._table)]:
+                serving = set(self._table)
+                for gone in [n for n in self._nodes if n not in serving]:
                     await self._nodes.pop(gone).close()
                 return
             self._refreshed_at = time.monotonic()

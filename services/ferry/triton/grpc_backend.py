@@ -179,23 +179,24 @@ class TritonGrpcBackend:
         try:
             metadata = await self.stub.ModelMetadata(
                 service_pb2.ModelMetadataRequest(name=model), timeout=self.control_timeout_s)
-            config = await self.stub.ModelConfig(
-                service_pb2.ModelConfigRequest(name=model), timeout=self.control_timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, f"model {model!r}") from exc
-        spec = ModelSpec.from_triton(as_dict(metadata), as_dict(config.config))
-        steps = ensemble_steps(as_dict(config.config))
+        config = await self._config(model)
+        spec = ModelSpec.from_triton(as_dict(metadata), config)
+        steps = ensemble_steps(config)
         if steps:  # an ensemble runs as many batches at once as its narrowest step
-            spec = replace(spec, instances=min([await self._instances(s) for s in steps]))
+            spec = replace(spec, instances=min([instance_count(await self._config(step))
+                                                for step in steps]))
         return spec
 
-    async def _instances(self, model: str) -> int:
+    async def _config(self, model: str) -> dict[str, Any]:
+        """The model's configuration, in the JSON shape Triton documents."""
         try:
-            config = await self.stub.ModelConfig(
+            reply = await self.stub.ModelConfig(
                 service_pb2.ModelConfigRequest(name=model), timeout=self.control_timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, f"model {model!r}") from exc
-        return instance_count(as_dict(config.config))
+        return as_dict(reply.config)
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         """One infer call for the whole batch; per-request output rows in input order."""
