@@ -268,10 +268,12 @@ class RespClient:
 
     async def _run(self, commands: Sequence[Command], timeout_s: float | None) -> list[Any]:
         replies = await self._send(commands, timeout_s)
-        if any(isinstance(reply, BaseException) for reply in replies):  # the rare path
-            if any(_no_script(reply) for reply in replies):
-                replies = await self._reloaded(commands, replies, timeout_s)
-            raise_first(replies)
+        for reply in replies:  # a plain loop: this runs for every command on the hot path
+            if isinstance(reply, BaseException):
+                if any(_no_script(r) for r in replies):
+                    replies = await self._reloaded(commands, replies, timeout_s)
+                raise_first(replies)
+                return replies  # every NOSCRIPT reply was run again, and succeeded
         return replies
 
     async def replies(self, commands: Sequence[Command], timeout_s: float | None = None
