@@ -13,13 +13,19 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisError
 
-from ferry.errors import ConfigError
+from ferry.errors import ConfigError, DependencyUnavailableError
 from ferry.resp.client import Commands, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
 from ferry.settings import CommonSettings
 
 SlowRedis = aioredis.Redis | RedisCluster  # redis-py, for the occasional work
+
+# Every way a call to Redis fails for now, from either client: redis-py's errors, a broken
+# socket (OSError), and the lean client's own (already DependencyUnavailableError). The one
+# translation of driver errors: callers catch this, and nothing else of the drivers.
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (RedisError, OSError, DependencyUnavailableError)
 
 
 def connect(settings: CommonSettings) -> SlowRedis:

@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from ferry.backoff import backoff_delay
 from ferry.batcher.gate import BackendGate
 from ferry.batching import fate
@@ -29,12 +27,12 @@ from ferry.batching.fate import Failure, Fate
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
-    DependencyUnavailableError,
     ModelContractError,
     UnknownModelError,
 )
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
+from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import NO_FALLBACKS, BatcherSettings, Fallbacks
 from ferry.tasks.base import Completion, TaskStore
 from ferry.tasks.record import Status, TaskRecord
@@ -279,7 +277,7 @@ class BatchExecutor:
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
                 written = await self.store.complete(completions)
-            except (DependencyUnavailableError, RedisError, OSError) as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
                 await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
                 continue

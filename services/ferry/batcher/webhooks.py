@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 import orjson
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from ferry import keys
 from ferry.backoff import backoff_delay
-from ferry.redis_conn import SlowRedis, text
+from ferry.redis_conn import REDIS_UNAVAILABLE, SlowRedis, text
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.webhooks import SIGNATURE_HEADER, CallbackRefusedError, pin, sign
@@ -99,7 +99,7 @@ class WebhookSender:
                     await self._claim()
                 await self._read(pending)
                 pending = False
-            except (RedisError, OSError) as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("reading webhooks failed: %s", exc)
                 await asyncio.sleep(1.0)
 
@@ -190,6 +190,6 @@ class WebhookSender:
 
     async def _finish(self, key: str, stream: str, entry_id: str,
                       outcome: dict[str, Any]) -> None:
-        with contextlib.suppress(RedisError, OSError):  # unacknowledged: sent again later
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unacknowledged: sent again later
             await self._done(keys=[key, stream],
                              args=[keys.WEBHOOK_GROUP, entry_id, orjson.dumps(outcome)])

@@ -23,8 +23,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
-
 from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
@@ -35,10 +33,10 @@ from ferry.batching.buffer import BoardingBuffer
 from ferry.batching.estimators import ArrivalRate, BatchCost, Window, service_rate
 from ferry.batching.policy import Backend, BatchPolicy, Lane, Reason
 from ferry.compose import BatcherParts, batcher_parts
-from ferry.errors import BackendError, DependencyUnavailableError
+from ferry.errors import BackendError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
-from ferry.redis_conn import check_cluster_mode
+from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
 from ferry.settings import BatcherSettings, parse_partitions
 from ferry.tasks import capacity
 from ferry.tasks.capacity import Capacity
@@ -51,7 +49,6 @@ from ferry.triton.base import InferenceBackend
 log = logging.getLogger(__name__)
 PARK_MIN_S = 0.005
 CANCELLED_MEMORY = 10_000  # cancelled ids remembered for tasks this batcher has not seen
-REDIS_TROUBLE = (RedisError, OSError, DependencyUnavailableError)
 
 
 def lane_of(delivery: Delivery) -> Lane:
@@ -190,7 +187,7 @@ class Batcher:
             try:
                 await step()
                 return
-            except REDIS_TROUBLE as exc:
+            except REDIS_UNAVAILABLE as exc:
                 attempt += 1
                 if self.clock() >= deadline:
                     raise
@@ -240,7 +237,7 @@ class Batcher:
         try:
             await self.queue.release(deliveries)
             log.info("handed %d unfinished task(s) back to the queue", len(deliveries))
-        except REDIS_TROUBLE as exc:
+        except REDIS_UNAVAILABLE as exc:
             log.warning("could not hand back %d task(s) (%s); they will be reclaimed after "
                         "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
@@ -248,7 +245,7 @@ class Batcher:
         await self.cancels.stop()
         if self.webhooks is not None:
             await self.webhooks.stop()
-        with contextlib.suppress(*REDIS_TROUBLE):
+        with contextlib.suppress(*REDIS_UNAVAILABLE):
             await capacity.withdraw(self.parts.hot, self.consumer, list(self.models))
         if self._metrics_server is not None:
             await self._metrics_server.close()
@@ -256,7 +253,7 @@ class Batcher:
         await self.gate.close()
         await self.backend.close()
         await self.queue.close()  # no read in flight may land after the consumer is forgotten
-        with contextlib.suppress(*REDIS_TROUBLE):
+        with contextlib.suppress(*REDIS_UNAVAILABLE):
             await self.queue.forget_consumer()
         await self.parts.hot.close()
         await self.parts.redis.aclose()
@@ -329,7 +326,7 @@ class Batcher:
             try:
                 deliveries = await self.queue.read(count, block_ms, readable)
                 self._read_failures = 0
-            except REDIS_TROUBLE as exc:
+            except REDIS_UNAVAILABLE as exc:
                 self._read_failures += 1
                 self._changed.set()  # whatever waited for this read plans without it
                 log.warning("reading the queue failed (%s); retrying", exc)
@@ -369,7 +366,7 @@ class Batcher:
                     self.metrics.partition_depth.labels(str(partition)).set(depth)
                     self.metrics.partition_pending.labels(str(partition)).set(held)
                 await self.parts.store.heal_backlog(self.partitions)
-            except REDIS_TROUBLE as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
 
     async def _report_loop(self) -> None:
@@ -378,7 +375,7 @@ class Batcher:
             try:
                 await capacity.report(self.parts.hot, self.consumer, self.capacities(),
                                       time.time())
-            except REDIS_TROUBLE as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("reporting capacity failed: %s", exc)
 
     def capacities(self) -> dict[str, Capacity]:
@@ -403,7 +400,7 @@ class Batcher:
         while not await self._stop_within(interval):
             try:
                 await self.queue.touch(list(self._held))
-            except REDIS_TROUBLE as exc:
+            except REDIS_UNAVAILABLE as exc:
                 log.warning("refreshing held tasks failed: %s", exc)
 
     async def _stop_within(self, seconds: float) -> bool:

@@ -12,16 +12,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
 from ferry.compose import GatewayParts, gateway_parts
-from ferry.errors import DependencyUnavailableError
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway
+from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.triton.base import InferenceBackend
@@ -101,7 +100,7 @@ def _install_error_handlers(api: FastAPI) -> None:
         return error_response(503, "unavailable", f"a dependency is unavailable: {exc}",
                               {"Retry-After": "1"})
 
-    for kind in (DependencyUnavailableError, RedisError, ConnectionError):
+    for kind in REDIS_UNAVAILABLE:
         api.add_exception_handler(kind, unavailable)
 
 

@@ -17,13 +17,13 @@ from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import FastAPI
-from redis.exceptions import RedisError
 from starlette.types import Receive, Scope, Send
 
-from ferry.errors import BadRequestError, ClientError, DependencyUnavailableError
+from ferry.errors import BadRequestError, ClientError
 from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
+from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.webhooks import check_callback
@@ -188,7 +188,7 @@ class HotLane:
             self.metrics.rejected.labels(str(exc.status), exc.code).inc()
             status, body, answer_headers = (exc.status, error_body(exc.code, exc.message),
                                             exc.headers())
-        except (DependencyUnavailableError, RedisError, ConnectionError) as exc:
+        except REDIS_UNAVAILABLE as exc:
             status, body, answer_headers = 503, error_body(
                 "unavailable", f"a dependency is unavailable: {exc}"), [(b"retry-after", b"1")]
         except Exception:

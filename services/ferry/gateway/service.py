@@ -10,8 +10,6 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from redis.exceptions import RedisError
-
 from ferry import keys
 from ferry.codec import dumps
 from ferry.compose import GatewayParts
@@ -20,7 +18,6 @@ from ferry.errors import (
     BadRequestError,
     ClientError,
     ConflictError,
-    DependencyUnavailableError,
     NotFoundError,
     ServiceUnavailableError,
     UnprocessableError,
@@ -29,7 +26,7 @@ from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
-from ferry.redis_conn import check_cluster_mode
+from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
 from ferry.tasks import idempotency
 from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Owner, Sharing, input_digest
 from ferry.tasks.capacity import Capacity
@@ -44,6 +41,7 @@ ADMISSIONS_KEPT = 1024  # kinds of task (model, priority, timeout) whose limits 
 CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task to answer
 IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the first's admission
 IDEMPOTENT_TAKEOVER_TRIES = 3  # a repeat takes over a key whose task never came to be
+RELEASE_KEY_ON: tuple[type[Exception], ...] = (ClientError, *REDIS_UNAVAILABLE)  # not admitted
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class Gateway:
 
     async def start(self) -> None:
         self.tracing.start()
-        with contextlib.suppress(RedisError, OSError):  # a Redis still starting: checked later
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # a Redis still starting: checked later
             await check_cluster_mode(self.parts.settings, self.parts.redis)
         await self.parts.backend.start()
         await self.parts.subscriber.start()
@@ -121,11 +119,11 @@ class Gateway:
         try:
             submitted = await self._admit(task, pending, sharing, submission, wait_s,
                                           owner=owner)
-        except (ClientError, DependencyUnavailableError, RedisError, ConnectionError):
+        except RELEASE_KEY_ON:
             with contextlib.suppress(Exception):  # best effort: a retry will find it stale
                 await self.idempotency.release(key, task.task_id, digest)
             raise
-        with contextlib.suppress(RedisError, ConnectionError):  # unconfirmed: still replayed
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unconfirmed: still replayed
             await self.idempotency.confirm(key, task.task_id, digest)  # while its record lives
         return submitted
 
@@ -311,7 +309,7 @@ class Gateway:
         try:
             await self.parts.redis.ping()
             checks["redis"] = "ok"
-        except (RedisError, OSError) as exc:
+        except REDIS_UNAVAILABLE as exc:
             checks["redis"] = f"unreachable: {exc}"
         checks["triton"] = "ok" if await self.parts.backend.server_ready() else "not ready"
         try:
