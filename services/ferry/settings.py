@@ -376,7 +376,7 @@ def to_env(settings: CommonSettings, cls: type[CommonSettings]) -> dict[str, str
 
 
 def reference_table() -> str:
-    """Markdown table of every setting, for the README."""
+    """Markdown table of every setting, for docs/configuration.md."""
     rows = ["| variable | flag | default | meaning | used by |", "|---|---|---|---|---|"]
     seen: dict[str, list[str]] = {}
     docs: dict[str, dataclasses.Field[Any]] = {}
