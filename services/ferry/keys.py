@@ -79,7 +79,13 @@ def dead_letter_stream(partition: int) -> str:
 
 def task_key(task_id: str, partition: int) -> str:
     """The hash that holds a task's status and its public JSON record."""
-    return f"{PREFIX}:{slot_tag(partition)}:task:{task_id}"
+    return task_key_prefix(partition) + task_id
+
+
+def task_key_prefix(partition: int) -> str:
+    """What a partition's task keys start with: a script that learns a task id (a leader's, a
+    follower's) makes its key of it, in the same slot."""
+    return f"{PREFIX}:{slot_tag(partition)}:task:"
 
 
 def new_task_id(partition: int | None = None, partitions: int = 1) -> str:
@@ -124,6 +130,9 @@ def webhook_stream(partition: int) -> str:
     return f"{PREFIX}:{slot_tag(partition)}:webhooks"
 
 
+WEBHOOK_MAXLEN = 100_000  # approximate length cap of each partition's webhook stream
+
+
 WEBHOOK_GROUP = "ferry-webhooks"
 
 
@@ -132,9 +141,21 @@ def cache_key(partition: int, digest: str) -> str:
     input (``=<id>`` if it has a deadline: it is not followed). While it is PENDING identical
     requests follow it; once it has a reusable answer its record is the cached answer, for the
     cache TTL."""
-    return f"{PREFIX}:{slot_tag(partition)}:cache:{digest}"
+    return cache_key_prefix(partition) + digest
+
+
+def cache_key_prefix(partition: int) -> str:
+    """What a partition's digest keys start with (the completion script names a task's digest
+    key from it, sparing a key argument per task)."""
+    return f"{PREFIX}:{slot_tag(partition)}:cache:"
 
 
 def followers_key(partition: int, task_id: str) -> str:
-    """Identical requests waiting on a task's inference: ``<id> <created_at>`` each."""
-    return f"{PREFIX}:{slot_tag(partition)}:followers:{task_id}"
+    """Identical requests waiting on a task's inference: ``<id> <owner> <head>`` each, the head
+    being the start of the follower's own record (see ``tasks.record``)."""
+    return followers_key_prefix(partition) + task_id
+
+
+def followers_key_prefix(partition: int) -> str:
+    """What a partition's followers lists start with (a script names a leader's list of it)."""
+    return f"{PREFIX}:{slot_tag(partition)}:followers:"

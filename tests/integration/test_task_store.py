@@ -20,9 +20,9 @@ from ferry.resp.client import RedisAddress
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import CommonSettings
 from ferry.tasks.base import Completion
-from ferry.tasks.record import Status, StoredRecord, TaskRecord
+from ferry.tasks.record import Status, StoredRecord, TaskRecord, announcements
 from ferry.tasks.redis_store import RedisTaskStore
-from ferry.tasks.waiters import ResultWaiters, parse_announcement
+from ferry.tasks.waiters import ResultWaiters
 from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
 from tests.integration.helpers import dead_letters, stream_lengths, wait_until
@@ -183,7 +183,7 @@ async def test_completions_are_announced_with_small_bodies_inline(
         await asyncio.sleep(0.1)
     finally:
         await sub.stop()
-    frames = dict(item for message in heard for item in parse_announcement(message))
+    frames = {a.task_id: a.record for message in heard for a in announcements(message)}
     assert set(frames) == {small.task_id.encode(), large.task_id.encode()}
     inline = frames[small.task_id.encode()]
     assert isinstance(inline, StoredRecord) and inline.to_json()["output"] == "ok"

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from ferry.tasks.record import Status, StoredRecord
-from ferry.tasks.waiters import ResultWaiters, parse_announcement
+from ferry.tasks.record import Announcement, Status, StoredRecord, announcements
+from ferry.tasks.waiters import ResultWaiters
 
 A = "0123456789abcdef0123456789abcdef"
 B = "fedcba9876543210fedcba9876543210"
@@ -22,32 +22,36 @@ def frame(task_id: str, status: str, body: bytes, inline: bool = True) -> bytes:
 
 def test_one_frame_with_its_record() -> None:
     body = b'{"task_id": "x", "status": "SUCCESS"}'
-    assert list(parse_announcement(frame(A, "SUCCESS", body))) == [
-        (A.encode(), StoredRecord(Status.SUCCESS, body))]
+    assert list(announcements(frame(A, "SUCCESS", body))) == [
+        Announcement(A.encode(), Status.SUCCESS, body)]
+    assert Announcement(A.encode(), Status.SUCCESS, body).record == StoredRecord(
+        Status.SUCCESS, body)
 
 
 def test_several_frames_bodies_may_hold_spaces_newlines_and_digits() -> None:
     first = b'{"output": "a b\n 12 34"}'
     second = b"[1, 2, 3]"
     data = frame(A, "FAILED", first) + frame(B, "EXPIRED", second)
-    assert list(parse_announcement(data)) == [
+    assert [(a.task_id, a.record) for a in announcements(data)] == [
         (A.encode(), StoredRecord(Status.FAILED, first)),
         (B.encode(), StoredRecord(Status.EXPIRED, second))]
 
 
 def test_a_large_body_is_announced_without_it() -> None:
     data = frame(A, "SUCCESS", b"", inline=False) + frame(B, "SUCCESS", b"{}")
-    assert list(parse_announcement(data)) == [
-        (A.encode(), None), (B.encode(), StoredRecord(Status.SUCCESS, b"{}"))]
+    assert list(announcements(data)) == [
+        Announcement(A.encode(), Status.SUCCESS, None),
+        Announcement(B.encode(), Status.SUCCESS, b"{}")]
+    assert next(a.record for a in announcements(data)) is None
 
 
 def test_an_empty_announcement_names_no_task() -> None:
-    assert list(parse_announcement(b"")) == []
+    assert list(announcements(b"")) == []
 
 
 def test_a_garbled_announcement_raises() -> None:
     with pytest.raises(ValueError):
-        list(parse_announcement(A.encode() + b" SUCCESS notanumber {}"))
+        list(announcements(A.encode() + b" SUCCESS notanumber {}"))
 
 
 async def test_a_garbled_announcement_makes_every_waiter_read_again() -> None:

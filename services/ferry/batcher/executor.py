@@ -30,12 +30,11 @@ from ferry.errors import (
     ModelContractError,
     UnknownModelError,
 )
-from ferry.priority import Priority
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import NO_FALLBACKS, BatcherSettings, Fallbacks
 from ferry.tasks.base import Completion, TaskStore
-from ferry.tasks.record import Status, TaskRecord
+from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH
 from ferry.triton.base import InferenceBackend, ModelSpec
@@ -61,28 +60,19 @@ class Outcome:
         task = self.delivery.task
         if task is None:
             return None
-        return TaskRecord(
-            task_id=task.task_id, status=self.status, model=task.model,
-            created_at=task.enqueued_at_ms / 1000.0, model_version=self.model_version,
-            finished_at=finished_at, output=self.output, error=self.error,
-            priority=Priority.of(task.priority).label,
-            deadline_at=task.deadline_ms / 1000.0 if task.deadline_ms else None,
-            answered_by=self.answered_by)
+        return TaskRecord.final(task, self.status, finished_at, output=self.output,
+                                error=self.error, model_version=self.model_version,
+                                answered_by=self.answered_by)
 
     def completion(self, finished_at: float) -> Completion:
-        """Its record, and a dead letter for a failure (or an entry that could not be read), and
-        whether its answer may be cached: the task's own model and the version it was asked of
-        gave it."""
-        record = self.record(finished_at)
-        letter = None
-        if record is None or self.status is Status.FAILED:
-            letter = self.error or self.delivery.problem or "unreadable task"
-        return Completion(self.delivery, record, letter, self._reusable())
+        """Its record, its dead letter and whether its answer may be cached, by the record's
+        rules (``ferry.tasks.record``)."""
+        task = self.delivery.task
+        letter = dead_letter(task, self.status, self.error, self.delivery.problem)
+        return Completion(self.delivery, self.record(finished_at), letter, self._reusable())
 
     def _reusable(self) -> bool:
-        task = self.delivery.task
-        return (task is not None and bool(task.input_digest) and self.status is Status.SUCCESS
-                and not self.answered_by and self.model_version == task.digest_version)
+        return reusable(self.delivery.task, self.status, self.model_version, self.answered_by)
 
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, replace
 
 from ferry import keys
-from ferry.codec import dumps
 from ferry.compose import GatewayParts
 from ferry.errors import (
     BackendError,
@@ -28,7 +27,15 @@ from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
 from ferry.tasks import idempotency
-from ferry.tasks.base import NOT_SHARED, Admission, Admitted, Owner, Sharing, input_digest
+from ferry.tasks.base import (
+    NOT_SHARED,
+    Admission,
+    Admitted,
+    CancelOutcome,
+    Owner,
+    Sharing,
+    input_digest,
+)
 from ferry.tasks.capacity import Capacity
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
@@ -150,13 +157,10 @@ class Gateway:
                     callback_url=submission.callback_url)
         if self.tracing.enabled:
             self.tracing.inject(task.trace_context)
-        pending = TaskRecord(task_id=task.task_id, status=Status.PENDING, model=model,
-                             created_at=now, priority=submission.priority.label,
-                             deadline_at=task.deadline_ms / 1000.0 if timeout_s else None)
+        pending = TaskRecord.pending(task, now)
         if not digest:
             return task, pending, NOT_SHARED
-        created = dumps(now)
-        return task, pending, Sharing(digest, lookup, collapse, created)
+        return task, pending, Sharing(digest, lookup, collapse)
 
     async def _admit(self, task: Task, pending: TaskRecord, sharing: Sharing,
                      submission: Submission, wait_s: float, *, owner: Owner) -> Submitted:
@@ -282,15 +286,14 @@ class Gateway:
             raise self._unknown(task_id)
         with self.waiters.watch(task_id) as watch:  # before asking: no answer missed
             found = await self.store.cancel(task_id, caller.client_id or "")
-            if found.outcome == 0:
+            if found.outcome is CancelOutcome.UNKNOWN:
                 raise self._unknown(task_id)
-            if found.outcome == 4:
+            if found.outcome is CancelOutcome.SHARED:
                 raise ConflictError("shared_inference", f"identical requests share task "
                                     f"{task_id}'s inference; it will run for them")
             record = found.record
-            if found.outcome == 3:  # a batcher holds it: it settles it unless it has sent it
+            if found.outcome is CancelOutcome.SIGNALLED:  # it settles it unless it has sent it
                 record = await watch.final(CANCEL_WAIT_S, read_first=False)
-        assert found.outcome != 0
         if record is not None and record.status is Status.CANCELLED:
             self.metrics.cancelled.inc()
             return record

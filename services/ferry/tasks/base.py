@@ -6,6 +6,7 @@ import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Protocol
 
 from ferry import keys
@@ -96,13 +97,11 @@ def input_digest(model: str, version: str, payload: bytes) -> str:
 @dataclass(frozen=True)
 class Sharing:
     """How a task may share work with identical requests: ``digest`` names (model, version,
-    payload); ``lookup`` a cached answer; ``collapse`` onto an identical task in flight.
-    ``created`` is the task's creation time as JSON (a hit's record is made of it)."""
+    payload); ``lookup`` a cached answer; ``collapse`` onto an identical task in flight."""
 
     digest: str = ""
     lookup: bool = False
     collapse: bool = False
-    created: bytes = b"0"
 
 
 NOT_SHARED = Sharing()
@@ -154,13 +153,21 @@ class Admitted:
     how: str = "queued"
 
 
+class CancelOutcome(IntEnum):
+    """What a cancel request found (the values are the cancel script's)."""
+
+    UNKNOWN = 0  # no such task (or another client's)
+    FINAL = 1  # already final: the record
+    CANCELLED = 2  # cancelled at once, never read by a batcher: the record
+    SIGNALLED = 3  # held by a batcher, which was asked to cancel it (unless sent to Triton)
+    SHARED = 4  # identical requests follow its inference: it runs for them
+
+
 @dataclass(frozen=True)
 class Cancellation:
-    """What a cancel request found: ``outcome`` 0 no such task, 1 already final (``record``),
-    2 cancelled at once, never read by a batcher (``record``), 3 held by a batcher, which was
-    asked to cancel it (it does, unless it has sent it to Triton)."""
+    """What a cancel request found, and the record when it has one (FINAL, CANCELLED)."""
 
-    outcome: int
+    outcome: CancelOutcome
     record: StoredRecord | None
 
 

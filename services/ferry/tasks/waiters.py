@@ -14,26 +14,11 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
-from ferry.keys import TASK_ID_LENGTH
-from ferry.tasks.record import Status, StoredRecord
+from ferry.tasks.record import Status, StoredRecord, announcements
 
 log = logging.getLogger(__name__)
 Reader = Callable[[str], Awaitable[StoredRecord | None]]
 _RECHECK = None  # what a waiter is woken with when it must read the record itself
-
-
-def parse_announcement(data: bytes) -> Iterator[tuple[bytes, StoredRecord | None]]:
-    """(task id, record or None) for each frame ``<id> <status> <n> <n bytes of body>``."""
-    pos, end = 0, len(data)
-    while pos < end:
-        task_id = data[pos:pos + TASK_ID_LENGTH]
-        status_end = data.index(b" ", pos + TASK_ID_LENGTH + 1)
-        size_end = data.index(b" ", status_end + 1)
-        size = int(data[status_end + 1:size_end])
-        status = data[pos + TASK_ID_LENGTH + 1:status_end].decode()
-        body = data[size_end + 1:size_end + 1 + size]
-        yield task_id, StoredRecord(Status(status), body) if size else _RECHECK
-        pos = size_end + 1 + size
 
 
 class Watch:
@@ -113,9 +98,9 @@ class ResultWaiters:
         if not self._watches:
             return
         try:
-            for task_id, record in parse_announcement(data):
-                for watch in self._watches.get(task_id, ()):
-                    watch.wake(record)
+            for announced in announcements(data):
+                for watch in self._watches.get(announced.task_id, ()):
+                    watch.wake(announced.record)
         except ValueError:  # not from a Ferry batcher of this version: let everyone re-read
             log.warning("unreadable completion announcement (%d bytes); re-reading all waits",
                         len(data))

@@ -1,0 +1,61 @@
+-- cancel: end a task CANCELLED if no batcher has sent it to Triton.
+-- KEYS (CancelKeys): task_key, backlog, followers (the task's own followers list), webhooks.
+-- Named args (CancelArgs): the task and the asking client ('' any; another client's task is as
+--   unknown as none), the consumer group, the result TTL, the done and cancel channels, and
+--   what the owner of the record prepared: pending_status, the fragment to swap for
+--   cancelled_status, and cancelled_tail, which ends the body in place of its closing brace.
+-- A follower of an identical task's inference leaves its list and ends CANCELLED; a task that
+-- others follow is not cancelled. A PENDING task whose entry no batcher has read leaves its
+-- stream and its backlog counts and ends CANCELLED here. One a batcher holds is flagged and its
+-- id published on cancel_channel, for the batcher to settle unless it has sent it to Triton.
+-- Result: {OUTCOME_UNKNOWN}, {OUTCOME_FINAL, status, record}, {OUTCOME_CANCELLED, record},
+--   {OUTCOME_SIGNALLED} or {OUTCOME_SHARED}.
+local state = redis.call('HMGET', task_key, 'status', 'body', 'entry', 'stream', 'counted',
+                         'owner', 'held', 'leader', 'callback')
+local status, body = state[1], state[2]
+
+-- The status sits right after the head (an id and a number), so its first mention is it.
+local function cancelled()
+  local at = string.find(body, pending_status, 1, true)
+  body = string.sub(body, 1, at - 1) .. cancelled_status ..
+         string.sub(body, at + #pending_status, -2) .. cancelled_tail
+  redis.call('HSET', task_key, 'status', CANCELLED, 'body', body)
+  redis.call('EXPIRE', task_key, result_ttl)
+  local frames = {}
+  announce(frames, task_id, CANCELLED, body, #body)
+  redis.call('PUBLISH', done_channel, frames[1])
+  queue_webhook(webhooks, task_id, state[9])
+  return {OUTCOME_CANCELLED, body}
+end
+
+-- A follower leaves its leader's list, which goes on for the others.
+local function unfollow(leader)
+  local list = followers_prefix .. leader
+  for _, follower in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    if string.sub(follower, 1, #task_id) == task_id then redis.call('LREM', list, 1, follower) end
+  end
+end
+
+-- Whether the entry left its stream unread, and its counts the backlog.
+local function unqueued()
+  local entry, stream = state[3], state[4]
+  if not (entry and stream) then return false end
+  local held = redis.pcall('XPENDING', stream, group, entry, entry, 1)
+  if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
+  if #held > 0 or redis.call('XDEL', stream, entry) ~= 1 then return false end
+  leave(backlog, state[5])
+  leave(backlog, state[7])
+  return true
+end
+
+if not status or (client_id ~= '' and state[6] ~= client_id) then return {OUTCOME_UNKNOWN} end
+if status ~= PENDING then return {OUTCOME_FINAL, status, body} end
+if state[8] then
+  unfollow(state[8])
+  return cancelled()
+end
+if redis.call('LLEN', followers) > 0 then return {OUTCOME_SHARED} end
+if unqueued() then return cancelled() end
+redis.call('HSET', task_key, 'cancel', '1')
+redis.call('PUBLISH', cancel_channel, task_id)
+return {OUTCOME_SIGNALLED}

@@ -1,0 +1,28 @@
+-- Local functions shared by the task scripts; the loader puts this before each script that
+-- declares it (ScriptSpec.fragments), after the generated constants it uses.
+
+-- One task's end on the done channel, added to ``frames``: "<id> <status> <n> <body>", with
+-- n = 0 and no body when the body is over ``inline`` bytes (whoever waits reads it). The one
+-- writer of the frame; ferry.tasks.record.announcements is its one reader.
+local function announce(frames, id, status, body, inline)
+  if #body <= inline then
+    frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
+  else
+    frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+  end
+end
+
+-- A task that ended with a callback URL (false or '' none): its webhook, for a batcher to send.
+local function queue_webhook(webhooks, id, url)
+  if url and url ~= '' then
+    redis.call('XADD', webhooks, 'MAXLEN', '~', WEBHOOK_MAXLEN, '*', 'task_id', id, 'url', url)
+  end
+end
+
+-- One unfinished task fewer under a backlog hash's field (false or '' none): a count lost to a
+-- failed write is never taken below none.
+local function leave(backlog, field)
+  if field and field ~= '' and redis.call('HINCRBY', backlog, field, -1) < 0 then
+    redis.call('HSET', backlog, field, 0)
+  end
+end

@@ -1,0 +1,102 @@
+-- complete: settle one batch's deliveries of one stream: final records (unless one is there
+-- already: the first answer stands), dead letters, acknowledgement and deletion of the entries,
+-- and one PUBLISH on channel announcing every record written (inline when small).
+-- KEYS (CompleteKeys): stream, dead_letters, backlog, webhooks, then from FIRST_TASK_KEY the
+--   task key of each item that has a task id, in order.
+-- Named args (CompleteArgs), then from FIRST_ITEM one group of ITEM_SIZE per delivery
+--   (CompleteItem; ARGV[i + BODY] is item i's body). An item's digest key, followers list and
+--   followers' task keys are named from cache_prefix, followers_prefix and task_prefix: known
+--   only here (followers), or not worth a key argument per task.
+-- A task that gets its final record leaves its model's backlog (and its owner's, if counted),
+-- and queues its webhook if it has a callback. A reusable answer is the cache: its record keeps
+-- where the answer starts and ends ('answer': "<from> <to>", 1-based), and the digest's key, if
+-- it still names the task, lives cache_ttl from now; otherwise that key goes. Identical requests
+-- that follow the task end as it did. An unreadable entry (task_id '': no record to check) is
+-- dead-lettered only by the step that acknowledges it.
+-- Result: for each item, 1 if this call wrote its final record (or acknowledged it), else 0.
+local inline, reuse_ttl = tonumber(inline_limit), tonumber(cache_ttl)
+local ids, acks, frames = {}, {}, {}
+
+-- The digest's key follows the task's answer: kept for the cache TTL, or gone.
+local function settle_digest(id, digest, reused)
+  if digest == '' then return end
+  local key = cache_prefix .. digest
+  local named = redis.pcall('GET', key)
+  if named ~= '@' .. id and named ~= '=' .. id then return end  -- it names a later task by now
+  if reused then
+    redis.call('EXPIRE', key, reuse_ttl)
+  else
+    redis.call('DEL', key)
+  end
+end
+
+-- Each follower's record: its own head, collapsed_into when it has the leader's owner (another
+-- client's task is never named, only its answer shared), then the leader's shared part.
+local function end_followers(id, key, status, shared)
+  local list = followers_prefix .. id
+  local leader_owner = redis.call('HGET', key, 'owner') or ''
+  for _, follower in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    local fid, fowner, head = string.match(follower, '^(%S+) (%S*) ({.*)$')
+    local fkey = task_prefix .. (fid or '')
+    if fid and redis.call('HGET', fkey, 'status') == PENDING then
+      local into = fowner == leader_owner and string.format(collapsed_into, id) or ''
+      local body = head .. into .. shared
+      redis.call('HSET', fkey, 'status', status, 'body', body)
+      redis.call('EXPIRE', fkey, result_ttl)
+      announce(frames, fid, status, body, inline)
+      queue_webhook(webhooks, fid, redis.call('HGET', fkey, 'callback'))
+    end
+  end
+  redis.call('DEL', list)
+end
+
+-- Item i's final record, unless its task has one: 1 written, 0 not.
+local function finish(i, key)
+  local state = redis.call('HMGET', key, 'status', 'followed', 'held')
+  if state[1] and state[1] ~= PENDING then return 0 end
+  local id, status, body = ARGV[i + TASK_ID], ARGV[i + STATUS], ARGV[i + BODY]
+  local answer, digest = ARGV[i + ANSWER_FROM], ARGV[i + DIGEST]
+  local reused = digest ~= '' and answer ~= '0' and reuse_ttl > 0
+  if reused then  -- where the answer is in the body: later additions are not part of it
+    redis.call('HSET', key, 'status', status, 'body', body, 'answer', answer .. ' ' .. #body)
+  else
+    redis.call('HSET', key, 'status', status, 'body', body)
+  end
+  redis.call('EXPIRE', key, result_ttl)
+  leave(backlog, ARGV[i + BACKLOG_FIELD])
+  leave(backlog, state[3])
+  announce(frames, id, status, body, inline)
+  queue_webhook(webhooks, id, ARGV[i + CALLBACK])
+  settle_digest(id, digest, reused)
+  if state[2] then
+    end_followers(id, key, status, string.sub(body, tonumber(ARGV[i + HEAD_END]) + 1))
+  end
+  return 1
+end
+
+local function dead_letter(i)
+  redis.call('XADD', dead_letters, 'MAXLEN', '~', dead_letter_maxlen, '*',
+             TASK_FIELD, ARGV[i + ENVELOPE], 'error', ARGV[i + DEAD_LETTER], 'stream', stream,
+             'entry_id', ARGV[i + ENTRY_ID], 'failed_at', failed_at,
+             'task_id', ARGV[i + TASK_ID],
+             'model', string.match(ARGV[i + BACKLOG_FIELD], '^(.*)|[^|]*$') or '',
+             'deliveries', ARGV[i + DELIVERIES])
+end
+
+local written, k = {}, FIRST_TASK_KEY
+for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
+  local entry, fresh = ARGV[i + ENTRY_ID], nil
+  ids[#ids + 1] = entry
+  if ARGV[i + TASK_ID] == '' then  -- unreadable: only the step that acknowledges it letters it
+    fresh = redis.call('XACK', stream, group, entry)
+  else
+    acks[#acks + 1] = entry
+    fresh, k = finish(i, KEYS[k]), k + 1
+  end
+  if fresh == 1 and ARGV[i + DEAD_LETTER] ~= '' then dead_letter(i) end
+  written[#written + 1] = fresh
+end
+if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
+redis.call('XDEL', stream, unpack(ids))
+if #frames > 0 then redis.call('PUBLISH', channel, table.concat(frames)) end
+return written

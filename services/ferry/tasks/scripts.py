@@ -1,0 +1,214 @@
+"""The task store's Lua scripts: sources in ``lua/``, named arguments declared here once, results
+decoded here into types.
+
+Each script's KEYS and ARGV are declared as a NamedTuple of names; the loader generates the
+script's prologue from those names (``local task_key, stream = KEYS[1], KEYS[2]``; for a group
+of arguments repeated per item, its size and each member's offset), and the Python side builds
+the same NamedTuples, by keyword, to call it: the two cannot drift. The loader also generates the
+constants a script shares with Python (statuses, result codes, stream field names), then the
+shared fragments it declares (local functions), then its file.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from importlib import resources
+from typing import Any, NamedTuple
+
+from ferry import keys
+from ferry.tasks.base import Cancellation, CancelOutcome
+from ferry.tasks.record import Status, StoredRecord
+
+
+class AdmitVerdict(IntEnum):
+    """How the admission script ended: what its second value is."""
+
+    QUEUED = 1  # the stream entry's id
+    HIT = 2  # the final record, answered from the cache
+    COLLAPSED = 3  # the id of the identical task it follows
+    BACKLOG_FULL = 0  # the partition's backlog
+    TOO_SLOW = -1  # the predicted wait, seconds
+    OWNER_FULL = -2  # the owner's unfinished tasks in the partition
+
+
+class AdmitKeys(NamedTuple):
+    task_key: str
+    stream: str  # the task's priority's stream of its partition
+    backlog: str
+    normal_stream: str  # where a doorbell rings
+    bell_key: str
+    digest_key: str
+    webhooks: str
+
+
+class AdmitArgs(NamedTuple):
+    task_id: str
+    pending_body: bytes
+    head_end: int  # the pending body's head, which a follower's list entry keeps
+    pending_ttl: int
+    envelope: bytes
+    backlog_prefix: str  # "<model>|"
+    priority: int
+    limit: int  # the partition's backlog limit (0: none)
+    rate: bytes  # tasks/s per partition (0: unknown)
+    fixed_wait: bytes  # seconds besides the backlog ahead
+    timeout: bytes  # the client's, seconds (0: none)
+    bell_ms: int
+    lookup: int  # 1: a cached answer may answer it
+    collapse: int  # 1: it may follow an identical task in flight
+    hit_head: bytes  # its record if the cache answers it, up to the answer ('' no lookup)
+    result_ttl: int
+    callback: str  # '' none
+    owner: str  # the authenticated client ('' none)
+    owner_field: str  # the owner's backlog field ('' not counted)
+    owner_limit: int  # that field's limit in the partition (0: none)
+    task_prefix: str
+    followers_prefix: str
+
+
+class CompleteKeys(NamedTuple):
+    stream: str
+    dead_letters: str
+    backlog: str
+    webhooks: str
+
+
+class CompleteArgs(NamedTuple):
+    group: str
+    result_ttl: int
+    channel: str
+    dead_letter_maxlen: int
+    inline_limit: int
+    failed_at: str
+    cache_ttl: int  # 0: no cache
+    collapsed_into: bytes  # the fragment a follower of the same owner gets (%s: the leader)
+    task_prefix: str
+    followers_prefix: str
+    cache_prefix: str
+
+
+class CompleteItem(NamedTuple):
+    """One delivery's part of the completion script's ARGV."""
+
+    entry_id: str
+    task_id: str  # '' for an unreadable entry
+    status: str
+    body: bytes
+    head_end: int  # the body's own head: what follows is shared with followers
+    answer_from: int  # 1-based start of a reusable answer (0: not reusable)
+    dead_letter: str  # the reason ('' none)
+    envelope: bytes  # only for a dead letter
+    deliveries: int
+    backlog_field: str  # "<model>|<priority>"
+    digest: str  # '' none
+    callback: str  # '' none
+
+
+class CancelKeys(NamedTuple):
+    task_key: str
+    backlog: str
+    followers: str  # the task's own followers list
+    webhooks: str
+
+
+class CancelArgs(NamedTuple):
+    task_id: str
+    client_id: str  # '' any: another client's task is as unknown as none
+    group: str
+    result_ttl: int
+    done_channel: str
+    cancel_channel: str
+    pending_status: bytes
+    cancelled_status: bytes
+    cancelled_tail: bytes
+    followers_prefix: str
+
+
+class HealKeys(NamedTuple):
+    backlog: str  # then each of the partition's streams
+
+
+@dataclass(frozen=True)
+class ScriptSpec:
+    """A script's file, its names, and what the loader puts before it."""
+
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    item: tuple[str, ...] = ()  # a group of ARGV repeated per item, after ``args``
+    more_keys: str = ""  # names the index of the first KEYS after the named ones
+    results: tuple[type[IntEnum], str] | None = None  # an enum, and its constants' prefix
+    fragments: tuple[str, ...] = ("common",)
+
+
+ADMIT = ScriptSpec("admit", AdmitKeys._fields, AdmitArgs._fields,
+                   results=(AdmitVerdict, "VERDICT_"))
+COMPLETE = ScriptSpec("complete", CompleteKeys._fields, CompleteArgs._fields,
+                      item=CompleteItem._fields, more_keys="FIRST_TASK_KEY")
+CANCEL = ScriptSpec("cancel", CancelKeys._fields, CancelArgs._fields,
+                    results=(CancelOutcome, "OUTCOME_"))
+HEAL = ScriptSpec("heal", HealKeys._fields, more_keys="FIRST_STREAM", fragments=())
+SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL)
+
+
+def read_lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+
+
+@functools.cache
+def source(spec: ScriptSpec) -> str:
+    """The whole script Redis runs: the generated prologue, its fragments, its file."""
+    parts = [prologue(spec), *(read_lua(f) for f in spec.fragments), read_lua(spec.name)]
+    return "\n".join(parts)
+
+
+def prologue(spec: ScriptSpec) -> str:
+    """The generated part: constants, then the named KEYS and ARGV."""
+    values: dict[str, str | int] = {s.name: s.value for s in Status}
+    values |= {"TASK_FIELD": keys.TASK_FIELD, "BELL_FIELD": keys.BELL_FIELD,
+               "WEBHOOK_MAXLEN": keys.WEBHOOK_MAXLEN}
+    if spec.results is not None:
+        enum, prefix = spec.results
+        values |= {prefix + member.name: int(member) for member in enum}
+    if spec.more_keys:
+        values[spec.more_keys] = len(spec.keys) + 1
+    if spec.item:
+        values |= {"FIRST_ITEM": len(spec.args) + 1, "ITEM_SIZE": len(spec.item)}
+        values |= {name.upper(): offset for offset, name in enumerate(spec.item)}
+    lines = ["-- generated by ferry.tasks.scripts from the names declared there",
+             _local(list(values), [_literal(v) for v in values.values()])]
+    for table, names in (("KEYS", spec.keys), ("ARGV", spec.args)):
+        if names:
+            lines.append(_local(list(names),
+                                [f"{table}[{i}]" for i in range(1, len(names) + 1)]))
+    return "\n".join(lines) + "\n"
+
+
+def _local(names: Sequence[str], values: Sequence[str]) -> str:
+    return f"local {', '.join(names)} = {', '.join(values)}"
+
+
+def _literal(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if not value.replace("_", "").isalnum():
+        raise ValueError(f"not a plain Lua string constant: {value!r}")
+    return f"'{value}'"
+
+
+def admit_verdict(reply: Sequence[Any]) -> tuple[AdmitVerdict, Any]:
+    """The admission script's verdict, and its value (see ``AdmitVerdict``)."""
+    return AdmitVerdict(int(reply[0])), reply[1]
+
+
+def cancellation(reply: Sequence[Any]) -> Cancellation:
+    """What the cancel script found (see ``CancelOutcome``)."""
+    outcome = CancelOutcome(int(reply[0]))
+    if outcome is CancelOutcome.FINAL:
+        return Cancellation(outcome, StoredRecord(Status(reply[1].decode()), reply[2]))
+    if outcome is CancelOutcome.CANCELLED:
+        return Cancellation(outcome, StoredRecord(Status.CANCELLED, reply[1]))
+    return Cancellation(outcome, None)
