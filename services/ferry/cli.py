@@ -11,10 +11,7 @@ import uvloop
 from ferry import __version__
 from ferry.auth import api_keys
 from ferry.auth.base import CLIENT_ID
-from ferry.batcher.supervisor import Supervisor
-from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
-from ferry.gateway.serve import serve
 from ferry.planner import command as planner
 from ferry.settings import (
     BatcherSettings,
@@ -84,12 +81,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(command: str, settings: CommonSettings) -> int:
+    """Run the command's service. Each service's modules are imported here, for its command
+    only: a batcher process never loads the gateway's modules, nor a gateway the batcher's."""
     if isinstance(settings, UpSettings):
         return LocalStack(settings).run()
     if isinstance(settings, GatewaySettings):
+        from ferry.gateway.serve import serve
+
         return serve(settings)
     if isinstance(settings, BatcherSettings):
-        if settings.owned_partitions.strip().lower() == "auto":
-            return uvloop.run(Supervisor(settings).run())
-        return uvloop.run(Batcher(settings).run())
+        return run_batcher(settings)
     raise ConfigError(f"unknown command {command}")
+
+
+def run_batcher(settings: BatcherSettings) -> int:
+    """One batcher on its parts, or a supervisor of one when partitions follow replicas."""
+    from ferry.batcher.supervisor import Supervisor
+    from ferry.batcher.worker import Batcher
+    from ferry.compose.batcher import batcher_parts
+
+    def build(settings: BatcherSettings) -> Batcher:
+        return Batcher(batcher_parts(settings))
+
+    if settings.owned_partitions.strip().lower() == "auto":
+        return uvloop.run(Supervisor(settings, factory=build).run())
+    return uvloop.run(build(settings).run())

@@ -16,6 +16,7 @@ import redis
 import tritonclient.grpc as triton_grpc
 
 from ferry import keys
+from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
@@ -101,13 +102,20 @@ async def running_stack(gateway: GatewaySettings,
         stack = Stack(client)
         try:
             for settings in batchers:
-                batcher = Batcher(settings)
+                batcher = Batcher.from_settings(settings)
                 await batcher.start()
                 stack.batchers.append(batcher)
             yield stack
         finally:
             for batcher in stack.batchers:
                 await batcher.stop()
+
+
+def known_model(batcher: Batcher, model: str) -> ModelState:
+    """What ``batcher`` knows of ``model``, which it has seen."""
+    state = batcher.model_state(model)
+    assert state is not None, f"the batcher has not seen {model!r}"
+    return state
 
 
 def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:

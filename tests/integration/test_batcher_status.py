@@ -23,8 +23,9 @@ pytestmark = pytest.mark.integration
 async def test_health_readiness_and_metrics(triton_server: TritonServer, tmp_path: Path) -> None:
     redis_proc, redis_url = start_redis(tmp_path / "redis")
     port = free_port()
-    batcher = Batcher(batcher_settings(redis_url, triton_server.grpc_url, metrics_port=port,
-                                       owned_partitions="0-7", claim_interval_ms=200))
+    batcher = Batcher.from_settings(batcher_settings(
+        redis_url, triton_server.grpc_url, metrics_port=port, owned_partitions="0-7",
+        claim_interval_ms=200))
     await batcher.start()
     base = f"http://{LOOPBACK}:{port}"
     try:

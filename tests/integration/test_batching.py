@@ -131,7 +131,7 @@ async def test_long_poll_returns_when_the_result_is_written(
         batcher_started = time.monotonic()
         from ferry.batcher.worker import Batcher
 
-        batcher = Batcher(batcher_settings(redis_url, url, max_wait_ms=10))
+        batcher = Batcher.from_settings(batcher_settings(redis_url, url, max_wait_ms=10))
         await batcher.start()
         try:
             result = await poll
@@ -167,7 +167,7 @@ async def test_stop_sends_what_has_boarded(
                                               adaptive_flush=False)) as stack:
         task_ids = [await stack.submit(f"boarded-{i}") for i in range(10)]
         batcher = stack.batchers[0]
-        assert await _eventually(lambda: len(batcher.buffer) == 10)
+        assert await _eventually(lambda: batcher.buffered == 10)
         started = time.monotonic()
         await batcher.stop()
         assert time.monotonic() - started < 5

@@ -17,6 +17,7 @@ from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
     gateway_settings,
+    known_model,
     running_gateway,
     running_stack,
     stream_lengths,
@@ -65,11 +66,11 @@ async def test_a_boarded_task_is_cancelled_by_the_batcher_that_holds_it(
         before = batch_executions(url, "sim")
         batcher = stack.batchers[0]
         task_id = await stack.submit("boarded")
-        assert await wait_until(lambda: len(batcher.buffer) == 1, 5)  # read: in its PEL now
+        assert await wait_until(lambda: batcher.buffered == 1, 5)  # read: in its PEL now
         answer = await cancel(stack.client, task_id)
         assert answer.status_code == 200, answer.text
         assert answer.json()["status"] == "CANCELLED"
-        assert len(batcher.buffer) == 0
+        assert batcher.buffered == 0
         assert (await stack.result(task_id))["status"] == "CANCELLED"
         assert batch_executions(url, "sim") == before
 
@@ -82,8 +83,8 @@ async def test_a_task_being_inferred_cannot_be_cancelled(
                              batcher_settings(redis_url, url)) as stack:
         batcher = stack.batchers[0]
         task_id = await stack.submit("busy", model="sim_slow")  # 1.5 s at Triton
-        assert await wait_until(lambda: batcher.models.get("sim_slow") is not None and
-                                batcher.models["sim_slow"].inflight == 1, 10)
+        assert await wait_until(lambda: batcher.model_state("sim_slow") is not None and
+                                known_model(batcher, "sim_slow").inflight == 1, 10)
         answer = await cancel(stack.client, task_id)
         assert answer.status_code == 409
         assert answer.json()["error"]["code"] in ("already_running", "already_finished")

@@ -198,8 +198,8 @@ async def test_a_blocking_read_over_every_master_wakes_on_the_first_entry(
 async def test_single_redis_settings_refuse_a_cluster_and_cluster_settings_a_single_redis(
     cluster: str, triton_server: TritonServer, tmp_path: Path,
 ) -> None:
-    batcher = Batcher(BatcherSettings(redis_url=cluster, triton_url=triton_server.grpc_url,
-                                      metrics_port=0))
+    batcher = Batcher.from_settings(BatcherSettings(
+        redis_url=cluster, triton_url=triton_server.grpc_url, metrics_port=0))
     with pytest.raises(ConfigError, match="is a Redis Cluster node: set FERRY_REDIS_CLUSTER"):
         await batcher.start()
     await batcher.stop()

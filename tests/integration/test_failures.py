@@ -27,6 +27,7 @@ from tests.integration.helpers import (
     dead_letters,
     executions_since,
     gateway_settings,
+    known_model,
     running_stack,
     stream_lengths,
     wait_until,
@@ -123,11 +124,11 @@ async def test_a_triton_restart_loses_nothing(
             triton.stop(grace_s=10)  # Triton is gone; the gateway still accepts (cached catalog)
             during = await asyncio.gather(*(stack.submit(f"during-{i}") for i in range(30)))
             await asyncio.sleep(1.5)  # the batcher notices and holds the work
-            assert not stack.batchers[0].gate.is_open
+            assert not stack.batchers[0].backend_reachable
             triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
             results = await stack.results(during, wait=30)
             batcher = stack.batchers[0]
-            assert batcher.models["sim"].breaker.state(batcher.clock()).value == "closed"
+            assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "closed"
     finally:
         triton.stop(grace_s=10)
     assert [r["status"] for r in results] == ["SUCCESS"] * 30
@@ -155,16 +156,16 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
             proc.wait(10)
         statuses = [(await stack.result(t, wait=0))["status"] for t in task_ids]
         assert statuses == ["PENDING"] * 6
-        rescuer = Batcher(batcher_settings(redis_url, url, claim_idle_ms=500,
-                                           claim_interval_ms=200, max_wait_ms=5,
-                                           max_inflight_batches=6))
+        rescuer = Batcher.from_settings(batcher_settings(
+            redis_url, url, claim_idle_ms=500, claim_interval_ms=200, max_wait_ms=5,
+            max_inflight_batches=6))
         await rescuer.start()
         try:
             results = await stack.results(task_ids, wait=25)
         finally:
             await rescuer.stop()
     assert [r["status"] for r in results] == ["SUCCESS"] * 6
-    assert rescuer.metrics.reclaimed._value.get() == 6
+    assert _reclaimed(rescuer) == 6
     # Tasks that were at a batcher when it died are suspects: each goes to Triton alone, so one
     # that crashes batchers cannot take its batch-mates down with it.
     executed = executions_since(before, batch_executions(url, "sim_slow"))
@@ -185,8 +186,8 @@ async def test_a_task_that_keeps_killing_batchers_is_dead_lettered(
         redis_client.xreadgroup(keys.CONSUMER_GROUP, "crashed-1", {stream: ">"}, count=1)
         entry_id = redis_client.xpending(stream, keys.CONSUMER_GROUP)["min"]
         redis_client.xclaim(stream, keys.CONSUMER_GROUP, "crashed-2", 0, [entry_id])
-        rescuer = Batcher(batcher_settings(redis_url, url, claim_idle_ms=0, claim_interval_ms=100,
-                                           max_deliveries=2))
+        rescuer = Batcher.from_settings(batcher_settings(
+            redis_url, url, claim_idle_ms=0, claim_interval_ms=100, max_deliveries=2))
         await rescuer.start()
         try:
             result = await stack.result(task_id, wait=10)
@@ -237,7 +238,7 @@ async def test_a_slow_batch_is_not_taken_over_while_its_batcher_lives(
         task_ids = await asyncio.gather(*(stack.submit(f"slow-{i}", model="sim_slow")
                                           for i in range(4)))
         results = await stack.results(task_ids)
-        reclaimed = [b.metrics.reclaimed._value.get() for b in stack.batchers]
+        reclaimed = [_reclaimed(b) for b in stack.batchers]
     assert all(r["status"] == "SUCCESS" for r in results)
     executed = executions_since(before, batch_executions(url, "sim_slow"))
     assert sum(size * n for size, n in executed.items()) == 4, executed
@@ -250,17 +251,17 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
     """Held work goes back to the queue as new on stop: no reclaim wait, no delivery counted."""
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url)) as stack:
-        stranded = Batcher(batcher_settings(redis_url, "127.0.0.1:9", max_wait_ms=5,
-                                            outage_budget_s=60, claim_interval_ms=100))
+        stranded = Batcher.from_settings(batcher_settings(
+            redis_url, "127.0.0.1:9", max_wait_ms=5, outage_budget_s=60, claim_interval_ms=100))
         await stranded.start()
         task_ids = [await stack.submit(f"held-{i}") for i in range(3)]
-        assert await wait_until(lambda: not stranded.gate.is_open, 10)
-        assert await wait_until(lambda: len(stranded._held) == 3, 10)
+        assert await wait_until(lambda: not stranded.backend_reachable, 10)
+        assert await wait_until(lambda: stranded.held_count == 3, 10)
         registry = stranded.metrics.registry
         assert await wait_until(lambda: registry.get_sample_value("ferry_queue_depth") == 3, 5)
         await stranded.stop()
         assert _pending_count(redis_client) == 0 and stream_lengths(redis_client) == 3
-        healthy = Batcher(batcher_settings(redis_url, url, max_wait_ms=200))
+        healthy = Batcher.from_settings(batcher_settings(redis_url, url, max_wait_ms=200))
         await healthy.start()
         try:
             results = await stack.results(task_ids, wait=10)
@@ -270,3 +271,8 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
     assert healthy.metrics.registry.get_sample_value(
         "ferry_batch_size_count", {"model": "sim"}) == 1  # one batch: none came back a suspect
     assert dead_letters(redis_client) == []
+
+
+def _reclaimed(batcher: Batcher) -> float | None:
+    """Tasks the batcher took over from idle consumers (its ``ferry_tasks_reclaimed_total``)."""
+    return batcher.metrics.registry.get_sample_value("ferry_tasks_reclaimed_total")

@@ -16,6 +16,7 @@ from tests.integration.helpers import (
     batcher_settings,
     executions_since,
     gateway_settings,
+    known_model,
     running_stack,
     wait_until,
 )
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 def inflight(batcher: Batcher, model: str) -> int:
     """Batches of ``model`` at Triton now (0 before the batcher has seen the model)."""
-    state = batcher.models.get(model)
+    state = batcher.model_state(model)
     return state.inflight if state else 0
 
 
@@ -81,7 +82,7 @@ async def test_a_model_gets_as_many_batches_at_once_as_it_has_instances(
         assert await wait_until(lambda: inflight(batcher, "sim_slow2") == 1, 10)
         second = await stack.submit("two", model="sim_slow2")  # the second instance is free
         assert await wait_until(lambda: inflight(batcher, "sim_slow2") == 2, 10)
-        assert batcher.models["sim_slow2"].slots == 2
+        assert known_model(batcher, "sim_slow2").slots == 2
         rest = await asyncio.gather(*(stack.submit(f"more-{i}", model="sim_slow2")
                                       for i in range(6)))
         await asyncio.sleep(0.5)

@@ -23,6 +23,7 @@ from tests.integration.helpers import (
     batcher_settings,
     executions_since,
     gateway_settings,
+    known_model,
     running_gateway,
     running_stack,
     stream_lengths,
@@ -173,7 +174,7 @@ async def test_an_open_breaker_fails_fast_without_calling_triton(
                              breaker_settings(redis_url, url)) as stack:
         await poison_until_open(stack, 4)
         batcher = stack.batchers[0]
-        assert batcher.models["sim"].breaker.state(batcher.clock()).value == "open"
+        assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "open"
         before = batch_executions(url, "sim")
         quick = (await stack.results([await stack.submit("good")]))[0]
         assert batch_executions(url, "sim") == before  # Triton never saw it
@@ -225,7 +226,7 @@ async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
         probe = (await stack.results([await stack.submit("good")]))[0]
         batcher: Batcher = stack.batchers[0]
         assert probe["status"] == "SUCCESS"
-        assert batcher.models["sim"].breaker.state(batcher.clock()).value == "closed"
+        assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "closed"
 
 
 async def test_a_high_priority_task_rings_an_idle_batcher_awake(
@@ -235,10 +236,10 @@ async def test_a_high_priority_task_rings_an_idle_batcher_awake(
     async with running_stack(gateway_settings(redis_url, url),
                              batcher_settings(redis_url, url)) as stack:
         batcher = stack.batchers[0]
-        assert await wait_until(lambda: batcher.queue.awake() == [Priority.NORMAL], 5)
+        assert await wait_until(lambda: batcher.parts.queue.awake() == [Priority.NORMAL], 5)
         answer = await post(stack.client, "urgent", priority="high")
         # the reader blocks on the normal streams only: the doorbell entry wakes it
         record = (await stack.results([answer.json()["task_id"]], wait=10))[0]
         assert record["status"] == "SUCCESS" and record["priority"] == "high"
-        assert Priority.HIGH in batcher.queue.awake()
+        assert Priority.HIGH in batcher.parts.queue.awake()
         assert await wait_until(lambda: stream_lengths(redis_client) == 0, 5)  # bell answered

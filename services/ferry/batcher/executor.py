@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ferry.backoff import backoff_delay
 from ferry.batcher.gate import BackendGate
@@ -32,7 +32,7 @@ from ferry.errors import (
 )
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE
-from ferry.settings import NO_FALLBACKS, BatcherSettings, Fallbacks
+from ferry.settings import BatcherSettings
 from ferry.tasks.base import Completion, TaskStore
 from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
 from ferry.telemetry.metrics import BatcherMetrics
@@ -42,7 +42,6 @@ from ferry.triton.base import InferenceBackend, ModelSpec
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
-CallObserver = Callable[[str, int, float], None]  # (model, batch size, seconds) of a good call
 
 
 @dataclass(frozen=True)
@@ -79,40 +78,82 @@ def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
     return [Outcome(d, Status.FAILED, error=error) for d in deliveries]
 
 
+@dataclass(frozen=True)
+class Timing:
+    """The executor's clock, sleep and jitter: real ones, or a test's."""
+
+    clock: Callable[[], float] = time.monotonic
+    sleep: Sleep = asyncio.sleep
+    jitter: Callable[[], float] = random.random
+
+
+REAL_TIME = Timing()
+
+
+class BatchContext(Protocol):
+    """What the executor asks of the batcher that runs it about its models and tasks."""
+
+    def breaker(self, model: str) -> CircuitBreaker:
+        """The model's circuit breaker."""
+        ...
+
+    def call_time(self, model: str, size: int) -> float:
+        """The fitted time of a call of ``size`` to the model (0: not known yet)."""
+        ...
+
+    def observe_call(self, model: str, size: int, seconds: float) -> None:
+        """A call of ``size`` to the model succeeded in ``seconds``."""
+        ...
+
+    def cancelled(self, delivery: Delivery) -> bool:
+        """Whether a client cancelled the delivery's task."""
+        ...
+
+
+class Standalone:
+    """A context of the executor's own, for an executor that runs outside a batcher: breakers
+    made on first use, nothing fitted, nothing cancelled."""
+
+    def __init__(self) -> None:
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def breaker(self, model: str) -> CircuitBreaker:
+        breaker = self._breakers.get(model)
+        if breaker is None:
+            breaker = self._breakers[model] = CircuitBreaker()
+        return breaker
+
+    def call_time(self, model: str, size: int) -> float:
+        return 0.0
+
+    def observe_call(self, model: str, size: int, seconds: float) -> None:
+        return None
+
+    def cancelled(self, delivery: Delivery) -> bool:
+        return False
+
+
 class BatchExecutor:
     """Infers, isolates, retries, then settles: results, dead letters, acknowledgements."""
 
-    def __init__(
-        self,
-        settings: BatcherSettings,
-        backend: InferenceBackend,
-        store: TaskStore,
-        metrics: BatcherMetrics,
-        *,
-        gate: BackendGate,
-        observe_call: CallObserver = lambda model, size, seconds: None,
-        sleep: Sleep = asyncio.sleep,
-        jitter: Callable[[], float] = random.random,
-        cancelled: Callable[[Delivery], bool] = lambda delivery: False,
-        breakers: Callable[[str], CircuitBreaker] | None = None,
-        fallbacks: Fallbacks = NO_FALLBACKS,
-        clock: Callable[[], float] = time.monotonic,
-        call_time: Callable[[str, int], float] = lambda model, size: 0.0,
-    ) -> None:
+    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: TaskStore,
+                 metrics: BatcherMetrics, *, gate: BackendGate,
+                 context: BatchContext | None = None, timing: Timing = REAL_TIME) -> None:
         self.settings = settings
         self.backend = backend
         self.store = store
         self.metrics = metrics
         self.gate = gate
-        self.observe_call = observe_call
-        self.sleep = sleep
-        self.jitter = jitter
-        self.cancelled = cancelled
-        self._breakers: dict[str, CircuitBreaker] = {}
-        self.breaker = breakers or self._own_breaker
-        self.fallbacks = fallbacks
-        self.clock = clock
-        self.call_time = call_time  # the fitted time of a call of that many (0: unknown)
+        self.context = context or Standalone()
+        self.fallbacks = settings.fallbacks()
+        # Bound once: each is called per batch or per delivery.
+        self.breaker = self.context.breaker
+        self.call_time = self.context.call_time
+        self.observe_call = self.context.observe_call
+        self.cancelled = self.context.cancelled
+        self.clock = timing.clock
+        self.sleep = timing.sleep
+        self.jitter = timing.jitter
 
     async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
         """Give every delivery a final status and settle it."""
@@ -139,12 +180,6 @@ class BatchExecutor:
             else:
                 ended.append(Outcome(d, verdict[0], error=verdict[1]))
         return live, ended
-
-    def _own_breaker(self, model: str) -> CircuitBreaker:
-        breaker = self._breakers.get(model)
-        if breaker is None:
-            breaker = self._breakers[model] = CircuitBreaker()
-        return breaker
 
     async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
                        *, fallback: bool = True) -> list[Outcome]:

@@ -37,7 +37,7 @@ class Supervisor:
 
     def __init__(self, settings: BatcherSettings, *, replicas: ReplicaCount | None = None,
                  hostname: str | None = None,
-                 factory: Callable[[BatcherSettings], Batcher] = Batcher) -> None:
+                 factory: Callable[[BatcherSettings], Batcher] = Batcher.from_settings) -> None:
         self.settings = settings
         self.replicas = replicas or replica_count(settings)
         ordinal = settings.ordinal if settings.ordinal >= 0 else ordinal_of(

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
-from ferry.compose import GatewayParts, gateway_parts
+from ferry.compose.gateway import GatewayParts, gateway_parts
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway

@@ -19,8 +19,8 @@ import orjson
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from ferry.auth.access import ANONYMOUS, Caller
 from ferry.errors import BadRequestError, ClientError
-from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.redis_conn import REDIS_UNAVAILABLE

@@ -1,0 +1,156 @@
+"""Dispatching: plan with the pure batching policy, send each batch as its own task, keep count
+of the batches at Triton, and end boarded tasks that a client cancelled.
+
+A model gets as many batches at Triton at once as Triton runs instances of it (or
+``max_inflight_batches``), so a batch never queues behind another at Triton nor waits while an
+instance idles. The dispatcher is the executor's ``BatchContext``: it answers for the models
+(through the model book) and for the cancellations it has heard of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ferry.batcher.executor import BatchExecutor, Outcome, Timing
+from ferry.batcher.gate import BackendGate
+from ferry.batcher.models import ModelBook
+from ferry.batcher.shared import Shared, wait
+from ferry.batching import fate
+from ferry.batching.breaker import CircuitBreaker
+from ferry.batching.policy import BatchPolicy, Lane, Reason
+from ferry.queue.base import Delivery
+from ferry.settings import BatcherSettings
+from ferry.tasks.base import TaskStore
+from ferry.tasks.record import Status
+from ferry.telemetry.metrics import BatcherMetrics
+from ferry.telemetry.tracing import CURRENT_BATCH, BatchTrace, Tracing, batch_trace
+from ferry.triton.base import InferenceBackend
+
+log = logging.getLogger(__name__)
+CANCELLED_MEMORY = 10_000  # cancelled ids remembered for tasks this batcher has not seen
+
+
+class Dispatcher:
+    """Turns the shared buffer into batches at Triton, as the policy plans them."""
+
+    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: TaskStore,
+                 metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
+                 gate: BackendGate, policy: BatchPolicy, tracing: Tracing,
+                 timing: Timing) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.shared = shared
+        self.models = models
+        self.gate = gate
+        self.policy = policy
+        self.tracing = tracing
+        self.clock = timing.clock
+        self.executor = BatchExecutor(settings, backend, store, metrics, gate=gate, context=self,
+                                      timing=timing)
+        # The same objects as ``shared``'s and ``models``', bound once: used for every batch.
+        self._buffer = shared.buffer
+        self._batches = shared.batches
+        self._held = shared.held
+        self._cancelled = shared.cancelled
+        self._changed = shared.changed
+        self._states = models.states
+
+    async def loop(self) -> None:
+        """Plan, launch what is due, and sleep until something changes or a batch is due."""
+        while True:
+            self._changed.clear()
+            draining = self.shared.stopping.is_set()
+            now = self.clock()
+            holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
+            plan = self.policy.plan(self._buffer.views(self.models.lane_capacity), now,
+                                    self.models.backends(now, holding), draining=draining)
+            for departure in plan.flush:
+                self.launch(departure.lane, self._buffer.take(departure.lane, departure.size),
+                            departure.reason)
+            self.metrics.buffered.set(len(self._buffer))
+            if draining and (not self._buffer or holding) and self.shared.feeders_done():
+                return  # what is still held when Triton is down is handed back by stop()
+            # wake_in 0 means a due batch waits for a free slot: a finishing batch wakes us.
+            timeout = None if plan.wake_in == 0 else plan.wake_in
+            if not self.gate.is_open:
+                timeout = self.settings.read_block_ms / 1000.0  # look again for Triton's return
+            await wait(self._changed, timeout)
+
+    def launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason) -> None:
+        """Send a batch as its own task, counted in flight until it is done."""
+        recorder = None
+        if self.tracing.enabled:
+            recorder = batch_trace(lane.model, reason.value, [
+                (d.task.trace_context, d.task.enqueued_at_ms) for d in deliveries if d.task])
+        task = asyncio.create_task(self._run_batch(lane.model, deliveries, recorder),
+                                   name=f"ferry-batch-{lane.model}")
+        self._batches[task] = (lane, deliveries)
+        state = self._states.get(lane.model)
+        if state is not None:
+            state.inflight += 1
+        self.metrics.flushes.labels(lane.model, reason.value).inc()
+        self.shared.room_freed.set()
+        self.metrics.inflight.set(len(self._batches))
+        task.add_done_callback(self._batch_done)
+
+    async def _run_batch(self, model: str, deliveries: list[Delivery],
+                         recorder: BatchTrace | None = None) -> None:
+        if recorder is not None:
+            CURRENT_BATCH.set(recorder)  # this task's own context: the executor records in it
+        try:
+            await self.executor.run(model, deliveries)
+        except Exception:
+            log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
+                          len(deliveries), model)
+        if recorder is not None:
+            recorder.emit(self.tracing.tracer)
+        for delivery in deliveries:  # not on cancellation: stop() hands those back
+            self._held.discard(delivery.key)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        lane, _ = self._batches.pop(task, (Lane(""), []))
+        state = self._states.get(lane.model)
+        if state is not None:
+            state.inflight = max(0, state.inflight - 1)
+        self.metrics.inflight.set(len(self._batches))
+        if self.shared.parked:
+            self.shared.slot_freed.set()  # the reader catches up; boarding wakes the dispatcher
+        else:
+            self._changed.set()
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    def on_cancel(self, message: bytes) -> None:
+        """A client cancelled a task a batcher holds: if it is boarded here, it ends CANCELLED
+        now; if its batch has left, the executor leaves it out of any retry."""
+        task_id = message.decode(errors="replace")
+        self._cancelled.add(task_id)
+        removed = self._buffer.remove(lambda d: d.task is not None and d.task.task_id == task_id)
+        if removed:
+            asyncio.get_running_loop().create_task(self._settle_cancelled(removed))
+        elif len(self._cancelled) > CANCELLED_MEMORY:  # ids of tasks held elsewhere: forget old
+            self._cancelled.clear()
+
+    async def _settle_cancelled(self, deliveries: list[Delivery]) -> None:
+        outcomes = [Outcome(d, Status.CANCELLED, error=fate.CANCELLED) for d in deliveries]
+        settled = await self.executor.settle(outcomes)
+        for delivery in deliveries:  # unsettled: no longer kept alive, so a reclaim settles it
+            self._held.discard(delivery.key)
+            if settled and delivery.task is not None:
+                self._cancelled.discard(delivery.task.task_id)
+        self.metrics.buffered.set(len(self._buffer))
+
+    # -- the executor's BatchContext -----------------------------------------------------------
+
+    def cancelled(self, delivery: Delivery) -> bool:
+        return delivery.task is not None and delivery.task.task_id in self._cancelled
+
+    def breaker(self, model: str) -> CircuitBreaker:
+        return self.models.breaker(model)
+
+    def call_time(self, model: str, size: int) -> float:
+        return self.models.call_time(model, size)
+
+    def observe_call(self, model: str, size: int, seconds: float) -> None:
+        self.models.observe_call(model, size, seconds)

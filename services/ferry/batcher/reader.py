@@ -1,0 +1,204 @@
+"""Reading: the read loop and its parking, the reclaim of idle entries, the keep-alive of held
+ones, and boarding into the buffer (or settling at once what must not board).
+
+The reader reads every owned partition in one XREADGROUP, each priority within its own room in
+the buffer, so that waiting low-priority work never stops high-priority work from being read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from ferry.backoff import backoff_delay
+from ferry.batcher.executor import BatchExecutor, Outcome
+from ferry.batcher.gate import BackendGate
+from ferry.batcher.models import ModelBook
+from ferry.batcher.shared import Shared, wait
+from ferry.batching import fate
+from ferry.batching.policy import Lane
+from ferry.priority import BY_URGENCY, Priority
+from ferry.queue.base import Delivery, TaskQueue
+from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.settings import BatcherSettings
+from ferry.tasks.record import Status
+from ferry.tasks.redis_store import RedisTaskStore
+from ferry.telemetry.metrics import BatcherMetrics
+
+log = logging.getLogger(__name__)
+PARK_MIN_S = 0.005
+ReadStep = tuple[int, list[Priority], bool]  # entries per stream, priorities, only some of them
+
+
+def lane_of(delivery: Delivery) -> Lane:
+    """The boarding lane: the model and priority, alone for a task delivered before."""
+    assert delivery.task is not None
+    return Lane(delivery.task.model, Priority.of(delivery.task.priority),
+                suspect=delivery.deliveries > 1)
+
+
+class Reader:
+    """Fills the shared buffer from the queue: reads, reclaims, keeps held entries alive."""
+
+    def __init__(self, settings: BatcherSettings, queue: TaskQueue, store: RedisTaskStore,
+                 metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
+                 gate: BackendGate, executor: BatchExecutor, partitions: Sequence[int],
+                 clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.store = store
+        self.metrics = metrics
+        self.shared = shared
+        self.models = models
+        self.gate = gate
+        self.executor = executor
+        self.partitions = tuple(partitions)
+        self.clock = clock
+        self.per_stream = max(1, math.ceil(settings.max_batch / len(self.partitions)))
+        self.read_failures = 0  # queue reads failed in a row (Redis unreachable)
+
+    @property
+    def quota(self) -> int:
+        """Tasks of one priority that may wait in the buffer: a batch per slot, and one more."""
+        return self.settings.max_batch * (self.models.slots() + 1)
+
+    def rooms(self) -> dict[Priority, int]:
+        """Room per priority: each has its own quota, so that waiting low-priority work never
+        stops high-priority work from being read."""
+        waiting = self.shared.buffer.count_by(lambda lane: lane.priority)
+        return {p: self.quota - waiting.get(p, 0) for p in BY_URGENCY}
+
+    @property
+    def room(self) -> int:
+        """How many more tasks may board (of the priority with the most room)."""
+        return max(self.rooms().values())
+
+    async def read_loop(self) -> None:
+        """Read while a batch could leave; while every slot is busy, park and catch up later.
+
+        A blocking read returns as soon as one entry arrives, so reading on while the backend
+        is busy costs a round trip per task and helps no batch leave sooner. Parked, the reader
+        waits for a slot to free (at most ``max_wait_ms / 4``), then takes everything that has
+        arrived in one read, and only then does the dispatcher plan: batches are as full and as
+        fresh as if it had read all along.
+        """
+        shared = self.shared
+        block_s = self.settings.read_block_ms / 1000.0
+        while not shared.stopping.is_set():
+            step = self._next_read()
+            if step is None:  # full, or Triton is down: leave it queued
+                await wait(shared.changed, block_s)
+                continue
+            count, readable, partial = step
+            caught_up = self.models.all_busy()
+            if caught_up:
+                await self._park()  # then catch up without blocking: the dispatcher waits
+            if partial:  # a blocked read would not see the full priority's room free: poll
+                shared.room_freed.clear()
+            block_ms = 0 if caught_up or partial else self.settings.read_block_ms
+            try:
+                deliveries = await self.queue.read(count, block_ms, readable)
+            except REDIS_UNAVAILABLE as exc:
+                await self._read_failed(exc)
+                continue
+            self.read_failures = 0
+            await self.board(deliveries)
+            if partial and not deliveries:  # until a batch leaves (or a moment passes)
+                await wait(shared.room_freed, block_s)
+            if caught_up:
+                shared.changed.set()  # a slot may have freed: the dispatcher plans again
+
+    def _next_read(self) -> ReadStep | None:
+        """How many entries per stream, of which priorities, and whether some priority is left
+        out for want of room; None when nothing may be read (no room, or Triton is down)."""
+        rooms = self.rooms()
+        awake = self.queue.awake(self.shared.holding(), poll=True)
+        readable = [p for p in awake if rooms[p] > 0]
+        if not readable or not self.gate.is_open:
+            return None
+        count = min(self.per_stream, *(rooms[p] for p in readable))
+        return count, readable, len(readable) < len(awake)
+
+    async def _read_failed(self, exc: BaseException) -> None:
+        self.read_failures += 1
+        self.shared.changed.set()  # whatever waited for this read plans without it
+        log.warning("reading the queue failed (%s); retrying", exc)
+        await asyncio.sleep(backoff_delay(self.read_failures + 1, 0.1, 2.0, jitter=1.0))
+
+    async def _park(self) -> None:
+        """Until a slot frees, or a quarter of the max wait (at least ``PARK_MIN_S``: reading
+        less must not become polling)."""
+        self.shared.parked = True
+        self.shared.slot_freed.clear()
+        await wait(self.shared.slot_freed, max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0))
+        self.shared.parked = False
+
+    async def claim_loop(self) -> None:
+        """Reclaim what dead consumers left, and heal backlog counts, every claim interval."""
+        interval = self.settings.claim_interval_ms / 1000.0
+        while not await wait(self.shared.stopping, interval):
+            try:
+                await self.reclaim()
+                await self.store.heal_backlog(self.partitions)
+            except REDIS_UNAVAILABLE as exc:
+                log.warning("reclaiming idle tasks failed: %s", exc)
+
+    async def keep_loop(self) -> None:
+        """Reset the idle time of held entries, well within ``claim_idle_ms``, on its own timer."""
+        interval = max(0.05, self.settings.claim_idle_ms / 3000.0)
+        while not await wait(self.shared.stopping, interval):
+            try:
+                await self.queue.touch(list(self.shared.held))
+            except REDIS_UNAVAILABLE as exc:
+                log.warning("refreshing held tasks failed: %s", exc)
+
+    async def reclaim(self) -> None:
+        """Take over tasks that dead consumers left, as many as there is room for."""
+        if self.room <= 0 or not self.gate.is_open:
+            return
+        per_stream = max(1, self.room // len(self.partitions))
+        claimed = await self.queue.claim_stale(self.settings.claim_idle_ms, per_stream)
+        fresh = [d for d in claimed if (d.stream, d.entry_id) not in self.shared.held]
+        flags = await self.store.cancel_requested(
+            [d.task.task_id if d.task else "" for d in fresh])
+        self.shared.cancelled.update(d.task.task_id for d, flag in zip(fresh, flags, strict=True)
+                                     if flag and d.task is not None)
+        if fresh:
+            log.info("reclaimed %d idle task(s)", len(fresh))
+            self.metrics.reclaimed.inc(len(fresh))
+            await self.board(fresh)
+
+    async def board(self, deliveries: Sequence[Delivery]) -> None:
+        """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
+        now = self.clock()
+        rejected: list[Outcome] = []
+        arrivals: dict[str, int] = {}
+        held, buffer = self.shared.held, self.shared.buffer
+        for delivery in deliveries:
+            verdict = self._rejection(delivery)
+            if verdict is not None:
+                rejected.append(Outcome(delivery, verdict[0], error=verdict[1]))
+                continue
+            lane = lane_of(delivery)
+            arrivals[lane.model] = arrivals.get(lane.model, 0) + 1
+            held.add(delivery.key)
+            buffer.add(lane, delivery, now)
+        for model, count in arrivals.items():
+            (await self.models.refresh(model)).rate.add(now, count)
+        if rejected:
+            await self.executor.settle(rejected)
+        self.metrics.buffered.set(len(buffer))
+        if deliveries:
+            self.shared.changed.set()
+
+    def _rejection(self, delivery: Delivery) -> tuple[Status, str] | None:
+        """A final status for a task that must not board (unreadable, expired, delivered too
+        often), with the reason."""
+        if delivery.task is None:
+            return Status.FAILED, delivery.problem or "unreadable task"
+        return fate.before_inference(
+            deadline_ms=delivery.task.deadline_ms, now_ms=int(time.time() * 1000),
+            deliveries=delivery.deliveries, max_deliveries=self.settings.max_deliveries)

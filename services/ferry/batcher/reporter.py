@@ -1,0 +1,86 @@
+"""Reporting: each model's measured capacity for the gateways' admission, and the depth of the
+owned partitions for the dashboards."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from ferry.batcher.models import ModelBook
+from ferry.batcher.shared import wait
+from ferry.batching.breaker import BreakerState
+from ferry.batching.estimators import service_rate
+from ferry.batching.policy import BatchPolicy
+from ferry.queue.base import TaskQueue
+from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.resp.client import Commands
+from ferry.settings import BatcherSettings
+from ferry.tasks import capacity
+from ferry.tasks.capacity import Capacity
+from ferry.telemetry.metrics import BatcherMetrics
+
+log = logging.getLogger(__name__)
+
+
+class Reporter:
+    """Publishes capacities every second and the queue's depth every claim interval."""
+
+    def __init__(self, settings: BatcherSettings, hot: Commands, queue: TaskQueue,
+                 metrics: BatcherMetrics, *, consumer: str, models: ModelBook,
+                 policy: BatchPolicy, stopping: asyncio.Event,
+                 clock: Callable[[], float]) -> None:
+        self.settings = settings
+        self.hot = hot
+        self.queue = queue
+        self.metrics = metrics
+        self.consumer = consumer
+        self.models = models
+        self.policy = policy
+        self.stopping = stopping
+        self.clock = clock
+        self.fallbacks = settings.fallbacks()
+
+    async def report_loop(self) -> None:
+        """Publish each model's measured capacity every second, for the gateways' admission."""
+        while not await wait(self.stopping, capacity.REPORT_INTERVAL_S):
+            try:
+                await capacity.report(self.hot, self.consumer, self.capacities(), time.time())
+            except REDIS_UNAVAILABLE as exc:
+                log.warning("reporting capacity failed: %s", exc)
+
+    def capacities(self) -> dict[str, Capacity]:
+        """What each model this batcher has called can serve (full batches on every slot), and
+        its circuit breaker's state."""
+        now = self.clock()
+        measured: dict[str, Capacity] = {}
+        for name, state in self.models:
+            batch = self.policy.limit(state.capacity)
+            rate = service_rate(state.cost, state.slots, batch)
+            breaker = state.breaker.state(now)
+            self.metrics.circuit.labels(name).set(breaker.gauge)
+            if rate > 0 or breaker is not BreakerState.CLOSED:
+                measured[name] = Capacity(rate, state.cost.mean_s, breaker.value,
+                                          self.fallbacks.of(name) or "",
+                                          state.breaker.retry_after(now))
+        return measured
+
+    async def depth_loop(self) -> None:
+        """Measure the queue's depth, and each owned partition's, every claim interval."""
+        interval = self.settings.claim_interval_ms / 1000.0
+        while not await wait(self.stopping, interval):
+            try:
+                await self.measure_depth()
+            except REDIS_UNAVAILABLE as exc:
+                log.warning("measuring the queue's depth failed: %s", exc)
+
+    async def measure_depth(self) -> None:
+        self.metrics.queue_depth.set(await self.queue.depth())
+        for partition, (depth, held) in (await self.queue.partition_stats()).items():
+            self.metrics.partition_depth.labels(str(partition)).set(depth)
+            self.metrics.partition_pending.labels(str(partition)).set(held)
+
+    async def withdraw(self) -> None:
+        """Take this batcher's capacities back: it serves no model any more."""
+        await capacity.withdraw(self.hot, self.consumer, self.models.names())

@@ -1,0 +1,72 @@
+"""What the batcher's loops share: the work it holds, and the signals they give each other.
+
+The reader boards into the buffer and marks entries held; the dispatcher takes from the buffer
+and keeps the batches at Triton; the keeper keeps held entries alive; ``stop()`` hands back what
+is left. Each reaches this state through one object handed to it, never through the batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ferry.batching.buffer import BoardingBuffer
+from ferry.batching.policy import Lane
+from ferry.priority import Priority
+from ferry.queue.base import Delivery
+
+Batches = dict[asyncio.Task[None], tuple[Lane, list[Delivery]]]
+
+
+class Shared:
+    """The boarding buffer, the held entries, the batches in flight, cancellations, signals."""
+
+    def __init__(self) -> None:
+        self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
+        self.held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
+        self.batches: Batches = {}  # at Triton: each batch's task, lane and deliveries
+        self.cancelled: set[str] = set()  # ids a client cancelled, that this batcher may hold
+        self.changed = asyncio.Event()  # boarded, a batch done, a loop ended: plan again
+        self.slot_freed = asyncio.Event()  # wakes a parked reader
+        self.room_freed = asyncio.Event()  # a batch left: the buffer has room again
+        self.stopping = asyncio.Event()
+        self.parked = False  # the reader waits for a slot to free
+        self.feeders: list[asyncio.Task[None]] = []  # the loops that may board work
+
+    def holding(self) -> set[Priority]:
+        """Priorities of the tasks this batcher holds (boarded, or at Triton)."""
+        held = set(self.buffer.count_by(lambda lane: lane.priority))
+        held.update(lane.priority for lane, _ in self.batches.values())
+        return held
+
+    def feeders_done(self) -> bool:
+        """No loop is left that could board more work."""
+        return all(task.done() for task in self.feeders)
+
+    def stop(self) -> None:
+        """Tell every loop to stop, and wake those that wait."""
+        self.stopping.set()
+        self.changed.set()
+        self.slot_freed.set()
+        self.room_freed.set()
+
+    def unfinished(self) -> list[Delivery]:
+        """What was boarded or sent and has no answer: to be handed back (empties the buffer)."""
+        sent = [d for task, (_, batch) in self.batches.items() if not task.done() for d in batch]
+        return sent + self.buffer.drain()
+
+
+async def wait(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait for ``event`` up to ``timeout_s`` (None: for ever); whether it is set.
+
+    ``asyncio.timeout`` costs a timer, where ``wait_for`` also costs a task: this is on the
+    dispatcher's path for every batch. It always yields once, so that a loop waiting on an event
+    that is already set still lets the task that will clear it run.
+    """
+    if event.is_set():
+        await asyncio.sleep(0)
+    else:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+    return event.is_set()

@@ -1,0 +1,51 @@
+"""The gateway's parts: connections, the task store, result waiters, access, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ferry import keys
+from ferry.auth.access import Access
+from ferry.compose.triton import triton_backend
+from ferry.redis_conn import SlowRedis, address, connect, lean
+from ferry.resp.client import Commands
+from ferry.resp.subscriber import Subscriber
+from ferry.settings import GatewaySettings
+from ferry.tasks.capacity import CapacityBoard
+from ferry.tasks.redis_store import RedisTaskStore
+from ferry.tasks.waiters import ResultWaiters
+from ferry.telemetry.metrics import GatewayMetrics
+from ferry.telemetry.tracing import Tracing
+from ferry.triton.base import InferenceBackend
+
+
+@dataclass
+class GatewayParts:
+    settings: GatewaySettings
+    backend: InferenceBackend
+    hot: Commands  # admission and result reads
+    redis: SlowRedis  # readiness
+    store: RedisTaskStore
+    waiters: ResultWaiters
+    subscriber: Subscriber  # completion announcements, which wake the waiters
+    capacity: CapacityBoard  # the models' measured service rates, for admission
+    metrics: GatewayMetrics
+    access: Access  # authentication, rate limits, per-client bounds
+    tracing: Tracing  # OTLP traces, when OTEL_* asks for them
+
+
+def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
+                  metrics: GatewayMetrics | None = None) -> GatewayParts:
+    hot = lean(settings, "ferry-gateway")
+    store = RedisTaskStore(hot, partitions=settings.partitions,
+                           result_ttl_s=settings.result_ttl_s,
+                           pending_ttl_s=settings.pending_ttl_s)
+    waiters = ResultWaiters(store.read)
+    subscriber = Subscriber(address(settings), keys.DONE_CHANNEL, waiters.on_announcement,
+                            waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
+    return GatewayParts(
+        settings=settings,
+        backend=backend or triton_backend(settings),
+        hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
+        capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics(),
+        access=Access(settings, hot), tracing=Tracing("ferry-gateway"))
