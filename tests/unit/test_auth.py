@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ferry import keys
+from ferry.access import ANONYMOUS, Caller
 from ferry.auth import api_keys
-from ferry.auth.access import ANONYMOUS, Caller
 from ferry.auth.base import Credential, check_key_source, parse_algorithms
 from ferry.auth.rate_limit import Rate, parse_overrides
 from ferry.errors import ConfigError, ForbiddenError, UnauthorizedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ferry import keys
-from ferry.auth.access import Access
+from ferry.access import Access
 from ferry.compose.triton import triton_backend
 from ferry.redis_conn import SlowRedis, address, connect, lean
 from ferry.resp.client import Commands

@@ -1,11 +1,11 @@
-"""The gateway's name for who may use the hot routes; the rules live in ``ferry.auth.access``.
+"""The gateway's name for who may use the hot routes; the rules live in ``ferry.access``.
 
 Kept so that modules which import ``ferry.gateway.access`` go on working while they move to
-``ferry.auth.access`` (the composition root builds ``Access`` without importing the gateway).
+``ferry.access`` (the composition root builds ``Access`` without importing the gateway).
 """
 
 from __future__ import annotations
 
-from ferry.auth.access import ANONYMOUS, Access, Caller
+from ferry.access import ANONYMOUS, Access, Caller
 
 __all__ = ["ANONYMOUS", "Access", "Caller"]

@@ -19,7 +19,7 @@ import orjson
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from ferry.auth.access import ANONYMOUS, Caller
+from ferry.access import ANONYMOUS, Caller
 from ferry.errors import BadRequestError, ClientError
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway

@@ -89,7 +89,28 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     if target.qps <= 0 or target.p99_s <= 0:
         raise ConfigError("the target needs a positive QPS and p99")
     batchers = processes(target.design_qps, target.batcher_tasks_per_s)
-    search_arrivals = arrivals(target.design_qps, target.search_seconds, target.seed)
+    best, tried = _search(cost, target, arrivals(target.design_qps, target.search_seconds,
+                                                 target.seed), batchers, progress)
+    chosen, at_design, checks = _confirmed(cost, best, target, arrivals)
+    at_target = simulate(cost, chosen, arrivals(target.qps, target.check_seconds,
+                                                target.seed + 1), seed=target.seed + 1)
+    tried += checks
+    plain = envelope(cost, target.qps, target.max_batch_limit)
+    naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain, cost,
+                            target)
+    envelope_run = simulate(cost, naive, arrivals(target.qps, target.check_seconds,
+                                                  target.seed + 1), seed=target.seed + 1)
+    return Sizing(target=target, cost=cost, deployment=chosen,
+                  gateways=processes(target.design_qps, target.gateway_tasks_per_s),
+                  partitions=partitions_for(batchers), at_target=at_target,
+                  at_design=at_design, envelope_instances=plain,
+                  envelope_at_target=envelope_run, candidates=tried + 3)
+
+
+def _search(cost: CostModel, target: Target, search_arrivals: list[float], batchers: int,
+            progress: Callable[[str], None]) -> tuple[Deployment, int]:
+    """Over the grid of (max batch, max wait): the deployment of fewest instances (then lowest
+    p99) that meets the target on the search's run, and how many candidates were simulated."""
     best: tuple[int, float, Deployment] | None = None
     tried = 0
     for max_batch in sorted({min(b, target.max_batch_limit) for b in target.batch_choices}):
@@ -111,20 +132,7 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     if best is None:
         raise ConfigError(f"no deployment of up to {target.max_instances} instances meets p99 "
                           f"{target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
-    chosen, at_design, checks = _confirmed(cost, best[2], target, arrivals)
-    at_target = simulate(cost, chosen, arrivals(target.qps, target.check_seconds,
-                                                target.seed + 1), seed=target.seed + 1)
-    tried += checks
-    plain = envelope(cost, target.qps, target.max_batch_limit)
-    naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain, cost,
-                            target)
-    envelope_run = simulate(cost, naive, arrivals(target.qps, target.check_seconds,
-                                                  target.seed + 1), seed=target.seed + 1)
-    return Sizing(target=target, cost=cost, deployment=chosen,
-                  gateways=processes(target.design_qps, target.gateway_tasks_per_s),
-                  partitions=partitions_for(batchers), at_target=at_target,
-                  at_design=at_design, envelope_instances=plain,
-                  envelope_at_target=envelope_run, candidates=tried + 3)
+    return best[2], tried
 
 
 def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Arrivals

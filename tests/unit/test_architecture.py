@@ -1,0 +1,150 @@
+"""The tree keeps showing the architecture: these fail when it regresses.
+
+Rooms are the first-level packages and modules under ``ferry`` (``batcher``, ``tasks``,
+``keys``...). The import graph between rooms has no cycle; the services' inner rooms never
+import the gateway; no function grows past 40 lines. Imports are read from the source (every
+``import``, in functions and ``TYPE_CHECKING`` blocks too), never executed, except for the one
+check that a batcher process loads no gateway module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+FERRY = Path(__file__).resolve().parents[2] / "services" / "ferry"
+GENERATED = ("v1", "model_repository")  # protobuf and Triton model code, not written here
+MAX_FUNCTION_LINES = 40
+BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp")
+
+
+def _sources() -> Iterator[tuple[str, ast.Module]]:
+    """Every hand-written module: its dotted name and its syntax tree."""
+    for path in sorted(FERRY.rglob("*.py")):
+        relative = path.relative_to(FERRY)
+        if relative.parts[0] in GENERATED:
+            continue
+        parts = ("ferry", *relative.with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, ast.parse(path.read_text(), str(path))
+
+
+@cache
+def _modules() -> dict[str, ast.Module]:
+    return dict(_sources())
+
+
+def _imported(module: str, tree: ast.Module) -> set[str]:
+    """The ``ferry`` modules a module imports (``from ferry import keys`` names ferry.keys)."""
+    names: set[str] = set()
+    package = module if (FERRY / Path(*module.split(".")[1:]) / "__init__.py").exists() \
+        else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package upwards
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {n for n in names if n in _modules() and n != module}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "ferry"
+
+
+def _room_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, tree in _modules().items():
+        room = _room(module)
+        graph.setdefault(room, set()).update(
+            r for r in map(_room, _imported(module, tree)) if r != room)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one room (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(room: str) -> None:
+        index[room] = low[room] = len(index)
+        stack.append(room)
+        for other in sorted(graph.get(room, ())):
+            if other not in index:
+                visit(other)
+                low[room] = min(low[room], low[other])
+            elif other in stack:
+                low[room] = min(low[room], index[other])
+        if low[room] == index[room]:
+            group = []
+            while (member := stack.pop()) != room:
+                group.append(member)
+            group.append(room)
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for room in sorted(graph):
+        if room not in index:
+            visit(room)
+    return groups
+
+
+def test_the_rooms_below_the_gateway_never_import_it() -> None:
+    offenders = sorted(
+        f"{module} imports {name}" for module, tree in _modules().items()
+        if _room(module) in BELOW_THE_GATEWAY
+        for name in _imported(module, tree) if _room(name) == "gateway")
+    assert offenders == []
+
+
+def test_the_rooms_import_each_other_without_a_cycle() -> None:
+    graph = _room_graph()
+    assert {"batcher", "compose", "gateway", "tasks", "queue"} <= set(graph)  # it reads them
+    assert _cycles(graph) == []
+
+
+def test_a_cycle_is_found_however_long() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_composition_root_imports_no_service() -> None:
+    """``ferry.compose`` builds parts for the services and is called by them and the entry
+    points: were it to import a service, that service and compose would form a cycle."""
+    imported = {_room(name) for module, tree in _modules().items() if _room(module) == "compose"
+                for name in _imported(module, tree)}
+    assert not imported & {"batcher", "gateway", "cli", "stack"}
+
+
+def test_no_function_is_longer_than_40_lines() -> None:
+    long = sorted(
+        f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for module, tree in _modules().items() for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES)
+    assert long == []
+
+
+@pytest.mark.parametrize("entry", ["ferry.cli", "ferry.batcher.supervisor",
+                                   "ferry.batcher.worker", "ferry.compose.batcher"])
+def test_a_batcher_process_loads_no_gateway_module(entry: str) -> None:
+    """What ``ferry batcher`` imports, run in a fresh interpreter: no gateway module, nor the
+    gateway's access rules or composition, is loaded."""
+    probe = (f"import sys, {entry}; print(sorted(m for m in sys.modules "
+             "if m.startswith(('ferry.gateway', 'ferry.access', 'ferry.compose.gateway'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                            text=True, timeout=60).stdout.strip()
+    assert loaded == "[]"
