@@ -1,0 +1,114 @@
+"""The executor against its seams, without servers: a backend, a store, a ``BatchContext`` and a
+``Timing`` of the test's own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ferry.batcher.executor import BatchExecutor, Standalone, Timing
+from ferry.batcher.gate import BackendGate
+from ferry.batching.breaker import CircuitBreaker
+from ferry.errors import TransientBackendError
+from ferry.queue.base import Delivery
+from ferry.settings import BatcherSettings
+from ferry.tasks.base import Completion
+from ferry.tasks.record import Status
+from ferry.telemetry.metrics import BatcherMetrics
+from ferry.triton.base import Inferred, ModelSpec
+from ferry.v1.task_pb2 import Task
+
+SPEC = ModelSpec(name="m", version="1", input_name="INPUT", outputs=("OUTPUT",),
+                 max_batch_size=8)
+
+
+class Backend:
+    """Answers every payload with itself, after ``failures`` transient failures."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.calls: list[list[bytes]] = []
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def server_ready(self) -> bool:
+        return True
+
+    async def server_live(self) -> bool:
+        return True
+
+    async def ready_models(self) -> list[str]:
+        return ["m"]
+
+    async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
+        return SPEC
+
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
+        self.calls.append(list(payloads))
+        if self.failures:
+            self.failures -= 1
+            raise TransientBackendError("overloaded")
+        return Inferred(rows=[{"OUTPUT": [p]} for p in payloads], model_version="1")
+
+
+class Store:
+    def __init__(self) -> None:
+        self.completed: list[Completion] = []
+
+    async def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        self.completed += completions
+        return [True] * len(completions)
+
+
+class Context(Standalone):
+    """Remembers the good calls; cancels the tasks it is told to."""
+
+    def __init__(self, cancelled: set[str]) -> None:
+        super().__init__()
+        self.cancelled_ids = cancelled
+        self.calls: list[tuple[str, int]] = []
+
+    def observe_call(self, model: str, size: int, seconds: float) -> None:
+        self.calls.append((model, size))
+
+    def cancelled(self, delivery: Delivery) -> bool:
+        return delivery.task is not None and delivery.task.task_id in self.cancelled_ids
+
+
+def deliveries(count: int) -> list[Delivery]:
+    return [Delivery(0, "s", f"{i}-0", b"", Task(task_id=f"t{i}", model="m",
+                                                  payload=f"p{i}".encode()))
+            for i in range(count)]
+
+
+def executor(backend: Backend, store: Store, context: Standalone,
+             slept: list[float] | None = None) -> BatchExecutor:
+    async def sleep(seconds: float) -> None:
+        (slept if slept is not None else []).append(seconds)
+
+    settings = BatcherSettings(backoff_base_ms=10.0, backoff_max_ms=50.0)
+    return BatchExecutor(settings, backend, store, BatcherMetrics(),  # type: ignore[arg-type]
+                         gate=BackendGate(backend, 1.0), context=context,
+                         timing=Timing(sleep=sleep, jitter=lambda: 0.5))
+
+
+def test_cancelled_tasks_never_reach_the_backend_and_good_calls_are_reported() -> None:
+    backend, store, context = Backend(), Store(), Context({"t1"})
+    asyncio.run(executor(backend, store, context).run("m", deliveries(3)))
+    assert backend.calls == [[b"p0", b"p2"]]
+    assert context.calls == [("m", 2)]
+    statuses = {c.delivery.task.task_id: c.record.status for c in store.completed
+                if c.delivery.task and c.record}
+    assert statuses == {"t0": Status.SUCCESS, "t1": Status.CANCELLED, "t2": Status.SUCCESS}
+
+
+def test_a_transient_failure_retries_after_the_timings_sleep() -> None:
+    backend, store, slept = Backend(failures=1), Store(), list[float]()
+    context = Context(set())
+    asyncio.run(executor(backend, store, context, slept).run("m", deliveries(2)))
+    assert len(backend.calls) == 2 and len(slept) == 1 and 0 < slept[0] <= 0.05
+    assert [c.record.status for c in store.completed if c.record] == [Status.SUCCESS] * 2
+    breaker: CircuitBreaker = context.breaker("m")
+    assert breaker is context.breaker("m")  # the context's own, asked by model
