@@ -9,10 +9,12 @@ import re
 import pytest
 
 from ferry.tasks import scripts
+from ferry.tasks.base import CancelOutcome
 from ferry.tasks.scripts import SCRIPTS, ScriptSpec
 
-LUA_KEYWORDS = frozenset(
-    ["and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"])
+LUA_KEYWORDS = frozenset({"and", "break", "do", "else", "elseif", "end", "false", "for",
+                          "function", "if", "in", "local", "nil", "not", "or", "repeat",
+                          "return", "then", "true", "until", "while"})
 LUA_GLOBALS = frozenset({"redis", "string", "table", "math", "tonumber", "tostring", "type",
                          "ipairs", "pairs", "unpack", "KEYS", "ARGV"})
 MAX_LINES = 40
@@ -129,7 +131,7 @@ def test_results_are_generated_from_the_python_enums() -> None:
     admit, cancel = scripts.prologue(scripts.ADMIT), scripts.prologue(scripts.CANCEL)
     for member in scripts.AdmitVerdict:
         assert f"VERDICT_{member.name}" in admit
-    for outcome in scripts.CancelOutcome:
+    for outcome in CancelOutcome:
         assert f"OUTCOME_{outcome.name}" in cancel
 
 

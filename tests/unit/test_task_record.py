@@ -184,7 +184,8 @@ def test_a_cache_hits_record_is_its_head_then_the_stored_answer() -> None:
                          deadline_at=9.0)
     leader = TaskRecord("a" * 32, Status.SUCCESS, "sim", 1.0, "3", 2.0, {"y": 1},
                         priority="low")
-    head = pending.cache_hit().encode().body[:-1]
+    head = pending.hit_head(pending.encode())
+    assert head == pending.cache_hit().encode().body[:-1]
     stored = leader.encode()
     body = head + stored.body[stored.answer_at:-1] + b"}"  # what admit.lua joins
     assert body == (b'{"task_id":"' + TASK_ID.encode() + b'","created_at":1.25,'

@@ -96,6 +96,12 @@ class TaskRecord:
         return TaskRecord(self.task_id, Status.SUCCESS, self.model, self.created_at,
                           finished_at=self.created_at, cache="hit")
 
+    def hit_head(self, own: Encoded) -> bytes:
+        """``cache_hit()``'s body up to its answer, made of this task's encoded head (admission
+        does this for every task that may hit the cache: no second record is built)."""
+        hit = middle(Status.SUCCESS, self.model, finished_at=self.created_at, cache="hit")
+        return own.body[:own.head_end] + b"," + orjson.dumps(hit)[1:-1]
+
     def head(self) -> dict[str, Any]:
         head: dict[str, Any] = {"task_id": self.task_id, "created_at": self.created_at}
         if self.collapsed_into is not None:
@@ -103,18 +109,9 @@ class TaskRecord:
         return head
 
     def middle(self) -> dict[str, Any]:
-        middle: dict[str, Any] = {"status": self.status.value, "model": self.model}
-        if self.priority != "normal":
-            middle["priority"] = self.priority
-        if self.deadline_at is not None:
-            middle["deadline_at"] = self.deadline_at
-        if self.finished_at is not None:
-            middle["finished_at"] = self.finished_at
-        if self.cache is not None:
-            middle["cache"] = self.cache
-        if self.answered_by is not None:
-            middle["answered_by"] = self.answered_by
-        return middle
+        return middle(self.status, self.model, priority=self.priority,
+                      deadline_at=self.deadline_at, finished_at=self.finished_at,
+                      cache=self.cache, answered_by=self.answered_by)
 
     def answer(self) -> dict[str, Any]:
         answer: dict[str, Any] = {}
@@ -132,8 +129,8 @@ class TaskRecord:
 
     def encode(self) -> Encoded:
         """The body, and where its parts begin (see the module's layout)."""
-        head = dumps(self.head())[:-1]
-        front = head + b"," + dumps(self.middle())[1:-1]
+        head = orjson.dumps(self.head())[:-1]
+        front = head + b"," + orjson.dumps(self.middle())[1:-1]
         answer = self.answer()
         if not answer:
             return Encoded(front + b"}", len(head), 0)
@@ -143,6 +140,24 @@ class TaskRecord:
     def body(self) -> bytes:
         """The record as the API serves it."""
         return self.encode().body
+
+
+def middle(status: Status, model: str, *, priority: str = "normal",
+           deadline_at: float | None = None, finished_at: float | None = None,
+           cache: str | None = None, answered_by: str | None = None) -> dict[str, Any]:
+    """The part of a record from its status to its answer, optional fields only when set."""
+    part: dict[str, Any] = {"status": status.value, "model": model}
+    if priority != "normal":
+        part["priority"] = priority
+    if deadline_at is not None:
+        part["deadline_at"] = deadline_at
+    if finished_at is not None:
+        part["finished_at"] = finished_at
+    if cache is not None:
+        part["cache"] = cache
+    if answered_by is not None:
+        part["answered_by"] = answered_by
+    return part
 
 
 def dead_letter(task: Task | None, status: Status, error: str | None,

@@ -60,7 +60,8 @@ class Slot(NamedTuple):
     """The names a partition's scripts use that do not depend on the task, made once."""
 
     backlog: str
-    normal_stream: str
+    streams: dict[Priority, str]
+    bells: dict[Priority, str]
     webhooks: str
     dead_letters: str
     task_prefix: str
@@ -69,7 +70,9 @@ class Slot(NamedTuple):
 
     @classmethod
     def of(cls, partition: int) -> Slot:
-        return cls(keys.backlog_key(partition), keys.partition_stream(partition),
+        return cls(keys.backlog_key(partition),
+                   {p: keys.partition_stream(partition, p) for p in Priority},
+                   {p: keys.bell_key(partition, p) for p in Priority},
                    keys.webhook_stream(partition), keys.dead_letter_stream(partition),
                    keys.task_key_prefix(partition), keys.followers_key_prefix(partition),
                    keys.cache_key_prefix(partition))
@@ -122,8 +125,8 @@ class RedisTaskStore:
         slot, priority = self._slots[partition], Priority.of(task.priority)
         return AdmitKeys(
             task_key=slot.task_prefix + task.task_id,
-            stream=keys.partition_stream(partition, priority), backlog=slot.backlog,
-            normal_stream=slot.normal_stream, bell_key=keys.bell_key(partition, priority),
+            stream=slot.streams[priority], backlog=slot.backlog,
+            normal_stream=slot.streams[Priority.NORMAL], bell_key=slot.bells[priority],
             digest_key=slot.cache_prefix + sharing.digest, webhooks=slot.webhooks)
 
     def _admit_args(self, task: Task, partition: int, pending: TaskRecord, *, encoded: Encoded,
@@ -138,7 +141,7 @@ class RedisTaskStore:
             limit=limits[partition] if admission.limit else 0, rate=rate,
             fixed_wait=fixed_wait, timeout=timeout, bell_ms=keys.BELL_MS,
             lookup=int(lookup), collapse=int(bool(sharing.digest) and sharing.collapse),
-            hit_head=pending.cache_hit().encode().body[:-1] if lookup else b"",
+            hit_head=pending.hit_head(encoded) if lookup else b"",
             result_ttl=self.result_ttl_s, callback=task.callback_url, owner=owner.client_id,
             owner_field=owner.field, owner_limit=owner.pending_limit(partition, self.partitions),
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix)
