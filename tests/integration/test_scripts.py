@@ -1,6 +1,7 @@
 """Each of the task store's Lua scripts, run against a real Redis through ``RedisTaskStore``:
-admission (queued, each refusal, a cache hit, a collapse, the doorbell), completion (the first
-answer stands, dead letters, the cached answer, followers, webhooks, counts clamped at none),
+admission (queued, each refusal, a cache hit, a collapse, the doorbell), completion (dead
+letters, the cached answer, followers, webhooks, counts clamped at none; that the first answer
+stands is in test_task_store.py),
 cancellation (every outcome) and healing of the backlog counts."""
 
 from __future__ import annotations
@@ -258,21 +259,7 @@ async def test_a_task_with_a_deadline_is_not_followed(
     assert (await store.admit(other, pending(other), sharing=SHARED)).how == "queued"
 
 
-# --- complete -----------------------------------------------------------------------------------
-
-
-async def test_the_first_final_answer_stands(
-    store: RedisTaskStore, redis_client: redis.Redis,
-) -> None:
-    task = new_task()
-    await store.admit(task, pending(task))
-    delivery = read(redis_client, task)
-    first = TaskRecord.final(task, Status.SUCCESS, CREATED + 1, output="first")
-    again = TaskRecord.final(task, Status.FAILED, CREATED + 2, error="late")
-    assert await store.complete([Completion(delivery, first)]) == [True]
-    assert await store.complete([Completion(delivery, again, "late")]) == [False]
-    assert record_of(redis_client, task)[b"body"] == first.body()
-    assert redis_client.xlen(keys.dead_letter_stream(0)) == 0
+# --- complete (that the first answer stands: test_task_store.py) ---------------------------------
 
 
 async def test_a_failure_is_dead_lettered_and_its_counts_clamped_at_none(

@@ -5,6 +5,8 @@ used, and key names come only from ``keys.py``."""
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +141,12 @@ def test_a_fragment_is_prepended_once_and_only_where_declared() -> None:
     common = scripts.read_lua("common")
     assert scripts.source(scripts.COMPLETE).count(common) == 1
     assert common not in scripts.source(scripts.HEAL)
+
+
+def test_the_package_ships_the_scripts() -> None:
+    """The image installs the package (not the tree): its data must name the .lua files."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["ferry"]
+    lua = Path(scripts.__file__).parent / "lua"
+    assert "tasks/lua/*.lua" in shipped
+    assert {p.stem for p in lua.glob("*.lua")} == {"common", *BY_NAME}
