@@ -120,11 +120,6 @@ def partition_of(task_id: str, partitions: int) -> int:
     return int(task_id[:8], 16) % partitions
 
 
-def slot_prefix(partition: int) -> str:
-    """What every key of a partition starts with (scripts build key names from it)."""
-    return f"{PREFIX}:{slot_tag(partition)}:"
-
-
 def webhook_stream(partition: int) -> str:
     """Webhooks to send for a partition's tasks that ended with a callback URL."""
     return f"{PREFIX}:{slot_tag(partition)}:webhooks"

@@ -54,7 +54,8 @@ def test_every_key_of_a_partition_is_in_one_slot(partition: int) -> None:
              keys.bell_key(partition, Priority.HIGH), keys.dead_letter_stream(partition),
              keys.task_key(task_id, partition), keys.webhook_stream(partition),
              keys.cache_key(partition, "d" * 64), keys.followers_key(partition, task_id),
-             keys.slot_prefix(partition) + "anything"]
+             *(prefix(partition) + "anything" for prefix in (
+                 keys.task_key_prefix, keys.followers_key_prefix, keys.cache_key_prefix))]
     assert {key_slot(name.encode()) for name in names} == {key_slot(f"p{partition}".encode())}
 
 
