@@ -8,10 +8,11 @@ import numpy as np
 import orjson
 import pytest
 
-from ferry.codec import outputs_to_json
+from ferry.codec import dumps, outputs_to_json
 from ferry.tasks.record import (
     CANCELLED_ERROR,
     COLLAPSED_INTO,
+    FOLLOWER_HEAD,
     Status,
     StoredRecord,
     TaskRecord,
@@ -201,7 +202,9 @@ def test_a_followers_record_is_its_head_then_the_leaders_shared_part(same_owner:
     follower = TaskRecord(TASK_ID, Status.PENDING, "sim", 1.25).encode()
     leader = TaskRecord(leader_id, Status.SUCCESS, "sim", 1.0, "3", 2.0, [1]).encode()
     into = (COLLAPSED_INTO.decode() % leader_id).encode() if same_owner else b""
-    body = follower.body[:follower.head_end] + into + leader.body[leader.head_end:]
+    head = (FOLLOWER_HEAD.decode() % (TASK_ID, dumps(1.25).decode())).encode()  # complete.lua's
+    assert head == follower.body[:follower.head_end]
+    body = head + into + leader.body[leader.head_end:]
     expected = TaskRecord(TASK_ID, Status.SUCCESS, "sim", 1.25, "3", 2.0, [1],
                           collapsed_into=leader_id if same_owner else None)
     assert body == expected.body()

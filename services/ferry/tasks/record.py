@@ -183,6 +183,9 @@ def status_fragment(status: Status) -> bytes:
 
 
 COLLAPSED_INTO = b"," + dumps({"collapsed_into": "%s"})[1:-1]  # Lua formats the leader's id in
+# A follower's own head, as ``TaskRecord.head()`` writes it: Lua formats its id and creation time
+# (JSON, from its followers-list entry) in.
+FOLLOWER_HEAD = dumps({"task_id": "%s"})[:-1] + b',"created_at":%s'
 
 
 def cancelled_tail(finished_at: float) -> bytes:

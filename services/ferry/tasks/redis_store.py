@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ferry import keys
-from ferry.codec import encode_task
+from ferry.codec import dumps, encode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, Commands
 from ferry.tasks import scripts
@@ -31,6 +31,7 @@ from ferry.tasks.base import (
 )
 from ferry.tasks.record import (
     COLLAPSED_INTO,
+    FOLLOWER_HEAD,
     Encoded,
     Status,
     StoredRecord,
@@ -133,14 +134,16 @@ class RedisTaskStore:
                     admission: Admission, sharing: Sharing, owner: Owner) -> AdmitArgs:
         limits, rate, fixed_wait, timeout = admission.script_args
         lookup = bool(sharing.digest) and sharing.lookup
+        collapse = bool(sharing.digest) and sharing.collapse
         slot = self._slots[partition]
         return AdmitArgs(
-            task_id=task.task_id, pending_body=encoded.body, head_end=encoded.head_end,
+            task_id=task.task_id, pending_body=encoded.body,
+            created=dumps(pending.created_at) if collapse else b"",
             pending_ttl=self.pending_ttl_s, envelope=encode_task(task),
             backlog_prefix=f"{task.model}|", priority=task.priority,
             limit=limits[partition] if admission.limit else 0, rate=rate,
             fixed_wait=fixed_wait, timeout=timeout, bell_ms=keys.BELL_MS,
-            lookup=int(lookup), collapse=int(bool(sharing.digest) and sharing.collapse),
+            lookup=int(lookup), collapse=int(collapse),
             hit_head=pending.hit_head(encoded) if lookup else b"",
             result_ttl=self.result_ttl_s, callback=task.callback_url, owner=owner.client_id,
             owner_field=owner.field, owner_limit=owner.pending_limit(partition, self.partitions),
@@ -188,6 +191,7 @@ class RedisTaskStore:
             group=keys.CONSUMER_GROUP, result_ttl=self.result_ttl_s, channel=keys.DONE_CHANNEL,
             dead_letter_maxlen=self.dead_letter_maxlen, inline_limit=self.inline_limit,
             failed_at=now, cache_ttl=self.cache_ttl_s, collapsed_into=COLLAPSED_INTO,
+            follower_head=FOLLOWER_HEAD,
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
             cache_prefix=slot.cache_prefix))
         for item in items:

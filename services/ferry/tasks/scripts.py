@@ -47,7 +47,7 @@ class AdmitKeys(NamedTuple):
 class AdmitArgs(NamedTuple):
     task_id: str
     pending_body: bytes
-    head_end: int  # the pending body's head, which a follower's list entry keeps
+    created: bytes  # its creation time as in its head ('' unless it may collapse)
     pending_ttl: int
     envelope: bytes
     backlog_prefix: str  # "<model>|"
@@ -85,6 +85,7 @@ class CompleteArgs(NamedTuple):
     failed_at: str
     cache_ttl: int  # 0: no cache
     collapsed_into: bytes  # the fragment a follower of the same owner gets (%s: the leader)
+    follower_head: bytes  # a follower's head, from its list entry (%s: its id, its created)
     task_prefix: str
     followers_prefix: str
     cache_prefix: str

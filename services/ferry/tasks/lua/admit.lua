@@ -9,7 +9,8 @@
 -- Before any limit the digest's task decides: if it ended with a reusable answer (its 'answer'
 -- field: "<from> <to>" in its body) the task is SUCCESS at once, its record hit_head and that
 -- answer; if it is PENDING, may be followed and is not being cancelled, the task follows it,
--- costing no backlog: the leader's followers list keeps "<id> <owner> <head of its record>".
+-- costing no backlog: the leader's followers list keeps "<id> <created> <owner>" (a format that
+-- batchers and gateways of other versions read too: keep it across rolling upgrades).
 -- A task of another priority than normal rings its partition's doorbell (at most once per
 -- bell_ms): batchers block on the normal streams only, and read the others while rung.
 -- Result: {VERDICT_QUEUED, entry id}, {VERDICT_HIT, record}, {VERDICT_COLLAPSED, leader id},
@@ -44,8 +45,7 @@ end
 local function follow(leader, leader_key, state, followable)
   if not (collapsing and followable and state[1] == PENDING and not state[4]) then return nil end
   local followers = followers_prefix .. leader
-  redis.call('RPUSH', followers,
-             task_id .. ' ' .. owner .. ' ' .. string.sub(pending_body, 1, tonumber(head_end)))
+  redis.call('RPUSH', followers, task_id .. ' ' .. created .. ' ' .. owner)
   redis.call('EXPIRE', followers, pending_ttl)
   redis.call('HSET', leader_key, 'followed', '1')
   redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'leader', leader,

@@ -30,17 +30,17 @@ local function settle_digest(id, digest, reused)
   end
 end
 
--- Each follower's record: its own head, collapsed_into when it has the leader's owner (another
+-- Each follower's record: its own head (list entry "<id> <created> <owner>"), collapsed_into when it has the leader's owner (another
 -- client's task is never named, only its answer shared), then the leader's shared part.
 local function end_followers(id, key, status, shared)
   local list = followers_prefix .. id
   local leader_owner = redis.call('HGET', key, 'owner') or ''
   for _, follower in ipairs(redis.call('LRANGE', list, 0, -1)) do
-    local fid, fowner, head = string.match(follower, '^(%S+) (%S*) ({.*)$')
+    local fid, created, fowner = string.match(follower, '^(%S+) (%S+) ?(%S*)$')
     local fkey = task_prefix .. (fid or '')
     if fid and redis.call('HGET', fkey, 'status') == PENDING then
       local into = fowner == leader_owner and string.format(collapsed_into, id) or ''
-      local body = head .. into .. shared
+      local body = string.format(follower_head, fid, created) .. into .. shared
       redis.call('HSET', fkey, 'status', status, 'body', body)
       redis.call('EXPIRE', fkey, result_ttl)
       announce(frames, fid, status, body, inline)
