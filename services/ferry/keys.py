@@ -146,8 +146,8 @@ def cache_key_prefix(partition: int) -> str:
 
 
 def followers_key(partition: int, task_id: str) -> str:
-    """Identical requests waiting on a task's inference: ``<id> <owner> <head>`` each, the head
-    being the start of the follower's own record (see ``tasks.record``)."""
+    """Identical requests waiting on a task's inference: ``<id> <created_at> <owner>`` each
+    (the follower's head is ``tasks.record.FOLLOWER_HEAD`` of the first two)."""
     return followers_key_prefix(partition) + task_id
 
 

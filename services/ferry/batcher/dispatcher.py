@@ -21,7 +21,7 @@ from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.policy import BatchPolicy, Lane, Reason
 from ferry.queue.base import Delivery
 from ferry.settings import BatcherSettings
-from ferry.tasks.base import TaskStore
+from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH, BatchTrace, Tracing, batch_trace
@@ -34,7 +34,7 @@ CANCELLED_MEMORY = 10_000  # cancelled ids remembered for tasks this batcher has
 class Dispatcher:
     """Turns the shared buffer into batches at Triton, as the policy plans them."""
 
-    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: TaskStore,
+    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
                  gate: BackendGate, policy: BatchPolicy, tracing: Tracing,
                  timing: Timing) -> None:

@@ -33,7 +33,7 @@ from ferry.errors import (
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import BatcherSettings
-from ferry.tasks.base import Completion, TaskStore
+from ferry.tasks.base import BatcherStore, Completion
 from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH
@@ -136,7 +136,7 @@ class Standalone:
 class BatchExecutor:
     """Infers, isolates, retries, then settles: results, dead letters, acknowledgements."""
 
-    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: TaskStore,
+    def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, gate: BackendGate,
                  context: BatchContext | None = None, timing: Timing = REAL_TIME) -> None:
         self.settings = settings

@@ -24,8 +24,8 @@ from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery, TaskQueue
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import BatcherSettings
+from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status
-from ferry.tasks.redis_store import RedisTaskStore
 from ferry.telemetry.metrics import BatcherMetrics
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def lane_of(delivery: Delivery) -> Lane:
 class Reader:
     """Fills the shared buffer from the queue: reads, reclaims, keeps held entries alive."""
 
-    def __init__(self, settings: BatcherSettings, queue: TaskQueue, store: RedisTaskStore,
+    def __init__(self, settings: BatcherSettings, queue: TaskQueue, store: BatcherStore,
                  metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
                  gate: BackendGate, executor: BatchExecutor, partitions: Sequence[int],
                  clock: Callable[[], float]) -> None:

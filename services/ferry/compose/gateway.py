@@ -11,6 +11,7 @@ from ferry.redis_conn import SlowRedis, address, connect, lean
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import GatewaySettings
+from ferry.tasks.base import GatewayStore
 from ferry.tasks.capacity import CapacityBoard
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
@@ -25,7 +26,7 @@ class GatewayParts:
     backend: InferenceBackend
     hot: Commands  # admission and result reads
     redis: SlowRedis  # readiness
-    store: RedisTaskStore
+    store: GatewayStore
     waiters: ResultWaiters
     subscriber: Subscriber  # completion announcements, which wake the waiters
     capacity: CapacityBoard  # the models' measured service rates, for admission

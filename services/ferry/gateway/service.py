@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, replace
 
 from ferry import keys
-from ferry.compose import GatewayParts
+from ferry.access import ANONYMOUS, Caller
+from ferry.compose.gateway import GatewayParts
 from ferry.errors import (
     BackendError,
     BadRequestError,
@@ -21,7 +22,6 @@ from ferry.errors import (
     ServiceUnavailableError,
     UnprocessableError,
 )
-from ferry.gateway.access import ANONYMOUS, Caller
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
 from ferry.priority import Priority

@@ -171,8 +171,9 @@ class Cancellation:
     record: StoredRecord | None
 
 
-class TaskStore(Protocol):
-    """Admission, completion and reads of task records, each atomic with its queue entry."""
+class GatewayStore(Protocol):
+    """What the gateway needs of the owner of task records: admission, reads and cancels, each
+    atomic with the task's queue entry."""
 
     async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
                     sharing: Sharing = NOT_SHARED, owner: Owner = NO_OWNER) -> Admitted:
@@ -189,6 +190,16 @@ class TaskStore(Protocol):
         """The record if it belongs to ``client_id``, else None (as for an unknown task)."""
         ...
 
+    async def cancel(self, task_id: str, client_id: str = "") -> Cancellation:
+        """End the task CANCELLED if it has not reached Triton (see ``CancelOutcome``); with
+        ``client_id``, only a task of that client."""
+        ...
+
+
+class BatcherStore(Protocol):
+    """What a batcher needs of the owner of task records: completion, atomic with the
+    acknowledgement of the entries, and the partition upkeep it does while reclaiming."""
+
     async def complete(self, completions: Sequence[Completion]) -> list[bool]:
         """Write final records, dead letters and acknowledgements; for each, whether it was new.
 
@@ -196,3 +207,15 @@ class TaskStore(Protocol):
         nothing was written for it: the first answer stands.
         """
         ...
+
+    async def cancel_requested(self, task_ids: Sequence[str]) -> list[bool]:
+        """Whether each task was flagged for cancellation (for tasks a batcher reclaims)."""
+        ...
+
+    async def heal_backlog(self, partitions: Sequence[int]) -> int:
+        """Reset the backlog counts of partitions that have no unfinished task; how many were."""
+        ...
+
+
+class TaskStore(GatewayStore, BatcherStore, Protocol):
+    """The whole owner of task records (``RedisTaskStore``)."""
