@@ -46,10 +46,6 @@ def used_in(lua: str) -> set[str]:
     return {name for name in IDENTIFIER.findall(lua) if name not in LUA_KEYWORDS}
 
 
-def generated(spec: ScriptSpec) -> set[str]:
-    return declared_in(scripts.prologue(spec))
-
-
 @pytest.mark.parametrize("spec", SCRIPTS, ids=lambda s: s.name)
 def test_every_name_a_script_uses_is_declared(spec: ScriptSpec) -> None:
     whole = code(scripts.source(spec))
@@ -115,32 +111,38 @@ def test_each_script_states_its_contract(spec: ScriptSpec) -> None:
     assert "KEYS" in header and "Result" in header
 
 
-def test_the_prologue_names_keys_arguments_and_item_offsets_in_order() -> None:
+def test_the_prologue_names_keys_and_arguments_in_order() -> None:
     prologue = scripts.prologue(scripts.COMPLETE)
     assert "local stream, dead_letters, backlog, webhooks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]" \
         in prologue
     assert "local group, result_ttl, channel," in prologue
-    constants = dict(zip(*(side.split(", ") for side in prologue.splitlines()[1][6:].split(
-        " = ")), strict=True))
+
+
+def test_constants_are_written_in_as_literals() -> None:
+    constants = scripts.constants(scripts.COMPLETE)
     assert constants["FIRST_TASK_KEY"] == "5"
     assert constants["FIRST_ITEM"] == str(len(scripts.CompleteArgs._fields) + 1)
     assert constants["ITEM_SIZE"] == str(len(scripts.CompleteItem._fields))
     assert constants["BODY"] == str(scripts.CompleteItem._fields.index("body"))
     assert constants["PENDING"] == "'PENDING'"
+    for spec in SCRIPTS:
+        left = used_in(code(scripts.source(spec))) & set(scripts.constants(spec))
+        assert not left, f"{spec.name}: constants left as names: {sorted(left)}"
+    assert "ARGV[i + 3]" in scripts.source(scripts.COMPLETE)  # ARGV[i + BODY]
 
 
 def test_results_are_generated_from_the_python_enums() -> None:
-    admit, cancel = scripts.prologue(scripts.ADMIT), scripts.prologue(scripts.CANCEL)
+    admit, cancel = scripts.constants(scripts.ADMIT), scripts.constants(scripts.CANCEL)
     for member in scripts.AdmitVerdict:
-        assert f"VERDICT_{member.name}" in admit
+        assert admit[f"VERDICT_{member.name}"] == str(int(member))
     for outcome in CancelOutcome:
-        assert f"OUTCOME_{outcome.name}" in cancel
+        assert cancel[f"OUTCOME_{outcome.name}"] == str(int(outcome))
 
 
 def test_a_fragment_is_prepended_once_and_only_where_declared() -> None:
-    common = scripts.read_lua("common")
-    assert scripts.source(scripts.COMPLETE).count(common) == 1
-    assert common not in scripts.source(scripts.HEAL)
+    announce = "local function announce("
+    assert scripts.source(scripts.COMPLETE).count(announce) == 1
+    assert announce not in scripts.source(scripts.HEAL)
 
 
 def test_the_package_ships_the_scripts() -> None:

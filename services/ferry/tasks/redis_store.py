@@ -9,6 +9,7 @@ without reading Redis again. Every key a script touches carries its partition's 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -61,8 +62,8 @@ class Slot(NamedTuple):
     """The names a partition's scripts use that do not depend on the task, made once."""
 
     backlog: str
-    streams: dict[Priority, str]
-    bells: dict[Priority, str]
+    streams: dict[int, str]  # by priority (a Priority, or the envelope's number for it)
+    bells: dict[int, str]
     webhooks: str
     dead_letters: str
     task_prefix: str
@@ -123,7 +124,8 @@ class RedisTaskStore:
         raise admission.too_slow(task.model, priority, float(value))
 
     def _admit_keys(self, task: Task, partition: int, sharing: Sharing) -> AdmitKeys:
-        slot, priority = self._slots[partition], Priority.of(task.priority)
+        slot = self._slots[partition]
+        priority = task.priority if task.priority in slot.streams else Priority.of(task.priority)
         return AdmitKeys(
             task_key=slot.task_prefix + task.task_id,
             stream=slot.streams[priority], backlog=slot.backlog,
@@ -244,6 +246,12 @@ class RedisTaskStore:
         return totals
 
 
+@functools.lru_cache(maxsize=1024)
+def backlog_field(model: str, priority: int) -> str:
+    """The backlog count a task of the model and the envelope's priority number is under."""
+    return keys.backlog_field(model, Priority.of(priority))
+
+
 def completion_item(item: Completion) -> CompleteItem:
     """One delivery's arguments to the completion script."""
     delivery, record = item.delivery, item.record
@@ -262,5 +270,5 @@ def completion_item(item: Completion) -> CompleteItem:
         answer_from=encoded.answer_at + 1 if reused else 0,
         dead_letter=item.dead_letter or "", envelope=delivery.raw if item.dead_letter else b"",
         deliveries=delivery.deliveries,
-        backlog_field=keys.backlog_field(task.model, Priority.of(task.priority)),
+        backlog_field=backlog_field(task.model, task.priority),
         digest=task.input_digest, callback=task.callback_url)

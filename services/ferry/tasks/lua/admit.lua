@@ -18,51 +18,6 @@
 --   of its priority / rate + fixed_wait, over timeout), {VERDICT_OWNER_FULL, owner's tasks}.
 local looking, collapsing = lookup == '1', collapse == '1'
 
--- The digest's last task: its id and whether it may be followed; false when none (or unreadable).
-local function digest_leader()
-  if not (looking or collapsing) then return false, false end
-  local found = redis.pcall('GET', digest_key)
-  local kind = type(found) == 'string' and string.sub(found, 1, 1)
-  if kind == '@' or kind == '=' then return string.sub(found, 2), kind == '@' end
-  return false, false
-end
-
--- The leader's reusable answer, as it was written and no more, ends the task at once.
-local function answer_from_cache(state)
-  local from, to = string.match(state[3] or '', '^(%d+) (%d+)$')
-  if not (looking and state[1] == SUCCESS and from) then return nil end
-  local body = hit_head .. string.sub(state[2], tonumber(from), tonumber(to) - 1) .. '}'
-  redis.call('HSET', task_key, 'status', SUCCESS, 'body', body, 'owner', owner)
-  redis.call('EXPIRE', task_key, result_ttl)
-  if callback ~= '' then
-    redis.call('HSET', task_key, 'callback', callback)
-    queue_webhook(webhooks, task_id, callback)
-  end
-  return {VERDICT_HIT, body}
-end
-
--- The task waits on the leader's inference, and ends as it does (see complete.lua).
-local function follow(leader, leader_key, state, followable)
-  if not (collapsing and followable and state[1] == PENDING and not state[4]) then return nil end
-  local followers = followers_prefix .. leader
-  redis.call('RPUSH', followers, task_id .. ' ' .. created .. ' ' .. owner)
-  redis.call('EXPIRE', followers, pending_ttl)
-  redis.call('HSET', leader_key, 'followed', '1')
-  redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'leader', leader,
-             'callback', callback, 'owner', owner)
-  redis.call('EXPIRE', task_key, pending_ttl)
-  return {VERDICT_COLLAPSED, leader}
-end
-
-local function shared()
-  local leader, followable = digest_leader()
-  if not leader then return nil end
-  local leader_key = task_prefix .. leader
-  local state = redis.pcall('HMGET', leader_key, 'status', 'body', 'answer', 'cancel')
-  if type(state) ~= 'table' then state = {} end
-  return answer_from_cache(state) or follow(leader, leader_key, state, followable)
-end
-
 -- The first limit that refuses the task, as the result; nil when none does.
 local function refusal()
   local counts = redis.call('HMGET', backlog, backlog_prefix .. '1', backlog_prefix .. '0',
@@ -109,4 +64,54 @@ local function queue()
   return {VERDICT_QUEUED, entry}
 end
 
-return shared() or refusal() or queue()
+-- Only a task that may share work makes the functions that find the work to share: each
+-- function a call makes costs Redis a closure.
+local shared = false
+if looking or collapsing then
+  -- The digest's last task: its id and whether it may be followed; false if none (or unreadable).
+  local function digest_leader()
+    local found = redis.pcall('GET', digest_key)
+    local kind = type(found) == 'string' and string.sub(found, 1, 1)
+    if kind == '@' or kind == '=' then return string.sub(found, 2), kind == '@' end
+    return false, false
+  end
+
+  -- The leader's reusable answer, as it was written and no more, ends the task at once.
+  local function answer_from_cache(state)
+    local from, to = string.match(state[3] or '', '^(%d+) (%d+)$')
+    if not (looking and state[1] == SUCCESS and from) then return nil end
+    local body = hit_head .. string.sub(state[2], tonumber(from), tonumber(to) - 1) .. '}'
+    redis.call('HSET', task_key, 'status', SUCCESS, 'body', body, 'owner', owner)
+    redis.call('EXPIRE', task_key, result_ttl)
+    if callback ~= '' then
+      redis.call('HSET', task_key, 'callback', callback)
+      queue_webhook(webhooks, task_id, callback)
+    end
+    return {VERDICT_HIT, body}
+  end
+
+  -- The task waits on the leader's inference, and ends as it does (see complete.lua).
+  local function follow(leader, leader_key, state, followable)
+    if not (collapsing and followable and state[1] == PENDING and not state[4]) then return nil end
+    local followers = followers_prefix .. leader
+    redis.call('RPUSH', followers, task_id .. ' ' .. created .. ' ' .. owner)
+    redis.call('EXPIRE', followers, pending_ttl)
+    redis.call('HSET', leader_key, 'followed', '1')
+    redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'leader', leader,
+               'callback', callback, 'owner', owner)
+    redis.call('EXPIRE', task_key, pending_ttl)
+    return {VERDICT_COLLAPSED, leader}
+  end
+
+  local function shared_work()
+    local leader, followable = digest_leader()
+    if not leader then return nil end
+    local leader_key = task_prefix .. leader
+    local state = redis.pcall('HMGET', leader_key, 'status', 'body', 'answer', 'cancel')
+    if type(state) ~= 'table' then state = {} end
+    return answer_from_cache(state) or follow(leader, leader_key, state, followable)
+  end
+
+  shared = shared_work()
+end
+return shared or refusal() or queue()

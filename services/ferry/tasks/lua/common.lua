@@ -1,5 +1,5 @@
 -- Local functions shared by the task scripts; the loader puts this before each script that
--- declares it (ScriptSpec.fragments), after the generated constants it uses.
+-- declares it (ScriptSpec.fragments), after the generated prologue, and writes its constants in.
 
 -- One task's end on the done channel, added to ``frames``: "<id> <status> <n> <body>", with
 -- n = 0 and no body when the body is over ``inline`` bytes (whoever waits reads it). The one

@@ -30,8 +30,9 @@ local function settle_digest(id, digest, reused)
   end
 end
 
--- Each follower's record: its own head (list entry "<id> <created> <owner>"), collapsed_into when it has the leader's owner (another
--- client's task is never named, only its answer shared), then the leader's shared part.
+-- Each follower's record: its own head (from its list entry "<id> <created> <owner>"), then
+-- collapsed_into when it has the leader's owner (another client's task is never named, only its
+-- answer shared), then the leader's shared part.
 local function end_followers(id, key, status, shared)
   local list = followers_prefix .. id
   local leader_owner = redis.call('HGET', key, 'owner') or ''
