@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66\x65rry/v1/task.proto\x12\x08\x66\x65rry.v1\"\xe8\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x15\n\rmodel_version\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x16\n\x0e\x65nqueued_at_ms\x18\x06 \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x37\n\rtrace_context\x18\n \x03(\x0b\x32 .ferry.v1.Task.TraceContextEntry\x12\x14\n\x0cinput_digest\x18\x0b \x01(\t\x12\x16\n\x0e\x64igest_version\x18\x0c \x01(\t\x12\x14\n\x0c\x63\x61llback_url\x18\r \x01(\t\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13\x66\x65rry/v1/task.proto\x12\x08\x66\x65rry.v1\"\xaf\x03\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x15\n\rmodel_version\x18\x03 \x01(\t\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x05 \x01(\t\x12\x16\n\x0e\x65nqueued_at_ms\x18\x06 \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x07 \x01(\x03\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x37\n\rtrace_context\x18\n \x03(\x0b\x32 .ferry.v1.Task.TraceContextEntry\x12\x14\n\x0cinput_digest\x18\x0b \x01(\t\x12\x16\n\x0e\x64igest_version\x18\x0c \x01(\t\x12\x14\n\x0c\x63\x61llback_url\x18\r \x01(\t\x12 \n\x06inputs\x18\x0e \x03(\x0b\x32\x10.ferry.v1.Tensor\x12\x0f\n\x07outputs\x18\x0f \x03(\t\x12\x12\n\nrequest_id\x18\x10 \x01(\t\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"I\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64\x61tatype\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x10\n\x08\x63ontents\x18\x04 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +34,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASK_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_TASK_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_TASK']._serialized_start=34
-  _globals['_TASK']._serialized_end=394
-  _globals['_TASK_TRACECONTEXTENTRY']._serialized_start=343
-  _globals['_TASK_TRACECONTEXTENTRY']._serialized_end=394
+  _globals['_TASK']._serialized_end=465
+  _globals['_TASK_TRACECONTEXTENTRY']._serialized_start=414
+  _globals['_TASK_TRACECONTEXTENTRY']._serialized_end=465
+  _globals['_TENSOR']._serialized_start=467
+  _globals['_TENSOR']._serialized_end=540
 # @@protoc_insertion_point(module_scope)
