@@ -4,7 +4,8 @@ Both start once per session; every test starts with an empty Redis. With
 ``FERRY_TEST_REDIS_CLUSTER=1`` the Redis is a 3-master Redis Cluster on loopback (``make test``
 runs the tests marked ``cluster`` that way too), and the settings the tests build say so. Triton
 serves the bundled model repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for
-crash and scheduling tests, and ``sim_slow2``, the same with two instances.
+crash and scheduling tests, ``sim_slow2``, the same with two instances, and ``simple``, Triton's
+example tensor model, for the Open Inference Protocol's tests.
 """
 
 from __future__ import annotations
@@ -59,7 +60,33 @@ def build_test_repository(target: Path) -> Path:
                     'key: "per_item_ms" value: { string_value: "2" }', config)
     (overload / "config.pbtxt").write_text(config)
     add_tensorrt_ensemble(target)
+    add_simple(target)
     return target
+
+
+SIMPLE_CONFIG = """name: "simple"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+
+def add_simple(target: Path) -> None:
+    """Triton's example ``simple`` (sum and difference of two FP32 [16] inputs, batches of up
+    to 8 rows, no dynamic batching: each request is executed as it comes)."""
+    model = target / "simple"
+    (model / "1").mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "integration" / "standin" / "simple.py",
+                model / "1" / "model.py")
+    (model / "config.pbtxt").write_text(SIMPLE_CONFIG)
 
 
 PRODUCTION_MODELS = Path(__file__).resolve().parents[1] / "deploy" / "triton" / "models"

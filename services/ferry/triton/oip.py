@@ -1,0 +1,70 @@
+"""Tensors through Triton's gRPC ModelInfer: a batch of tensor requests as one call.
+
+The inputs are the requests' tensors already concatenated along the batch dimension
+(``ferry.tensors.concat``); they travel in ``raw_input_contents`` and the outputs come back in
+``raw_output_contents``, each checked against its shape before ``ferry.tensors.split`` gives
+every request its rows. Pure apart from ``infer_tensors``, whose gRPC errors become Ferry's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from ferry.errors import PermanentBackendError
+from ferry.tensors import Tensor, TensorError, checked
+from ferry.triton.grpc_backend import translate
+
+
+def model_infer_request(model: str, version: str, inputs: Sequence[Tensor],
+                        outputs: Sequence[str] = (), request_id: str = ""
+                        ) -> service_pb2.ModelInferRequest:
+    """One ModelInfer request: every input's raw contents, the outputs asked for (none: all)."""
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version,
+                                            id=request_id)
+    for tensor in inputs:
+        entry = request.inputs.add()
+        entry.name = tensor.name
+        entry.datatype = tensor.datatype
+        entry.shape.extend(tensor.shape)
+        request.raw_input_contents.append(tensor.raw)
+    for name in outputs:
+        request.outputs.add().name = name
+    return request
+
+
+@dataclass(frozen=True)
+class InferredTensors:
+    """What one ModelInfer call answered: its outputs and the model version that gave them."""
+
+    outputs: tuple[Tensor, ...]
+    model_version: str
+
+
+def output_tensors(response: service_pb2.ModelInferResponse) -> InferredTensors:
+    """The response's outputs as tensors, each checked against its shape."""
+    raws = response.raw_output_contents
+    if len(raws) != len(response.outputs):
+        raise PermanentBackendError(f"infer {response.model_name!r}: {len(response.outputs)} "
+                                    f"outputs with {len(raws)} raw contents")
+    try:
+        tensors = tuple(checked(out.name, out.datatype, out.shape, raw)
+                        for out, raw in zip(response.outputs, raws, strict=True))
+    except TensorError as exc:
+        raise PermanentBackendError(f"infer {response.model_name!r}: {exc}") from exc
+    return InferredTensors(tensors, response.model_version)
+
+
+async def infer_tensors(stub: service_pb2_grpc.GRPCInferenceServiceStub,
+                        request: service_pb2.ModelInferRequest,
+                        timeout_s: float) -> InferredTensors:
+    """One ModelInfer call; its gRPC errors as Ferry's (transient, permanent, unknown model)."""
+    try:
+        response = await stub.ModelInfer(request, timeout=timeout_s)
+    except grpc.aio.AioRpcError as exc:
+        rows = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 1
+        raise translate(exc, f"infer {request.model_name!r} x{rows}") from exc
+    return output_tensors(response)
