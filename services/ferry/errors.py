@@ -138,9 +138,15 @@ class DependencyUnavailableError(FerryError):
 
 
 class BackendError(FerryError):
-    """An inference call failed."""
+    """An inference call failed. ``code`` is the server's status when it answered (gRPC's name:
+    ``NOT_FOUND``, ``INVALID_ARGUMENT``...), ``reason`` its own words (else the message)."""
 
     transient = False
+
+    def __init__(self, message: str, *, code: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason or message
 
 
 class TransientBackendError(BackendError):

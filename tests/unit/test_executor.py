@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from ferry.batcher.executor import BatchExecutor, Standalone, Timing
 from ferry.batcher.gate import BackendGate
@@ -44,6 +45,21 @@ class Backend:
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
         return SPEC
+
+    async def server_metadata(self) -> dict[str, Any]:
+        return {"name": "stand-in", "version": "0", "extensions": []}
+
+    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        return {"name": model}
+
+    async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        return {"name": model, "max_batch_size": SPEC.max_batch_size}
+
+    async def model_ready(self, model: str, version: str = "") -> bool:
+        return model == "m"
+
+    async def model_statistics(self, model: str = "", version: str = "") -> dict[str, Any]:
+        return {"model_stats": []}
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         self.calls.append(list(payloads))

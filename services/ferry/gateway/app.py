@@ -20,6 +20,8 @@ from ferry.compose.gateway import GatewayParts, gateway_parts
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway
+from ferry.oip.rest import PREFIX as OIP_PREFIX
+from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
@@ -50,6 +52,8 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     api.state.gateway = gateway
     _install_error_handlers(api)
     _add_routes(api, gateway)
+    api.include_router(oip_router(Discovery(gateway.parts.backend, gateway.catalog.metadata,
+                                            gateway.serving, gateway.access)))
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
     return HotLane(gateway, api)
@@ -64,7 +68,7 @@ def _openapi(api: FastAPI) -> dict[str, Any]:
     if api.openapi_schema is None:
         document = get_openapi(title=api.title, version=api.version,
                                description=api.description, routes=api.routes)
-        api.openapi_schema = add_hot_route_docs(document)
+        api.openapi_schema = tidy_openapi(add_hot_route_docs(document))
     return api.openapi_schema
 
 
@@ -86,13 +90,19 @@ def _add_routes(api: FastAPI, gateway: Gateway) -> None:
 
 def _install_error_handlers(api: FastAPI) -> None:
     @api.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if _is_oip(request):  # only path parameters: a path Triton would not route
+            return oip_error(404, "Not Found")
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                              for e in exc.errors())
         return error_response(400, "invalid_parameter", problems)
 
     @api.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if _is_oip(request):
+            return oip_error(exc.status_code, str(exc.detail), [
+                (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in (exc.headers or {}).items()])
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
@@ -102,6 +112,12 @@ def _install_error_handlers(api: FastAPI) -> None:
 
     for kind in REDIS_UNAVAILABLE:
         api.add_exception_handler(kind, unavailable)
+
+
+def _is_oip(request: Request) -> bool:
+    """Whether the path is the Open Inference Protocol's, whose errors are Triton's."""
+    path = request.url.path
+    return path == OIP_PREFIX or path.startswith(f"{OIP_PREFIX}/")
 
 
 class MetricsMiddleware:

@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ferry.gateway.intake import MAX_ID_LENGTH, MAX_TIMEOUT_S
+from ferry.tasks.idempotency import MAX_KEY_LENGTH
+
 REF = "#/components/schemas/{model}"
 
 
@@ -18,10 +21,12 @@ class InferenceRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(None, description="Triton model; default: the gateway's default")
+    model: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH,
+                              description="Triton model; default: the gateway's default")
     input: str | None = Field(None, description="text payload, sent to the model as UTF-8 bytes")
     input_base64: str | None = Field(None, description="binary payload (an image, say), base64")
-    client_id: str | None = Field(None, description="who is asking, for accounting; scopes "
+    client_id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH,
+                                  description="who is asking, for accounting; scopes "
                                   "Idempotency-Key")
     priority: Literal["high", "normal", "low"] | None = Field(
         None, description="higher boards and leaves first; default normal")
@@ -104,6 +109,17 @@ SECURITY_SCHEMES = {
     "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
 }
 
+NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+# What a client does next with the task it was given: schemathesis' stateful phase follows these.
+TASK_LINKS = {
+    "GetResult": {"operationId": "result_v1_result__task_id__get",
+                  "parameters": {"task_id": "$response.body#/task_id"},
+                  "description": "the task's status and result"},
+    "CancelTask": {"operationId": "cancel_v1_result__task_id__delete",
+                   "parameters": {"task_id": "$response.body#/task_id"},
+                   "description": "cancel the task while it has not reached Triton"},
+}
+
 TASK_ID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{32}$",
                   "description": "32 hex digits, as POST returned it"}
 
@@ -111,7 +127,7 @@ SUBMIT_DOC: dict[str, Any] = {
     "summary": "Submit one request; returns a task id at once (or the result, with Prefer: wait)",
     "operationId": "submit_v1_inference_post",
     "parameters": [
-        {"name": "model", "in": "query", "required": False, "schema": {"type": "string"},
+        {"name": "model", "in": "query", "required": False, "schema": NAME_SCHEMA,
          "description": "model, for raw bodies (JSON bodies name it in the body)"},
         {"name": "priority", "in": "query", "required": False,
          "schema": {"type": "string", "enum": ["high", "normal", "low"]},
@@ -120,9 +136,11 @@ SUBMIT_DOC: dict[str, Any] = {
          "description": "RFC 7240 `wait=N` (N ≤ 30 s): answer 200 with the finished result if "
                         "it is ready within N seconds, else 202 as usual"},
         {"name": "X-Request-Timeout", "in": "header", "required": False,
-         "schema": {"type": "number"}, "description": "deadline in seconds (any body kind)"},
+         "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S},
+         "description": "deadline in seconds (any body kind)"},
         {"name": "Idempotency-Key", "in": "header", "required": False,
-         "schema": {"type": "string", "maxLength": 256}, "description":
+         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH,
+                    "pattern": "^[ -~]+$"}, "description":
          "a repeat within 24 h (same client_id, same request) gets the first one's task"},
     ],
     "requestBody": {"required": True, "content": {
@@ -133,9 +151,9 @@ SUBMIT_DOC: dict[str, Any] = {
     "responses": {
         "202": {"description": "accepted; poll status_url", "content": _json("Accepted"),
                 "headers": {"Location": _header("the task's status_url"),
-                            **RATE_LIMIT_HEADERS}},
+                            **RATE_LIMIT_HEADERS}, "links": TASK_LINKS},
         "200": {"description": "finished within the time asked for with Prefer: wait",
-                "content": _json("TaskResult"),
+                "content": _json("TaskResult"), "links": TASK_LINKS,
                 "headers": {"Location": _header("the task's status_url"),
                             "Preference-Applied": _header("wait=N")}},
         **_errors({400: "bad input", 403: "client_id in the body names another client than "

@@ -323,6 +323,15 @@ class Gateway:
             checks["default_model"] = f"unknown: {exc}"
         return all(v == "ok" for v in checks.values()), checks
 
+    async def serving(self) -> bool:
+        """Whether a request could be served now: Redis answers and Triton is ready (the
+        Open Inference Protocol's server readiness)."""
+        try:
+            await self.parts.redis.ping()
+        except REDIS_UNAVAILABLE:
+            return False
+        return await self.parts.backend.server_ready()
+
     async def circuits(self) -> dict[str, str]:
         """Each reported model's circuit breaker (with its fallback while not closed)."""
         return {model: c.breaker + (f", fallback {c.fallback}" if c.fallback and

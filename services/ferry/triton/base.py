@@ -90,7 +90,24 @@ class Inferred:
     model_version: str
 
 
-class InferenceBackend(Protocol):
+class ModelDiscovery(Protocol):
+    """What an inference server says about itself and its models, in the JSON shapes Triton's
+    HTTP endpoint gives (``GET /v2``, ``/v2/models/{m}[/versions/{v}]``, ``.../config``,
+    ``.../stats``). An empty ``version`` lets the server's version policy choose. A refusal is a
+    ``BackendError`` whose ``code`` and ``reason`` are the server's."""
+
+    async def server_metadata(self) -> dict[str, Any]: ...
+
+    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]: ...
+
+    async def model_config(self, model: str, version: str = "") -> dict[str, Any]: ...
+
+    async def model_ready(self, model: str, version: str = "") -> bool: ...
+
+    async def model_statistics(self, model: str = "", version: str = "") -> dict[str, Any]: ...
+
+
+class InferenceBackend(ModelDiscovery, Protocol):
     """An inference server that takes whole batches."""
 
     async def start(self) -> None: ...

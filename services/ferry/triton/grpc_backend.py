@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -25,6 +24,7 @@ from ferry.errors import (
     UnknownModelError,
 )
 from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
+from ferry.triton.http_json import triton_json
 from ferry.triton.tensors import Rows, output_rows, pack_bytes
 
 # gRPC codes after which the same call may well succeed.
@@ -43,15 +43,15 @@ def translate(exc: Exception, what: str) -> BackendError:
     code = code.removeprefix("StatusCode.")
     text = f"{what}: {code or type(exc).__name__}: {message}"
     if code == "NOT_FOUND" or "unknown model" in message.lower():
-        return UnknownModelError(text)
+        return UnknownModelError(text, code=code, reason=message)
     if code in _TRANSIENT or isinstance(exc, (ConnectionError, TimeoutError)):
-        return TransientBackendError(text)
-    return PermanentBackendError(text)
+        return TransientBackendError(text, code=code, reason=message)
+    return PermanentBackendError(text, code=code, reason=message)
 
 
 def as_dict(message: Message) -> dict[str, Any]:
-    """A protobuf reply in the JSON shape Triton documents (field names as in the .proto)."""
-    return MessageToDict(message, preserving_proto_field_name=True)
+    """A protobuf reply in the JSON shape Triton's HTTP endpoint gives (``http_json``)."""
+    return triton_json(message)
 
 
 def infer_request(spec: ModelSpec, payloads: Sequence[bytes]) -> service_pb2.ModelInferRequest:
@@ -176,27 +176,48 @@ class TritonGrpcBackend:
         return cached[1]
 
     async def _fetch_spec(self, model: str) -> ModelSpec:
-        try:
-            metadata = await self.stub.ModelMetadata(
-                service_pb2.ModelMetadataRequest(name=model), timeout=self.control_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise translate(exc, f"model {model!r}") from exc
-        config = await self._config(model)
-        spec = ModelSpec.from_triton(as_dict(metadata), config)
+        metadata = await self.model_metadata(model)
+        config = await self.model_config(model)
+        spec = ModelSpec.from_triton(metadata, config)
         steps = ensemble_steps(config)
         if steps:  # an ensemble runs as many batches at once as its narrowest step
-            spec = replace(spec, instances=min([instance_count(await self._config(step))
+            spec = replace(spec, instances=min([instance_count(await self.model_config(step))
                                                 for step in steps]))
         return spec
 
-    async def _config(self, model: str) -> dict[str, Any]:
-        """The model's configuration, in the JSON shape Triton documents."""
+    async def _ask(self, call: Callable[..., Any], request: Message, what: str) -> Any:
+        """One control call's reply; its error translated."""
         try:
-            reply = await self.stub.ModelConfig(
-                service_pb2.ModelConfigRequest(name=model), timeout=self.control_timeout_s)
+            return await call(request, timeout=self.control_timeout_s)
         except grpc.aio.AioRpcError as exc:
-            raise translate(exc, f"model {model!r}") from exc
+            raise translate(exc, what) from exc
+
+    async def server_metadata(self) -> dict[str, Any]:
+        """Triton's name, version and extensions."""
+        return as_dict(await self._ask(self.stub.ServerMetadata,
+                                       service_pb2.ServerMetadataRequest(), "server metadata"))
+
+    async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
+        """The model's name, versions, platform, inputs and outputs."""
+        request = service_pb2.ModelMetadataRequest(name=model, version=version)
+        return as_dict(await self._ask(self.stub.ModelMetadata, request, f"model {model!r}"))
+
+    async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
+        """The model's configuration, as Triton completed it."""
+        request = service_pb2.ModelConfigRequest(name=model, version=version)
+        reply = await self._ask(self.stub.ModelConfig, request, f"model {model!r}")
         return as_dict(reply.config)
+
+    async def model_ready(self, model: str, version: str = "") -> bool:
+        """Whether Triton serves the model (that version) now; False for an unknown one."""
+        request = service_pb2.ModelReadyRequest(name=model, version=version)
+        return bool((await self._ask(self.stub.ModelReady, request, f"model {model!r}")).ready)
+
+    async def model_statistics(self, model: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics of the model (of every model, without a name)."""
+        request = service_pb2.ModelStatisticsRequest(name=model, version=version)
+        return as_dict(await self._ask(self.stub.ModelStatistics, request,
+                                       f"statistics of {model!r}"))
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         """One infer call for the whole batch; per-request output rows in input order."""
