@@ -1,0 +1,65 @@
+"""A tensor task's answer as its record keeps it, and back: pure code, no I/O.
+
+The batcher writes a tensor task's outputs into the task's record as JSON (what ``GET
+/v1/result/{id}`` shows): ``{"id"?: the request's id, "outputs": [{"name", "datatype", "shape",
+"data"}]}`` with ``data`` flat, as the Open Inference Protocol writes it. A BYTES element that is
+not UTF-8 is written ``{"b64": "<base64>"}``. Every datatype comes back from that JSON exactly
+(floats are written as the doubles they widen to, which read back to the same value), so the
+gateway answers any form a client asks for (JSON, binary tensors, gRPC) from the record alone.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ferry.tensors import Tensor, TensorError, checked, from_json, pack_bytes, to_json
+
+B64 = "b64"
+
+
+def answer_json(outputs: Sequence[Tensor], request_id: str = "") -> dict[str, Any]:
+    """The record's output for a tensor task that succeeded."""
+    answer: dict[str, Any] = {"id": request_id} if request_id else {}
+    answer["outputs"] = [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape),
+                          "data": _json_data(t)} for t in outputs]
+    return answer
+
+
+def _json_data(tensor: Tensor) -> list[Any]:
+    data = to_json(tensor)
+    if tensor.datatype != "BYTES":
+        return data
+    return [{B64: base64.b64encode(e).decode("ascii")} if isinstance(e, bytes) else e
+            for e in data]
+
+
+def answer_tensors(answer: Mapping[str, Any]) -> list[Tensor]:
+    """The outputs of a record's answer, as the tensors the batcher had (a ``TensorError`` for
+    an answer this module did not write)."""
+    outputs = answer.get("outputs")
+    if not isinstance(outputs, list):
+        raise TensorError("the record holds no tensor outputs")
+    return [_tensor(item) for item in outputs]
+
+
+def _tensor(item: Any) -> Tensor:
+    if not isinstance(item, Mapping):
+        raise TensorError("a recorded output is not an object")
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    data = item.get("data")
+    if not (isinstance(name, str) and isinstance(datatype, str) and isinstance(shape, list)
+            and isinstance(data, list)):
+        raise TensorError("a recorded output lacks its name, datatype, shape or data")
+    if datatype != "BYTES":
+        return from_json(name, datatype, shape, data)
+    return checked(name, datatype, shape, pack_bytes([_element(name, e) for e in data]))
+
+
+def _element(name: str, value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, Mapping) and isinstance(value.get(B64), str):
+        return base64.b64decode(value[B64])
+    raise TensorError(f"output {name!r}: a recorded BYTES element is neither text nor base64")
