@@ -20,6 +20,7 @@ from ferry.compose.gateway import GatewayParts, gateway_parts
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway
+from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
 from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
 from ferry.redis_conn import REDIS_UNAVAILABLE
@@ -52,8 +53,11 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     api.state.gateway = gateway
     _install_error_handlers(api)
     _add_routes(api, gateway)
-    api.include_router(oip_router(Discovery(gateway.parts.backend, gateway.catalog.metadata,
-                                            gateway.serving, gateway.access)))
+    oip = oip_router(Discovery(gateway.parts.backend, gateway.catalog.metadata,
+                               gateway.serving, gateway.access))
+    add_infer_routes(oip, Inference(gateway, gateway.catalog.interface,
+                                    settings.max_body_bytes), gateway.access)
+    api.include_router(oip)
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
     return HotLane(gateway, api)

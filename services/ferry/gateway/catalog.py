@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ferry.errors import (
     BackendError,
@@ -16,9 +16,11 @@ from ferry.errors import (
     UnknownModelError,
     UnprocessableError,
 )
+from ferry.oip.spec import ModelInterface
 from ferry.triton.base import InferenceBackend, ModelSpec
 
 METADATA_KEPT = 1024  # (model, version) pairs whose metadata is kept; any name may be asked for
+Kept = TypeVar("Kept")
 
 
 class ModelCatalog:
@@ -34,6 +36,7 @@ class ModelCatalog:
         self._fetched_at = -float("inf")
         self._lock = asyncio.Lock()
         self._metadata: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._interfaces: dict[tuple[str, str], tuple[float, ModelInterface]] = {}
 
     async def names(self) -> list[str]:
         if self.clock() - self._fetched_at < self.refresh_s and self._names is not None:
@@ -69,12 +72,27 @@ class ModelCatalog:
 
     async def metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Triton's metadata of the model (that version), at most ``refresh_s`` old."""
-        key = (model, version)
-        kept = self._metadata.get(key)
-        if kept is not None and self.clock() - kept[0] < self.refresh_s:
-            return kept[1]
-        fetched = await self.backend.model_metadata(model, version)
-        if len(self._metadata) >= METADATA_KEPT:
-            self._metadata.clear()
-        self._metadata[key] = (self.clock(), fetched)
+        return await self._kept(self._metadata, (model, version),
+                                lambda: self.backend.model_metadata(model, version))
+
+    async def interface(self, model: str, version: str = "") -> ModelInterface:
+        """The model's tensors (that version), from its metadata and config, at most
+        ``refresh_s`` old; a model a queue cannot serve raises ``UnsupportedModelError``."""
+        async def fetch() -> ModelInterface:
+            metadata = await self.metadata(model, version)
+            config = await self.backend.model_config(model, version)
+            return ModelInterface.from_triton(metadata, config)
+
+        return await self._kept(self._interfaces, (model, version), fetch)
+
+    async def _kept(self, kept: dict[tuple[str, str], tuple[float, Kept]], key: tuple[str, str],
+                    fetch: Callable[[], Awaitable[Kept]]) -> Kept:
+        """What ``fetch`` answers for ``key``, kept ``refresh_s`` (a refusal is not kept)."""
+        found = kept.get(key)
+        if found is not None and self.clock() - found[0] < self.refresh_s:
+            return found[1]
+        fetched = await fetch()
+        if len(kept) >= METADATA_KEPT:
+            kept.clear()
+        kept[key] = (self.clock(), fetched)
         return fetched

@@ -8,6 +8,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from ferry import keys
@@ -24,6 +25,8 @@ from ferry.errors import (
 )
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
+from ferry.oip.infer import Held
+from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
 from ferry.tasks import idempotency
@@ -59,6 +62,17 @@ class Submitted:
     task_id: str
     record: StoredRecord | None = None
     replayed: bool = False
+
+
+def _carry(task: Task, tensors: TensorTask) -> None:
+    """Put a tensor task's inputs, requested outputs, request id and version in its envelope."""
+    checked = tensors.request
+    task.model_version = checked.version
+    task.request_id = tensors.request_id
+    task.outputs.extend(checked.outputs)
+    for tensor in checked.inputs:
+        task.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape,
+                        contents=tensor.raw)
 
 
 class Gateway:
@@ -134,8 +148,27 @@ class Gateway:
             await self.idempotency.confirm(key, task.task_id, digest)  # while its record lives
         return submitted
 
-    def _new_task(self, model: str, version: str,
-                  submission: Submission) -> tuple[Task, TaskRecord, Sharing]:
+    @contextlib.asynccontextmanager
+    async def held(self, tensors: TensorTask, caller: Caller = ANONYMOUS
+                   ) -> AsyncIterator[Held]:
+        """Admit a tensor task (an infer request of the Open Inference Protocol), watched for
+        its end from before its admission, for the duration of the block. Admission is
+        ``/v1``'s: backlog limits, deadline, ownership, the result cache and collapsing."""
+        checked = tensors.request
+        submission = Submission(model=checked.model, payload=b"", content_type="",
+                                client_id=caller.client_for(""), priority=tensors.priority,
+                                timeout_s=tensors.timeout_s)
+        task, pending, sharing = self._new_task(checked.model, checked.version, submission,
+                                                tensors)
+        admission = await self.admission(task.model, submission.priority,
+                                         submission.timeout_s or self.settings.default_timeout_s)
+        with self.access.waiting(caller), self.waiters.watch(task.task_id) as watch:
+            admitted = await self.store.admit(task, pending, admission, sharing, caller.owner)
+            self._count(task.model, admitted)
+            yield Held(task.task_id, admitted.record, watch)
+
+    def _new_task(self, model: str, version: str, submission: Submission,
+                  tensors: TensorTask | None = None) -> tuple[Task, TaskRecord, Sharing]:
         """The task, its PENDING record, and how it may share work with identical requests (its
         id then puts it in their partition)."""
         now = time.time()
@@ -145,7 +178,8 @@ class Gateway:
         collapse = self.settings.collapse_requests and not timeout_s  # a deadline is its own
         digest, task_id = "", ""
         if lookup or collapse or self.settings.cache_ttl_s > 0:
-            digest = input_digest(model, version, submission.payload)
+            digest = (tensors.digest if tensors is not None
+                      else input_digest(model, version, submission.payload))
             partitions = self.settings.partitions
             task_id = keys.new_task_id(keys.partition_of_digest(digest, partitions), partitions)
         task = Task(task_id=task_id or keys.new_task_id(), model=model,
@@ -155,6 +189,8 @@ class Gateway:
                     deadline_ms=enqueued_ms + math.ceil(timeout_s * 1000) if timeout_s else 0,
                     input_digest=digest, digest_version=version if digest else "",
                     callback_url=submission.callback_url)
+        if tensors is not None:
+            _carry(task, tensors)
         if self.tracing.enabled:
             self.tracing.inject(task.trace_context)
         pending = TaskRecord.pending(task, now)

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ferry import __version__
-from ferry.access import Access
+from ferry.access import Access, Caller
 from ferry.errors import BackendError, ClientError
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.triton.base import ModelDiscovery
@@ -29,13 +29,14 @@ PREFIX = "/v2"
 SERVER_NAME = "ferry"
 # What Ferry serves of Triton's extensions. Not shared memory (a remote front end cannot map a
 # client's memory), nor sequences (a stateful model needs one instance per sequence, which a
-# queue in front cannot promise); infer and its extensions come with issue 16.
-EXTENSIONS = ("model_configuration", "statistics")
+# queue in front cannot promise), nor classification.
+EXTENSIONS = ("model_configuration", "statistics", "binary_tensor_data")
 NOT_READY = "Model version not ready"
 # Triton's HTTP status for each of its error codes (as gRPC names them); others are a 400.
 _STATUS = {"NOT_FOUND": 404, "INTERNAL": 500, "UNAVAILABLE": 503, "UNIMPLEMENTED": 501}
 
 Work = Callable[[], Awaitable[Response]]
+CallerWork = Callable[[Caller], Awaitable[Response]]
 
 
 class OipError(BaseModel):
@@ -96,10 +97,16 @@ def status_of(error: BackendError) -> int:
 
 async def guarded(access: Access, request: Request, work: Work) -> Response:
     """``work``'s answer for an authenticated caller, or the error's, as Triton writes it."""
+    return await guarded_as(access, request, lambda _: work())
+
+
+async def guarded_as(access: Access, request: Request, work: CallerWork) -> Response:
+    """``work``'s answer for the authenticated caller it is given, or the error's, as Triton
+    writes it."""
     try:
         caller = await access.check(request.headers.get("authorization"),
                                     request.headers.get("x-api-key"))
-        answer = await work()
+        answer = await work(caller)
     except ClientError as exc:
         return oip_error(exc.status, exc.message, exc.headers())
     except BackendError as exc:
