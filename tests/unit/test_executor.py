@@ -16,7 +16,9 @@ from ferry.settings import BatcherSettings
 from ferry.tasks.base import Completion
 from ferry.tasks.record import Status
 from ferry.telemetry.metrics import BatcherMetrics
+from ferry.tensors import Tensor
 from ferry.triton.base import Inferred, ModelSpec
+from ferry.triton.oip import InferredTensors
 from ferry.v1.task_pb2 import Task
 
 SPEC = ModelSpec(name="m", version="1", input_name="INPUT", outputs=("OUTPUT",),
@@ -29,6 +31,7 @@ class Backend:
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
         self.calls: list[list[bytes]] = []
+        self.tensor_calls: list[list[tuple[int, ...]]] = []
 
     async def start(self) -> None: ...
 
@@ -60,6 +63,14 @@ class Backend:
 
     async def model_statistics(self, model: str = "", version: str = "") -> dict[str, Any]:
         return {"model_stats": []}
+
+    async def infer_tensors(self, model: str, version: str, inputs: Sequence[Tensor],
+                            outputs: Sequence[str] = (), request_id: str = ""
+                            ) -> InferredTensors:
+        """Answers each input as an output of the same rows (``OUT_<name>``)."""
+        self.tensor_calls.append([t.shape for t in inputs])
+        return InferredTensors(tuple(Tensor(f"OUT_{t.name}", t.datatype, t.shape, t.raw)
+                                     for t in inputs), "1")
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         self.calls.append(list(payloads))

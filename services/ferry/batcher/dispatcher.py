@@ -47,7 +47,7 @@ class Dispatcher:
         self.tracing = tracing
         self.clock = timing.clock
         self.executor = BatchExecutor(settings, backend, store, metrics, gate=gate, context=self,
-                                      timing=timing)
+                                      timing=timing, interfaces=models.interfaces)
         # The same objects as ``shared``'s and ``models``', bound once: used for every batch.
         self._buffer = shared.buffer
         self._batches = shared.batches

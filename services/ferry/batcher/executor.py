@@ -17,13 +17,16 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ferry.backoff import backoff_delay
 from ferry.batcher.gate import BackendGate
+from ferry.batcher.models import Interfaces
+from ferry.batcher.tensor_batch import answers, joined_inputs, rows_of
 from ferry.batching import fate
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.fate import Failure, Fate
+from ferry.batching.rows import row_chunks
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
@@ -38,10 +41,12 @@ from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH
 from ferry.triton.base import InferenceBackend, ModelSpec
+from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,14 @@ class Outcome:
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
     return [Outcome(d, Status.FAILED, error=error) for d in deliveries]
+
+
+def tensor_tasks(items: Sequence[Delivery]) -> list[Task] | None:
+    """The batch's tasks when it is a tensor batch (its tasks carry ``inputs``), else None."""
+    first = items[0].task
+    if first is None or not first.inputs:
+        return None
+    return [d.task for d in items if d.task is not None]
 
 
 @dataclass(frozen=True)
@@ -138,9 +151,11 @@ class BatchExecutor:
 
     def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, gate: BackendGate,
-                 context: BatchContext | None = None, timing: Timing = REAL_TIME) -> None:
+                 context: BatchContext | None = None, timing: Timing = REAL_TIME,
+                 interfaces: Interfaces | None = None) -> None:
         self.settings = settings
         self.backend = backend
+        self.interfaces = interfaces or Interfaces(backend)
         self.store = store
         self.metrics = metrics
         self.gate = gate
@@ -187,11 +202,24 @@ class BatchExecutor:
         if not breaker.allow(self.clock()):
             return await self._circuit_open(model, items, attempt, fallback)
         try:
-            spec = await self.backend.model_spec(model)
-            if len(items) > spec.max_batch_size:
-                breaker.abandon()
-                return await self._split(model, items, attempt, spec.max_batch_size)
-            outcomes = await self._infer(spec, items)
+            tasks = tensor_tasks(items)
+            if tasks is not None:
+                version = tasks[0].model_version if tasks[0].model == model else ""
+                interface = (await self.interfaces.get(model, version)).interface
+                chunks = row_chunks([rows_of(t, interface.batched) for t in tasks],
+                                    interface.max_batch_size)
+                if len(chunks) > 1:  # too many rows for one call: each run of them its own
+                    breaker.abandon()
+                    return await self._gather(model, [items[c.start:c.stop] for c in chunks],
+                                              attempt)
+                outcomes = await self._infer_tensors(model, version, interface.batched, items,
+                                                     tasks)
+            else:
+                spec = await self.backend.model_spec(model)
+                if len(items) > spec.max_batch_size:
+                    breaker.abandon()
+                    return await self._split(model, items, attempt, spec.max_batch_size)
+                outcomes = await self._infer(spec, items)
         except BackendError as exc:
             return await self._recover(model, items, attempt, exc)
         breaker.record(self.clock(), ok=True)
@@ -262,30 +290,51 @@ class BatchExecutor:
 
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
-        started, recorder = time.monotonic(), CURRENT_BATCH.get()
-        started_ns = time.time_ns() if recorder is not None else 0
-        try:
-            inferred = await self.backend.infer(spec, payloads)
-        except BackendError as exc:
-            if recorder is not None:
-                recorder.step("triton.infer", started_ns, {
-                    "ferry.model": spec.name, "ferry.batch.size": len(items),
-                    "error.type": type(exc).__name__})
-            raise
-        seconds = time.monotonic() - started
-        if recorder is not None:
-            recorder.step("triton.infer", started_ns, {"ferry.model": spec.name,
-                                                        "ferry.batch.size": len(items)})
-        self.observe_call(spec.name, len(items), seconds)
-        self.metrics.infer_seconds.labels(spec.name).observe(seconds)
-        self.metrics.batch_size.labels(spec.name).observe(len(items))
+        inferred = await self._timed(spec.name, len(items), self.backend.infer(spec, payloads))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
                         model_version=inferred.model_version)
                 for d, row in zip(items, inferred.rows, strict=True)]
 
+    async def _infer_tensors(self, model: str, version: str, batched: bool,
+                             items: Sequence[Delivery], tasks: Sequence[Task]) -> list[Outcome]:
+        """One call with the tasks' inputs joined; each task answered with its rows."""
+        request_id = tasks[0].request_id if len(tasks) == 1 else ""
+        call = self.backend.infer_tensors(model, version, joined_inputs(tasks, batched),
+                                          list(tasks[0].outputs), request_id)
+        inferred = await self._timed(model, len(items), call)
+        return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version)
+                for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
+                                     strict=True)]
+
+    async def _timed(self, model: str, size: int, call: Awaitable[T]) -> T:
+        """The call's answer; its time traced, fitted and measured, its failure traced."""
+        started, recorder = time.monotonic(), CURRENT_BATCH.get()
+        started_ns = time.time_ns() if recorder is not None else 0
+        try:
+            answer = await call
+        except BackendError as exc:
+            if recorder is not None:
+                recorder.step("triton.infer", started_ns, {
+                    "ferry.model": model, "ferry.batch.size": size,
+                    "error.type": type(exc).__name__})
+            raise
+        seconds = time.monotonic() - started
+        if recorder is not None:
+            recorder.step("triton.infer", started_ns, {"ferry.model": model,
+                                                        "ferry.batch.size": size})
+        self.observe_call(model, size, seconds)
+        self.metrics.infer_seconds.labels(model).observe(seconds)
+        self.metrics.batch_size.labels(model).observe(size)
+        return answer
+
     async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
                      size: int) -> list[Outcome]:
-        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        return await self._gather(model, [items[i:i + size] for i in range(0, len(items), size)],
+                                  attempt)
+
+    async def _gather(self, model: str, chunks: Sequence[Sequence[Delivery]],
+                      attempt: int) -> list[Outcome]:
+        """Each chunk attempted as its own call, at once."""
         parts = await asyncio.gather(*(self._attempt(model, c, attempt) for c in chunks))
         return [outcome for part in parts for outcome in part]
 

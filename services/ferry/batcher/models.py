@@ -8,16 +8,52 @@ capacities the gateways admit by.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.estimators import ArrivalRate, BatchCost, Window
 from ferry.batching.policy import Backend, Lane
 from ferry.errors import BackendError
+from ferry.oip.spec import ModelInterface
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
-from ferry.triton.base import InferenceBackend
+from ferry.triton.base import InferenceBackend, instance_count
+
+INTERFACE_TTL_S = 30.0  # as long as the backend caches a model's spec
+
+
+@dataclass(frozen=True)
+class TensorModel:
+    """A tensor model as the batcher uses it: its interface and how many instances run it."""
+
+    interface: ModelInterface
+    instances: int
+
+
+class Interfaces:
+    """Tensor models' interfaces, read from Triton's metadata and config, cached for
+    ``ttl_s`` per model and version."""
+
+    def __init__(self, backend: InferenceBackend, *, ttl_s: float = INTERFACE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._cache: dict[tuple[str, str], tuple[float, TensorModel]] = {}
+
+    async def get(self, model: str, version: str = "") -> TensorModel:
+        """The model's interface (a ``BackendError`` for a model Triton does not serve or Ferry
+        cannot batch in front of)."""
+        cached = self._cache.get((model, version))
+        if cached is None or self.clock() - cached[0] > self.ttl_s:
+            metadata = await self.backend.model_metadata(model, version)
+            config = await self.backend.model_config(model, version)
+            found = TensorModel(ModelInterface.from_triton(metadata, config),
+                                instance_count(config))
+            cached = self._cache[(model, version)] = (self.clock(), found)
+        return cached[1]
 
 
 @dataclass
@@ -50,6 +86,7 @@ class ModelBook:
         self.backend = backend
         self.metrics = metrics
         self.states: dict[str, ModelState] = {}  # the dispatcher reads it directly, per batch
+        self.interfaces = Interfaces(backend)  # tensor models', shared with the executor
 
     def __iter__(self) -> Iterator[tuple[str, ModelState]]:
         return iter(self.states.items())
@@ -72,16 +109,23 @@ class ModelBook:
                 s.max_batch, Window(s.max_inflight_batches or 1), breaker)
         return state
 
-    async def refresh(self, model: str) -> ModelState:
+    async def refresh(self, model: str, *, tensors: bool = False) -> ModelState:
         """The model's state, its batch limit and instance count refreshed from Triton's config
-        (cached by the backend)."""
+        (cached by the backend; a tensor model's by ``interfaces``). A tensor model's limit is
+        its ``max_batch_size`` in requests (0: one at a time); the executor keeps each call
+        within it in rows."""
         state = self.state(model)
         try:
-            spec = await self.backend.model_spec(model)
+            if tensors:
+                found = await self.interfaces.get(model)
+                capacity, instances = found.interface.max_batch_size, found.instances
+            else:
+                spec = await self.backend.model_spec(model)
+                capacity, instances = spec.max_batch_size, spec.instances
         except BackendError:  # the executor reports it with the batch; chunking still applies
             return state
-        state.capacity = spec.max_batch_size
-        state.window.resize(self.settings.max_inflight_batches or spec.instances)
+        state.capacity = capacity
+        state.window.resize(self.settings.max_inflight_batches or instances)
         return state
 
     def slots(self) -> int:

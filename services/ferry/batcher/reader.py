@@ -18,6 +18,7 @@ from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook
 from ferry.batcher.shared import Shared, wait
+from ferry.batcher.tensor_batch import signature
 from ferry.batching import fate
 from ferry.batching.policy import Lane
 from ferry.priority import BY_URGENCY, Priority
@@ -34,10 +35,14 @@ ReadStep = tuple[int, list[Priority], bool]  # entries per stream, priorities, o
 
 
 def lane_of(delivery: Delivery) -> Lane:
-    """The boarding lane: the model and priority, alone for a task delivered before."""
-    assert delivery.task is not None
-    return Lane(delivery.task.model, Priority.of(delivery.task.priority),
-                suspect=delivery.deliveries > 1)
+    """The boarding lane: the model and priority, alone for a task delivered before; a tensor
+    task's only with tasks of its signature (``tensor_batch.signature``)."""
+    task = delivery.task
+    assert task is not None
+    if task.inputs:
+        return Lane(task.model, Priority.of(task.priority), delivery.deliveries > 1,
+                    signature(task))
+    return Lane(task.model, Priority.of(task.priority), suspect=delivery.deliveries > 1)
 
 
 class Reader:
@@ -176,6 +181,7 @@ class Reader:
         now = self.clock()
         rejected: list[Outcome] = []
         arrivals: dict[str, int] = {}
+        tensor_models: set[str] = set()
         held, buffer = self.shared.held, self.shared.buffer
         for delivery in deliveries:
             verdict = self._rejection(delivery)
@@ -184,10 +190,13 @@ class Reader:
                 continue
             lane = lane_of(delivery)
             arrivals[lane.model] = arrivals.get(lane.model, 0) + 1
+            if lane.signature:
+                tensor_models.add(lane.model)
             held.add(delivery.key)
             buffer.add(lane, delivery, now)
         for model, count in arrivals.items():
-            (await self.models.refresh(model)).rate.add(now, count)
+            state = await self.models.refresh(model, tensors=model in tensor_models)
+            state.rate.add(now, count)
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(buffer))

@@ -33,6 +33,9 @@ class Lane(NamedTuple):
     model: str
     priority: Priority = Priority.NORMAL
     suspect: bool = False  # reclaimed after a batcher died holding it: it travels alone
+    # What a tensor task's batch-mates must share (model version, inputs' datatypes and
+    # non-batch shapes, outputs asked for); empty for a one-BYTES task.
+    signature: tuple[object, ...] = ()
 
 
 class Reason(StrEnum):

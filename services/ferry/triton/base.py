@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ferry.errors import ModelContractError
 from ferry.triton.tensors import Rows
+
+if TYPE_CHECKING:  # the tensor codec and the gRPC stubs load only where tensors travel
+    from ferry.tensors import Tensor
+    from ferry.triton.oip import InferredTensors
 
 INPUT_KINDS = ("bytes", "text", "image")
 INPUT_KIND_PARAMETER = "ferry_input_kind"
@@ -123,3 +127,9 @@ class InferenceBackend(ModelDiscovery, Protocol):
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec: ...
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred: ...
+
+    async def infer_tensors(self, model: str, version: str, inputs: Sequence[Tensor],
+                            outputs: Sequence[str] = (), request_id: str = ""
+                            ) -> InferredTensors:
+        """One call with a tensor batch's inputs, each joined along the batch dimension."""
+        ...

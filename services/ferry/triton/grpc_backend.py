@@ -17,36 +17,16 @@ import grpc
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from ferry.errors import (
-    BackendError,
-    PermanentBackendError,
-    TransientBackendError,
-    UnknownModelError,
-)
+from ferry.errors import PermanentBackendError, UnknownModelError
+from ferry.tensors import Tensor
 from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
+from ferry.triton.grpc_errors import translate
 from ferry.triton.http_json import triton_json
+from ferry.triton.oip import InferredTensors, infer_tensors, model_infer_request
 from ferry.triton.tensors import Rows, output_rows, pack_bytes
 
-# gRPC codes after which the same call may well succeed.
-_TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED",
-                        "CANCELLED", "UNKNOWN"})
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
                     ("grpc.max_receive_message_length", -1)]
-
-
-def translate(exc: Exception, what: str) -> BackendError:
-    """A gRPC exception as transient or permanent, or as an unknown model."""
-    if isinstance(exc, grpc.aio.AioRpcError):
-        code, message = str(exc.code()), str(exc.details())
-    else:
-        code, message = "", str(exc)
-    code = code.removeprefix("StatusCode.")
-    text = f"{what}: {code or type(exc).__name__}: {message}"
-    if code == "NOT_FOUND" or "unknown model" in message.lower():
-        return UnknownModelError(text, code=code, reason=message)
-    if code in _TRANSIENT or isinstance(exc, (ConnectionError, TimeoutError)):
-        return TransientBackendError(text, code=code, reason=message)
-    return PermanentBackendError(text, code=code, reason=message)
 
 
 def as_dict(message: Message) -> dict[str, Any]:
@@ -231,3 +211,10 @@ class TritonGrpcBackend:
             raise error from exc
         return Inferred(response_rows(spec, response, len(payloads)),
                         response.model_version or spec.version)
+
+    async def infer_tensors(self, model: str, version: str, inputs: Sequence[Tensor],
+                            outputs: Sequence[str] = (), request_id: str = "") -> InferredTensors:
+        """One infer call with the batch's tensors (already joined along the batch dimension);
+        every output asked for (none: all), its errors translated as ``infer``'s are."""
+        request = model_infer_request(model, version, inputs, outputs, request_id)
+        return await infer_tensors(self.stub, request, self.infer_timeout_s)

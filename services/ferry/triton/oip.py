@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ferry.errors import PermanentBackendError
 from ferry.tensors import Tensor, TensorError, checked
-from ferry.triton.grpc_backend import translate
+from ferry.triton.grpc_errors import translate
 
 
 def model_infer_request(model: str, version: str, inputs: Sequence[Tensor],
