@@ -20,7 +20,9 @@ from typing import cast
 
 import pytest
 import redis
+import tritonclient.http as triton_http
 
+from ferry.stack.ports import LOOPBACK
 from ferry.stack.process import ManagedProcess
 from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
@@ -139,6 +141,13 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
     proc, ports = start_triton(repository, state)
     yield TritonServer(f"127.0.0.1:{ports.grpc}", ports, repository, proc)
     proc.stop(grace_s=20)
+
+
+@pytest.fixture
+def triton(triton_server: TritonServer) -> Iterator[triton_http.InferenceServerClient]:
+    """tritonclient's HTTP client of the session's tritonserver, for answers to compare with."""
+    with triton_http.InferenceServerClient(f"{LOOPBACK}:{triton_server.ports.http}") as client:
+        yield client
 
 
 def sync_client(url: str) -> redis.Redis:

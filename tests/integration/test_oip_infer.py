@@ -15,7 +15,7 @@ import redis
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from ferry.stack.ports import LOOPBACK, free_port
+from ferry.stack.ports import free_port
 from tests.conftest import TritonServer, sync_client
 from tests.integration.helpers import (
     backlog_counts,
@@ -40,12 +40,6 @@ def ferry(redis_server: str, triton_server: TritonServer,
     batcher = batcher_settings(redis_server, triton_server.grpc_url)
     with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("oip-infer")) as url:
         yield url.removeprefix("http://")
-
-
-@pytest.fixture
-def triton(triton_server: TritonServer) -> Iterator[triton_http.InferenceServerClient]:
-    with triton_http.InferenceServerClient(f"{LOOPBACK}:{triton_server.ports.http}") as client:
-        yield client
 
 
 @pytest.fixture

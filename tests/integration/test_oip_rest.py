@@ -50,12 +50,6 @@ def guarded_ferry(redis_server: str, triton_server: TritonServer,
 
 
 @pytest.fixture
-def triton(triton_server: TritonServer) -> Iterator[triton_http.InferenceServerClient]:
-    with triton_http.InferenceServerClient(f"{LOOPBACK}:{triton_server.ports.http}") as client:
-        yield client
-
-
-@pytest.fixture
 def client(ferry: str) -> Iterator[triton_http.InferenceServerClient]:
     with triton_http.InferenceServerClient(ferry) as ferry_client:
         yield ferry_client
