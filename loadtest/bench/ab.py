@@ -38,7 +38,7 @@ def measure(tree: str, state: Path, *, triton: str, redis_url: str, redis_pid: i
     """One round of one tree: start its gateway and batcher, run each rate, stop them."""
     port = free_port()
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
-                              default_model=model)
+                              grpc_port=free_port(), default_model=model)
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0)
     extra = {"PYTHONPATH": tree}
     procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],

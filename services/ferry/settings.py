@@ -105,6 +105,8 @@ class GatewaySettings(CommonSettings):
 
     host: str = setting("127.0.0.1", "address the gateway listens on")
     port: int = setting(8000, "port the gateway listens on")
+    grpc_port: int = setting(8001, "port of Triton's gRPC protocol (inference."
+                             "GRPCInferenceService) on the gateway; 0: off")
     default_model: str = setting("moderation", "model used when a request names none")
     max_body_bytes: int = setting(8 * 1024 * 1024, "largest accepted request body, in bytes")
     max_poll_s: float = setting(30.0, "longest long-poll a client may ask for with ?wait=")
@@ -149,6 +151,8 @@ class GatewaySettings(CommonSettings):
             raise ConfigError("max_body_bytes must be positive")
         if self.workers < 0:
             raise ConfigError("workers must be 0 (one per core) or more")
+        if not 0 <= self.grpc_port <= 65535 or self.grpc_port == self.port:
+            raise ConfigError("grpc_port must be a port (0: off) other than port")
         if self.max_backlog < 0 or self.max_queue_wait_s <= 0 or self.default_timeout_s < 0:
             raise ConfigError("max_backlog and default_timeout_s must be >= 0, max_queue_wait_s "
                               "> 0")

@@ -20,14 +20,15 @@ from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, http_ok
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from tests.conftest import REDIS_CLUSTER
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
     values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
-                              "default_model": "sim", "redis_cluster": REDIS_CLUSTER}
+                              "default_model": "sim", "redis_cluster": REDIS_CLUSTER,
+                              "grpc_port": free_port()}
     values.update(overrides)
     return GatewaySettings(**values)
 

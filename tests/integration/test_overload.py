@@ -31,7 +31,7 @@ def overload_stack(redis_url: str, triton_server: TritonServer,
                     tmp_path: Path) -> Iterator[str]:
     port = free_port()
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
-                              port=port, default_model="sim_overload")
+                              port=port, grpc_port=free_port(), default_model="sim_overload")
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
                               metrics_port=0, max_batch=8)
     with ferry_processes(gateway, batcher, tmp_path, grace_s=20) as url:

@@ -17,9 +17,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
+from ferry.gateway.grpc_server import GrpcPort
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway
+from ferry.oip.grpc_service import InferenceService
 from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
 from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
@@ -40,23 +42,31 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
                parts: GatewayParts | None = None) -> HotLane:
     """The gateway app; connections open in its lifespan, never at import."""
     gateway = Gateway(parts or gateway_parts(settings, backend=backend))
+    discovery = Discovery(gateway.parts.backend, gateway.catalog.metadata, gateway.serving,
+                          gateway.access)
+    inference = Inference(gateway, gateway.catalog.interface, settings.max_body_bytes,
+                          gateway.tracing)
+    grpc_port = (GrpcPort(settings, InferenceService(discovery, inference, gateway.metrics))
+                 if settings.grpc_port else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
         try:
+            if grpc_port is not None:
+                await grpc_port.start()
             yield
         finally:
+            if grpc_port is not None:
+                await grpc_port.stop()
             await gateway.stop()
 
     api = FastAPI(title="Ferry", version=__version__, lifespan=lifespan, description=DESCRIPTION)
     api.state.gateway = gateway
     _install_error_handlers(api)
     _add_routes(api, gateway)
-    oip = oip_router(Discovery(gateway.parts.backend, gateway.catalog.metadata,
-                               gateway.serving, gateway.access))
-    add_infer_routes(oip, Inference(gateway, gateway.catalog.interface,
-                                    settings.max_body_bytes), gateway.access)
+    oip = oip_router(discovery)
+    add_infer_routes(oip, inference, gateway.access)
     api.include_router(oip)
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)

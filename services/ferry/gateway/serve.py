@@ -10,8 +10,10 @@ from pathlib import Path
 
 import uvicorn
 
+from ferry.errors import StartupError
 from ferry.gateway.app import create_app
 from ferry.settings import GatewaySettings, to_env
+from ferry.stack.ports import is_listening
 from ferry.telemetry.metrics import MULTIPROCESS_DIR
 
 
@@ -34,6 +36,9 @@ def serve(settings: GatewaySettings) -> int:
                "log_level": settings.log_level.lower(), "access_log": settings.access_log,
                # open long-polls must not hold a stop for their whole ?wait=
                "timeout_graceful_shutdown": 3}
+    if settings.grpc_port and is_listening(settings.host, settings.grpc_port):
+        raise StartupError(f"port {settings.grpc_port} on {settings.host} is in use; pick "
+                           "another with --grpc-port (0: no gRPC)")
     if workers == 1:
         uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
         return 0

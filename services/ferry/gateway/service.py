@@ -25,7 +25,7 @@ from ferry.errors import (
 )
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, check_payload
-from ferry.oip.infer import Held
+from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode

@@ -13,20 +13,25 @@ once instead; ``GET /v1/result/{id}`` then shows its record, whose output is the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.types import Receive
 
 from ferry.access import Access, Caller
-from ferry.errors import ClientError
-from ferry.oip.answer import answer_tensors
 from ferry.oip.encoding import BodyTooLargeError, accepted_coding, decode_body, encode_body
+from ferry.oip.hold import (
+    HOLD_S,
+    TIMED_OUT,
+    Held,
+    Refused,
+    TensorGateway,
+    cancel_quietly,
+    outcome,
+)
 from ferry.oip.request import (
     HEADER_LENGTH,
     InferRequest,
@@ -37,51 +42,25 @@ from ferry.oip.request import (
 from ferry.oip.rest import MODEL, VERSION, checked, guarded_as, oip_error
 from ferry.oip.schedule import TensorTask, tensor_task
 from ferry.oip.spec import ModelInterface
-from ferry.tasks.record import Status, StoredRecord
-from ferry.tasks.waiters import Watch
+from ferry.tasks.record import StoredRecord
+from ferry.telemetry.tracing import Tracing
 from ferry.tensors import TensorError
 
-HOLD_S = 86_400.0  # how long a call without a timeout is held open at most
-TIMED_OUT = "Request timeout expired"  # Triton's words, with its status for UNAVAILABLE
 RESULT_PREFIX = "/v1/result/"
-_ENDED = {Status.EXPIRED: 503, Status.PENDING: 503, Status.FAILED: 500, Status.CANCELLED: 400}
-
-
-@dataclass(frozen=True)
-class Held:
-    """An admitted tensor task, watched for its end: its id and the record it started with
-    (final already when the result cache answered it)."""
-
-    task_id: str
-    record: StoredRecord
-    watch: Watch
-
-    async def final(self, timeout_s: float) -> StoredRecord:
-        """The record once final, or as it stands when ``timeout_s`` has passed."""
-        record = await self.watch.final(timeout_s, self.record, read_first=False)
-        return record or self.record
-
-
-class TensorGateway(Protocol):
-    """What the infer route needs of the gateway."""
-
-    def held(self, tensors: TensorTask, caller: Caller) -> AbstractAsyncContextManager[Held]:
-        """Admit the task; watch it for the duration of the block."""
-        ...
-
-    async def cancel(self, task_id: str, caller: Caller) -> StoredRecord:
-        """End the task CANCELLED if it has not reached Triton (a ``ClientError`` if not)."""
-        ...
+INFER_ROUTE = "/v2/models/{model}/infer"
+TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
 @dataclass(frozen=True)
 class Inference:
-    """Where the infer route's work is done: the gateway, each model's interface (through the
-    catalog's short cache), and the body size limit."""
+    """Where an infer call's work is done: the gateway, each model's interface (through the
+    catalog's short cache), the body size limit, and the traces (a call's span is the parent
+    of its task's)."""
 
     gateway: TensorGateway
     interface: Callable[[str, str], Awaitable[ModelInterface]]
     max_body_bytes: int
+    tracing: Tracing
 
 
 def add_infer_routes(router: APIRouter, inference: Inference, access: Access) -> None:
@@ -124,9 +103,17 @@ class InferOperation:
             return oip_error(413, str(exc))
         except TensorError as exc:
             return oip_error(400, str(exc))
-        if respond_async(request.headers.getlist("prefer")):
-            return await self._queued(task, caller)
-        return await self._held(request, parsed, task, caller)
+        carrier = {name: value for name, value in request.headers.items()
+                   if name in TRACE_HEADERS}
+        with self.inference.tracing.server_span(f"POST {INFER_ROUTE}", carrier) as span:
+            if respond_async(request.headers.getlist("prefer")):
+                answer = await self._queued(task, caller)
+            else:
+                answer = await self._held(request, parsed, task, caller)
+            if span is not None:
+                span.set_attribute("http.response.status_code", answer.status_code)
+                span.set_attribute("ferry.model", model)
+            return answer
 
     async def _read(self, request: Request) -> InferRequest:
         limit = self.inference.max_body_bytes
@@ -145,8 +132,7 @@ class InferOperation:
         async with self.gateway.held(task, caller) as held:
             record = await until_end(held, task.timeout_s or HOLD_S, request.receive)
         if record is None:  # the client went away: its task is not wanted any more
-            with contextlib.suppress(ClientError):  # too late: it runs, and nobody waits
-                await self.gateway.cancel(held.task_id, caller)
+            await cancel_quietly(self.gateway, held.task_id, caller)
             return oip_error(400, "the client closed its connection before the answer")
         return respond(record, parsed, task, request.headers.get("accept-encoding"))
 
@@ -195,30 +181,18 @@ async def _disconnected(receive: Receive) -> None:
 def respond(record: StoredRecord, parsed: InferRequest, task: TensorTask,
             accept_encoding: str | None) -> Response:
     """The answer for a task's record: its outputs as the client asked, or Triton's error."""
-    if record.status is not Status.SUCCESS:
-        return oip_error(_ENDED[record.status], _reason(record))
-    document = record.to_json()
-    try:
-        outputs = answer_tensors(document.get("output") or {})
-    except TensorError as exc:
-        return oip_error(500, f"the task's answer holds no tensors: {exc}")
-    version = str(document.get("model_version") or task.request.version)
+    ended = outcome(record, task)
+    if isinstance(ended, Refused):
+        return oip_error(ended.failure.http, ended.message)
     encoded = encode_infer_response(
-        task.request.model, version, outputs, request_id=parsed.id,
-        binary=[t.name for t in outputs if parsed.binary(t.name)])
+        task.request.model, ended.version, ended.outputs, request_id=parsed.id,
+        binary=[t.name for t in ended.outputs if parsed.binary(t.name)])
     coding = accepted_coding(accept_encoding)
     headers = {"content-encoding": coding} if coding else {}
     if encoded.header_length is not None:
         headers[HEADER_LENGTH] = str(encoded.header_length)
     kind = "application/json" if encoded.header_length is None else "application/octet-stream"
     return Response(encode_body(encoded.body, coding), 200, headers, media_type=kind)
-
-
-def _reason(record: StoredRecord) -> str:
-    if record.status in (Status.EXPIRED, Status.PENDING):
-        return TIMED_OUT
-    error = record.to_json().get("error")
-    return str(error) if error else f"the task ended {record.status.value}"
 
 
 # -- OpenAPI --------------------------------------------------------------------------------

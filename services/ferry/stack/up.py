@@ -60,8 +60,10 @@ class LocalStack:
 
     def _start_all(self) -> UpSettings:
         s = self.settings
-        if is_listening(s.host, s.port):
-            raise StartupError(f"port {s.port} on {s.host} is in use; pick another with --port")
+        for port, option in ((s.port, "--port"), (s.grpc_port, "--grpc-port")):
+            if port and is_listening(s.host, port):
+                raise StartupError(f"port {port} on {s.host} is in use; pick another with "
+                                   f"{option}")
         repository = Path(s.model_repository) if s.model_repository else bundled_repository()
         redis_url = s.redis_url or self._start_redis()
         triton_url = s.triton_url or self._start_triton(repository)
@@ -127,6 +129,8 @@ class LocalStack:
         return "\n".join([
             "",
             f"Ferry is up: gateway {base}  (API docs {base}/docs, metrics {base}/metrics)",
+            f"  Triton's protocol  HTTP {base}/v2, gRPC "
+            f"{f'{s.host}:{s.grpc_port}' if s.grpc_port else 'off'}",
             f"  default model  {s.default_model}",
             f"  redis          {s.redis_url}",
             f"  triton (gRPC)  {s.triton_url}",

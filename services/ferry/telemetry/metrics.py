@@ -85,6 +85,12 @@ class GatewayMetrics:
                                 registry=r)
         self.cancelled = Counter("ferry_tasks_cancelled_total", "Tasks cancelled by their client",
                                  registry=r)
+        self.rpcs = Counter("ferry_grpc_requests_total", "gRPC calls answered (a stream: each "
+                            "request of it), by method and status code", ["method", "code"],
+                            registry=r)
+        self.rpc_latency = Histogram("ferry_grpc_request_seconds", "gRPC call duration (a "
+                                     "stream: each request's)", ["method"],
+                                     buckets=LATENCY_BUCKETS, registry=r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -97,6 +103,11 @@ class GatewayMetrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        """Count one answered gRPC call (or request of a stream)."""
+        self.rpcs.labels(method, code).inc()
+        self.rpc_latency.labels(method).observe(seconds)
 
     def exposition(self) -> bytes:
         """The text /metrics serves: this process's registry, or every worker's in multiprocess

@@ -1,0 +1,113 @@
+"""An infer call held open until its task ends, for REST and gRPC alike.
+
+The gateway admits the checked request as a task and watches it; the call waits for the task's
+final record (within the request's timeout) and answers from it: the outputs on SUCCESS, or the
+error Triton would give. An EXPIRED task, or one still queued when its timeout passed, answers as
+Triton answers a request whose timeout expired (``UNAVAILABLE``, 503 over HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from ferry.access import Caller
+from ferry.errors import ClientError
+from ferry.oip.answer import answer_tensors
+from ferry.oip.schedule import TensorTask
+from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.tasks.record import Status, StoredRecord
+from ferry.tasks.waiters import Watch
+from ferry.tensors import Tensor, TensorError
+
+HOLD_S = 86_400.0  # how long a call without a timeout is held open at most
+TIMED_OUT = "Request timeout expired"  # Triton's words, with its code UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class Held:
+    """An admitted tensor task, watched for its end: its id and the record it started with
+    (final already when the result cache answered it)."""
+
+    task_id: str
+    record: StoredRecord
+    watch: Watch
+
+    async def final(self, timeout_s: float) -> StoredRecord:
+        """The record once final, or as it stands when ``timeout_s`` has passed."""
+        record = await self.watch.final(timeout_s, self.record, read_first=False)
+        return record or self.record
+
+
+class TensorGateway(Protocol):
+    """What an infer call needs of the gateway."""
+
+    def held(self, tensors: TensorTask, caller: Caller) -> AbstractAsyncContextManager[Held]:
+        """Admit the task; watch it for the duration of the block."""
+        ...
+
+    async def cancel(self, task_id: str, caller: Caller) -> StoredRecord:
+        """End the task CANCELLED if it has not reached Triton (a ``ClientError`` if not)."""
+        ...
+
+
+class Failure(Enum):
+    """Why a held call gets no outputs, named as gRPC names its status (HTTP's in ``http``)."""
+
+    UNAVAILABLE = 503  # the timeout passed, or the task EXPIRED
+    INTERNAL = 500  # the task FAILED, or its record holds no tensors
+    CANCELLED = 400  # cancelled by its client (through /v1) before it ran
+
+    @property
+    def http(self) -> int:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A task's outputs and the model version that gave them."""
+
+    outputs: list[Tensor]
+    version: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A held call's error: its kind and Triton-style message."""
+
+    failure: Failure
+    message: str
+
+
+_FAILURES = {Status.EXPIRED: Failure.UNAVAILABLE, Status.PENDING: Failure.UNAVAILABLE,
+             Status.FAILED: Failure.INTERNAL, Status.CANCELLED: Failure.CANCELLED}
+
+
+def outcome(record: StoredRecord, task: TensorTask) -> Answered | Refused:
+    """What a call answers for its task's record (final, or as it stood at the timeout)."""
+    if record.status is not Status.SUCCESS:
+        return Refused(_FAILURES[record.status], _reason(record))
+    document = record.to_json()
+    try:
+        outputs = answer_tensors(document.get("output") or {})
+    except TensorError as exc:
+        return Refused(Failure.INTERNAL, f"the task's answer holds no tensors: {exc}")
+    return Answered(outputs, str(document.get("model_version") or task.request.version))
+
+
+def _reason(record: StoredRecord) -> str:
+    if record.status in (Status.EXPIRED, Status.PENDING):
+        return TIMED_OUT
+    error = record.to_json().get("error")
+    return str(error) if error else f"the task ended {record.status.value}"
+
+
+async def cancel_quietly(gateway: TensorGateway, task_id: str, caller: Caller) -> None:
+    """Cancel a task nobody waits for any more; too late (it runs) is no error, and the
+    cancel itself is shielded from the cancellation of the call that asks for it."""
+    with contextlib.suppress(ClientError, *REDIS_UNAVAILABLE):
+        await asyncio.shield(gateway.cancel(task_id, caller))

@@ -1,0 +1,274 @@
+"""Triton's gRPC service on the gateway: ``tritonclient.grpc`` (and its ``aio`` variant, and its
+streaming) pointed at Ferry's gRPC port gets the answers the same client gets from Triton's own
+gRPC port, queued and batched; a request that does not fit its model is INVALID_ARGUMENT with
+what differs, and nothing is enqueued for it."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc as triton_grpc
+import tritonclient.grpc.aio as triton_grpc_aio
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from ferry.stack.ports import free_port
+from tests.conftest import TritonServer, sync_client
+from tests.integration.helpers import (
+    batch_executions,
+    batcher_settings,
+    executions_since,
+    ferry_processes,
+    gateway_settings,
+    task_keys,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+class Ferry:
+    def __init__(self, http: str, grpc_target: str) -> None:
+        self.http = http
+        self.grpc = grpc_target
+
+
+@pytest.fixture(scope="module")
+def ferry(redis_server: str, triton_server: TritonServer,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
+    """A gateway (one process, gRPC on its own port) and a batcher."""
+    grpc_port = free_port()
+    gateway = gateway_settings(redis_server, triton_server.grpc_url, port=free_port(),
+                               grpc_port=grpc_port, workers=1, max_body_bytes=64 * 1024)
+    batcher = batcher_settings(redis_server, triton_server.grpc_url)
+    with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("oip-grpc")) as url:
+        yield Ferry(url, f"127.0.0.1:{grpc_port}")
+
+
+@pytest.fixture
+def client(ferry: Ferry) -> Iterator[triton_grpc.InferenceServerClient]:
+    with triton_grpc.InferenceServerClient(ferry.grpc) as ferry_client:
+        yield ferry_client
+
+
+@pytest.fixture
+def triton(triton_server: TritonServer) -> Iterator[triton_grpc.InferenceServerClient]:
+    with triton_grpc.InferenceServerClient(triton_server.grpc_url) as triton_client:
+        yield triton_client
+
+
+@pytest.fixture
+def store(redis_server: str) -> Iterator[redis.Redis]:
+    client = sync_client(redis_server)
+    yield client
+    client.close()
+
+
+def simple_inputs(rows: int = 1, offset: float = 0.0) -> list[triton_grpc.InferInput]:
+    data = np.arange(16 * rows, dtype=np.float32).reshape(rows, 16) + offset
+    inputs = []
+    for name, values in (("INPUT0", data), ("INPUT1", np.full_like(data, 2.5))):
+        tensor = triton_grpc.InferInput(name, [rows, 16], "FP32")
+        tensor.set_data_from_numpy(values)
+        inputs.append(tensor)
+    return inputs
+
+
+def sim_input(text: bytes) -> list[triton_grpc.InferInput]:
+    tensor = triton_grpc.InferInput("INPUT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[text]], dtype=np.object_))
+    return [tensor]
+
+
+def same_answer(ours: Any, theirs: Any, outputs: list[str]) -> None:
+    for name in outputs:
+        mine, real = ours.as_numpy(name), theirs.as_numpy(name)
+        assert mine.dtype == real.dtype and mine.shape == real.shape
+        if mine.dtype == np.object_:  # BYTES: compare the elements, not their addresses
+            assert mine.tolist() == real.tolist()
+        else:
+            assert mine.tobytes() == real.tobytes()
+    mine_json = ours.get_response(as_json=True)
+    real_json = theirs.get_response(as_json=True)
+    for field in ("model_name", "model_version", "id", "outputs"):
+        assert mine_json.get(field) == real_json.get(field), field
+
+
+def test_health_and_metadata_are_tritons(client: triton_grpc.InferenceServerClient,
+                                         triton: triton_grpc.InferenceServerClient) -> None:
+    assert client.is_server_live() and client.is_server_ready()
+    metadata = client.get_server_metadata(as_json=True)
+    assert metadata["name"] == "ferry"
+    assert "binary_tensor_data" in metadata["extensions"]
+    for model in ("simple", "sim"):
+        assert client.is_model_ready(model) and client.is_model_ready(model, "1")
+        assert (client.get_model_metadata(model, as_json=True)
+                == triton.get_model_metadata(model, as_json=True))
+        assert (client.get_model_config(model, as_json=True)
+                == triton.get_model_config(model, as_json=True))
+    assert not client.is_model_ready("no_such_model")
+    stats = client.get_inference_statistics("simple", as_json=True)
+    assert stats["model_stats"][0]["name"] == "simple"
+
+
+def test_unknown_models_are_refused_as_triton_refuses_them(
+        client: triton_grpc.InferenceServerClient,
+        triton: triton_grpc.InferenceServerClient) -> None:
+    for call in (lambda c: c.get_model_metadata("no_such_model"),
+                 lambda c: c.get_model_config("no_such_model")):
+        with pytest.raises(InferenceServerException) as ours:
+            call(client)
+        with pytest.raises(InferenceServerException) as theirs:
+            call(triton)
+        assert ours.value.status() == theirs.value.status()
+        assert "no_such_model" in str(ours.value.message())
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_infer_answers_as_triton(client: triton_grpc.InferenceServerClient,
+                                 triton: triton_grpc.InferenceServerClient, rows: int) -> None:
+    ours = client.infer("simple", simple_inputs(rows), request_id=f"r-{rows}")
+    theirs = triton.infer("simple", simple_inputs(rows), request_id=f"r-{rows}")
+    same_answer(ours, theirs, ["OUTPUT0", "OUTPUT1"])
+    assert ours.get_response().id == f"r-{rows}"
+    only = [triton_grpc.InferRequestedOutput("OUTPUT1")]
+    ours = client.infer("simple", simple_inputs(rows), outputs=only)
+    assert [o.name for o in ours.get_response().outputs] == ["OUTPUT1"]
+    word = client.infer("sim", sim_input(b"hello ferry"), model_version="1")
+    same_answer(word, triton.infer("sim", sim_input(b"hello ferry"), model_version="1"),
+                ["OUTPUT"])
+
+
+def test_typed_contents_are_read_as_triton_reads_them(ferry: Ferry,
+                                                      triton_server: TritonServer) -> None:
+    request = service_pb2.ModelInferRequest(model_name="simple", id="typed")
+    for name, values in (("INPUT0", [float(i) for i in range(16)]), ("INPUT1", [0.5] * 16)):
+        tensor = request.inputs.add(name=name, datatype="FP32", shape=[1, 16])
+        tensor.contents.fp32_contents.extend(values)
+    answers = []
+    for target in (ferry.grpc, triton_server.grpc_url):
+        with grpc.insecure_channel(target) as channel:
+            answers.append(service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                request, timeout=30))
+    assert answers[0].raw_output_contents == answers[1].raw_output_contents
+    assert answers[0].outputs == answers[1].outputs and answers[0].id == "typed"
+
+
+async def test_the_aio_client_is_served_and_concurrent_requests_are_batched(
+        ferry: Ferry, triton_server: TritonServer) -> None:
+    before = batch_executions(triton_server.grpc_url, "simple")
+    async with triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
+        results = await asyncio.gather(*(client.infer("simple", simple_inputs(1, offset=i))
+                                         for i in range(16)))
+    executions = executions_since(before, batch_executions(triton_server.grpc_url, "simple"))
+    for i, result in enumerate(results):
+        expected = np.arange(16, dtype=np.float32) + i
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], expected + 2.5)
+    assert sum(size * n for size, n in executions.items()) == 16
+    assert sum(executions.values()) < 16  # Ferry batched what Triton alone runs one by one
+
+
+def test_a_stream_answers_each_request_by_its_id(client: triton_grpc.InferenceServerClient
+                                                 ) -> None:
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(8):
+            client.async_stream_infer("simple", simple_inputs(1, offset=i), request_id=f"s-{i}")
+        client.async_stream_infer("sim", sim_input(b"poison pill"), request_id="bad")
+        client.async_stream_infer("simple", simple_inputs(1)[:1], request_id="short")
+        got = [answers.get(timeout=30) for _ in range(10)]
+    finally:
+        client.stop_stream()
+    errors = [str(error) for result, error in got if error is not None]
+    by_id = {result.get_response().id: result for result, error in got if error is None}
+    assert sorted(by_id) == [f"s-{i}" for i in range(8)]
+    for i in range(8):
+        np.testing.assert_array_equal(by_id[f"s-{i}"].as_numpy("OUTPUT1")[0],
+                                      np.arange(16, dtype=np.float32) + i - 2.5)
+    assert len(errors) == 2
+    assert any("poison" in error for error in errors)
+    assert any("INPUT1" in error for error in errors)
+
+
+BAD_REQUESTS = [
+    ("wrong datatype", lambda: [_tensor("INPUT0", np.zeros((1, 16), np.int32), "INT32"),
+                                simple_inputs()[1]], "INT32"),
+    ("wrong shape", lambda: [_tensor("INPUT0", np.zeros((1, 8), np.float32), "FP32"),
+                             _tensor("INPUT1", np.zeros((1, 8), np.float32), "FP32")], "[1, 8]"),
+    ("unknown input", lambda: [*simple_inputs(), _tensor("EXTRA", np.zeros((1, 16), np.float32),
+                                                         "FP32")], "EXTRA"),
+    ("missing input", lambda: simple_inputs()[:1], "INPUT1"),
+    ("over max_batch_size", lambda: simple_inputs(9), "8"),
+]
+
+
+def _tensor(name: str, values: np.ndarray[Any, Any], datatype: str) -> triton_grpc.InferInput:
+    tensor = triton_grpc.InferInput(name, list(values.shape), datatype)
+    tensor.set_data_from_numpy(values)
+    return tensor
+
+
+@pytest.mark.parametrize(("what", "inputs", "named"), BAD_REQUESTS,
+                         ids=[bad[0] for bad in BAD_REQUESTS])
+def test_a_bad_request_is_invalid_argument_and_nothing_is_enqueued(
+        client: triton_grpc.InferenceServerClient, store: redis.Redis, what: str,
+        inputs: Any, named: str) -> None:
+    before = len(task_keys(store))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("simple", inputs())
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", what
+    assert named in str(refused.value.message()), what
+    with pytest.raises(InferenceServerException) as unknown_output:
+        client.infer("simple", simple_inputs(),
+                     outputs=[triton_grpc.InferRequestedOutput("OUTPUT9")])
+    assert "OUTPUT9" in str(unknown_output.value.message())
+    assert len(task_keys(store)) == before
+
+
+def test_a_failed_task_is_internal_with_its_reason(
+        client: triton_grpc.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as failed:
+        client.infer("sim", sim_input(b"poison pill"))
+    assert failed.value.status() == "StatusCode.INTERNAL"
+    assert "poison" in str(failed.value.message())
+
+
+def test_respond_async_answers_the_task_id_and_the_record_holds_the_answer(
+        client: triton_grpc.InferenceServerClient, ferry: Ferry) -> None:
+    accepted = client.infer("simple", simple_inputs(), request_id="later",
+                            parameters={"respond_async": True})
+    response = accepted.get_response()
+    assert not response.outputs and response.id == "later"
+    task_id = response.parameters["task_id"].string_param
+    assert response.parameters["status_url"].string_param == f"/v1/result/{task_id}"
+    record = httpx.get(f"{ferry.http}/v1/result/{task_id}", params={"wait": 20},
+                       timeout=30).json()
+    assert record["status"] == "SUCCESS"
+    outputs = {o["name"]: o for o in record["output"]["outputs"]}
+    assert outputs["OUTPUT0"]["data"] == [i + 2.5 for i in range(16)]
+    assert record.get("priority", "normal") == "normal"  # shown only when not normal
+
+
+def test_priority_and_shared_memory_parameters(client: triton_grpc.InferenceServerClient,
+                                               ferry: Ferry) -> None:
+    accepted = client.infer("simple", simple_inputs(), priority=1,
+                            parameters={"respond_async": True})
+    task_id = accepted.get_response().parameters["task_id"].string_param
+    record = httpx.get(f"{ferry.http}/v1/result/{task_id}", timeout=30).json()
+    assert record["priority"] == "high"
+    with pytest.raises(InferenceServerException) as refused:
+        client.get_system_shared_memory_status()
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "shared memory" in str(refused.value.message())
+    with pytest.raises(InferenceServerException) as sequence:
+        client.infer("simple", simple_inputs(), sequence_id=7)
+    assert sequence.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "sequence" in str(sequence.value.message())
