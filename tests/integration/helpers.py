@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import redis
 import tritonclient.grpc as triton_grpc
+import uvicorn
 
 from ferry import keys
 from ferry.batcher.models import ModelState
@@ -28,7 +29,7 @@ from tests.conftest import REDIS_CLUSTER
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
     values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
                               "default_model": "sim", "redis_cluster": REDIS_CLUSTER,
-                              "grpc_port": free_port()}
+                              "port": free_port(), "grpc_port": free_port()}
     values.update(overrides)
     return GatewaySettings(**values)
 
@@ -94,6 +95,28 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.Asyn
         async with httpx.AsyncClient(transport=transport, base_url="http://ferry.test",
                                      timeout=60) as client:
             yield client
+
+
+@dataclass(frozen=True)
+class Served:
+    """A gateway serving on real ports: its base URL and its gRPC host:port."""
+
+    http: str
+    grpc: str
+
+
+@asynccontextmanager
+async def serving(settings: GatewaySettings) -> AsyncIterator[Served]:
+    """The gateway on real HTTP and gRPC ports, in this event loop, until the block ends."""
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=LOOPBACK,
+                                           port=settings.port, log_level="warning"))
+    serve = asyncio.ensure_future(server.serve())
+    assert await wait_until(lambda: server.started or serve.done(), 30)
+    try:
+        yield Served(f"http://{LOOPBACK}:{settings.port}", f"{LOOPBACK}:{settings.grpc_port}")
+    finally:
+        server.should_exit = True
+        await serve
 
 
 @asynccontextmanager

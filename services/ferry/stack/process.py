@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,6 +21,18 @@ def _die_with_parent() -> None:
     """Runs in the child before exec: the kernel sends SIGTERM if the parent goes away."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+SETPRIV = shutil.which("setpriv")  # util-linux: sets the same without Python in the child
+
+
+def _launch(argv: Sequence[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv to run and the code to run in the child before exec, for a child that gets
+    SIGTERM when its parent dies. With ``setpriv`` no Python runs between fork and exec, which
+    a parent with threads (gRPC's, for one) needs: a forked copy of them can crash the child."""
+    if SETPRIV is not None:
+        return [SETPRIV, "--pdeathsig", "TERM", "--", *argv], None
+    return list(argv), _die_with_parent
 
 
 class ManagedProcess:
@@ -49,14 +62,15 @@ class ManagedProcess:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
+        argv, before_exec = _launch(self.argv)
         self._proc = subprocess.Popen(  # noqa: S603 - argv is built by Ferry, never a shell
-            self.argv,
+            argv,
             env=self.env,
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT if self._log else None,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only ctypes.prctl, no locks taken
+            preexec_fn=before_exec,  # noqa: PLW1509 - without setpriv only: ctypes.prctl
             start_new_session=self.new_session,
         )
 

@@ -1,0 +1,165 @@
+"""Chaos under held infer calls: a batcher killed with SIGKILL while REST and gRPC clients wait
+for their answers, and a Redis restart in the middle of their batch. Every held call gets its
+answer or a clear error, none hangs, and no task is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc.aio as triton_grpc_aio
+from tritonclient.grpc import InferInput
+from tritonclient.utils import InferenceServerException
+
+from ferry import keys
+from ferry.batcher.worker import Batcher
+from ferry.settings import BatcherSettings, to_env
+from ferry.stack.ports import free_port
+from ferry.stack.redis_server import start_redis
+from tests.conftest import TritonServer, sync_client
+from tests.integration.helpers import (
+    batcher_settings,
+    gateway_settings,
+    serving,
+    task_keys,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+MODEL = "sim_slow"  # 1.5 s a batch: long enough to break things while it runs
+CALLS = 6  # of each protocol (3 when a batcher dies: its tasks are then retried one by one)
+
+
+def word_input(word: str) -> list[InferInput]:
+    tensor = InferInput("INPUT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[word.encode()]], dtype=np.object_))
+    return [tensor]
+
+
+def expected(word: str) -> dict[str, Any]:
+    """What the simulator answers for a word: its digest and length."""
+    return {"sha256": hashlib.sha256(word.encode()).hexdigest(), "length": len(word)}
+
+
+def held_calls(grpc_client: triton_grpc_aio.InferenceServerClient, http: httpx.AsyncClient,
+               tag: str, count: int = CALLS) -> dict[str, asyncio.Future[Any]]:
+    """``count`` gRPC and ``count`` REST infer calls of MODEL, by the word each sends."""
+    calls: dict[str, Awaitable[Any]] = {}
+    for i in range(count):
+        calls[f"grpc-{tag}-{i}"] = grpc_client.infer(MODEL, word_input(f"grpc-{tag}-{i}"))
+        word = f"rest-{tag}-{i}"
+        calls[word] = http.post(f"/v2/models/{MODEL}/infer", json={"inputs": [{
+            "name": "INPUT", "shape": [1, 1], "datatype": "BYTES", "data": [word]}]})
+    return {word: asyncio.ensure_future(call) for word, call in calls.items()}
+
+
+def answered(word: str, outcome: Any) -> bool:
+    """Whether a call got its own answer (True), or a clear error (False); else it fails."""
+    if isinstance(outcome, InferenceServerException):
+        assert outcome.status() == "StatusCode.UNAVAILABLE" and outcome.message(), outcome
+        return False
+    if isinstance(outcome, httpx.Response):
+        if outcome.status_code == 503:
+            assert outcome.json()["error"], outcome.text
+            return False
+        assert outcome.status_code == 200, outcome.text
+        (output,) = outcome.json()["outputs"]
+        assert json.loads(output["data"][0]) == expected(word)
+        return True
+    assert not isinstance(outcome, BaseException), repr(outcome)
+    assert json.loads(outcome.as_numpy("OUTPUT")[0][0]) == expected(word)
+    return True
+
+
+def pending_count(client: redis.Redis) -> int:
+    total = 0
+    for partition in range(16):
+        with contextlib.suppress(redis.ResponseError):
+            total += int(client.xpending(keys.partition_stream(partition),
+                                         keys.CONSUMER_GROUP)["pending"])
+    return total
+
+
+async def test_a_batcher_killed_under_held_calls_loses_none_of_them(
+        redis_url: str, triton_server: TritonServer, redis_client: redis.Redis) -> None:
+    url = triton_server.grpc_url
+    env = {**os.environ, **to_env(batcher_settings(redis_url, url, max_wait_ms=5),
+                                  BatcherSettings)}
+    async with serving(gateway_settings(redis_url, url)) as ferry, \
+            triton_grpc_aio.InferenceServerClient(ferry.grpc) as grpc_client, \
+            httpx.AsyncClient(base_url=ferry.http, timeout=90) as http:
+        calls = held_calls(grpc_client, http, "kill", count=3)
+        assert await wait_until(lambda: len(task_keys(redis_client)) == 6, 20)
+        doomed = subprocess.Popen([sys.executable, "-m", "ferry", "batcher"], env=env)
+        try:  # kill it while its batch is at Triton
+            assert await wait_until(lambda: pending_count(redis_client) == 6, 20)
+            await asyncio.sleep(0.3)
+        finally:
+            doomed.send_signal(signal.SIGKILL)
+            doomed.wait(10)
+        rescuer = Batcher.from_settings(batcher_settings(
+            redis_url, url, claim_idle_ms=500, claim_interval_ms=200, max_wait_ms=5,
+            max_inflight_batches=6))
+        await rescuer.start()
+        try:
+            outcomes = await asyncio.wait_for(asyncio.gather(*calls.values(),
+                                                             return_exceptions=True), 60)
+        finally:
+            await rescuer.stop()
+    assert all(answered(word, outcome) for word, outcome in zip(calls, outcomes, strict=True))
+
+
+async def test_a_redis_restart_under_held_calls_loses_no_task(
+        triton_server: TritonServer, tmp_path: Path) -> None:
+    port = free_port()
+    proc, redis_url = start_redis(tmp_path / "redis", port=port, persist=True)
+    url = triton_server.grpc_url
+    store = sync_client(redis_url)
+    try:
+        async with serving(gateway_settings(redis_url, url, redis_cluster=False)) as ferry, \
+                triton_grpc_aio.InferenceServerClient(ferry.grpc) as grpc_client, \
+                httpx.AsyncClient(base_url=ferry.http, timeout=90) as http:
+            batcher = Batcher.from_settings(batcher_settings(  # reclaims what it could not
+                redis_url, url, max_wait_ms=5, redis_cluster=False,  # settle within 3 s
+                claim_idle_ms=3000, claim_interval_ms=500))
+            await batcher.start()
+            try:
+                calls = held_calls(grpc_client, http, "restart")
+                assert await wait_until(lambda: pending_count(store) == 2 * CALLS, 20)
+                proc.stop(grace_s=10)  # mid-batch: the batch finishes while Redis is away
+                await asyncio.sleep(2.0)
+                proc, _ = start_redis(tmp_path / "redis", port=port, persist=True)
+                outcomes = await asyncio.wait_for(asyncio.gather(*calls.values(),
+                                                                 return_exceptions=True), 60)
+                served = [answered(w, o) for w, o in zip(calls, outcomes, strict=True)]
+                finals = await asyncio.wait_for(final_statuses(http, store), 60)
+            finally:
+                await batcher.stop()
+    finally:
+        store.close()
+        proc.stop(grace_s=5)
+    assert sum(served) >= 1  # and every other call a clear error, none hanging
+    assert finals == ["SUCCESS"] * 2 * CALLS  # nothing lost
+
+
+async def final_statuses(http: httpx.AsyncClient, store: redis.Redis) -> list[str]:
+    """Every task's final status, read through /v1 (waiting for each to end)."""
+    statuses = []
+    for key in task_keys(store):
+        task_id = key.decode().rsplit(":task:", 1)[1]
+        record = (await http.get(f"/v1/result/{task_id}", params={"wait": 20})).json()
+        statuses.append(record["status"])
+    return statuses

@@ -1,0 +1,150 @@
+"""A held infer call, over REST and gRPC, against a real gateway (HTTP and gRPC ports in this
+test's event loop) with no batcher, so that its task stays queued for as long as a test needs:
+a call past its timeout answers as Triton answers an expired request; a client that goes away
+cancels its task; a task cancelled through ``/v1`` ends its held call; with authentication on,
+gRPC calls need the credential in their metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import redis
+import tritonclient.grpc.aio as triton_grpc_aio
+from tritonclient.grpc import InferInput
+from tritonclient.utils import InferenceServerException
+
+from ferry.stack.ports import free_port
+from tests.conftest import TritonServer
+from tests.integration.helpers import (
+    Served,
+    gateway_settings,
+    serving,
+    task_keys,
+    wait_until,
+)
+from tests.integration.test_security import ALICE_KEY, KEYS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+ALICE = {"authorization": f"Bearer {ALICE_KEY}"}  # gRPC metadata keys are lower case
+
+
+@pytest.fixture
+async def served(redis_url: str, triton_server: TritonServer) -> AsyncIterator[Served]:
+    async with serving(gateway_settings(redis_url, triton_server.grpc_url,
+                                        port=free_port())) as ferry:
+        yield ferry
+
+
+SIMPLE = {"inputs": [{"name": name, "shape": [1, 16], "datatype": "FP32",
+                      "data": [float(i) for i in range(16)]} for name in ("INPUT0", "INPUT1")]}
+
+
+def simple_inputs() -> list[InferInput]:
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = InferInput(name, [1, 16], "FP32")
+        tensor.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+        inputs.append(tensor)
+    return inputs
+
+
+def only_task(store: redis.Redis) -> str:
+    (key,) = task_keys(store)
+    return key.decode().rsplit(":task:", 1)[1]
+
+
+async def status_of(ferry: Served, task_id: str) -> str:
+    async with httpx.AsyncClient(base_url=ferry.http) as http:
+        return str((await http.get(f"/v1/result/{task_id}")).json()["status"])
+
+
+async def test_a_call_past_its_timeout_answers_as_triton_answers_an_expired_request(
+        served: Served) -> None:
+    started = time.monotonic()
+    async with httpx.AsyncClient(base_url=served.http, timeout=30) as http:
+        late = await http.post("/v2/models/simple/infer",
+                               json={**SIMPLE, "parameters": {"timeout": 300_000}})
+    rest_s = time.monotonic() - started
+    assert late.status_code == 503
+    assert late.json() == {"error": "Request timeout expired"}
+    started = time.monotonic()
+    async with triton_grpc_aio.InferenceServerClient(served.grpc) as client:
+        with pytest.raises(InferenceServerException) as expired:
+            await client.infer("simple", simple_inputs(), timeout=300_000)
+    grpc_s = time.monotonic() - started
+    assert expired.value.status() == "StatusCode.UNAVAILABLE"
+    assert expired.value.message() == "Request timeout expired"
+    assert 0.3 <= rest_s < 3 and 0.3 <= grpc_s < 3  # none held past its deadline for long
+
+
+async def _cancelled_when_gone(ferry: Served, store: redis.Redis,
+                               call: Callable[[], Awaitable[Any]]) -> None:
+    with pytest.raises((InferenceServerException, httpx.TimeoutException)):
+        await call()
+    task_id = only_task(store)
+
+    async def cancelled() -> bool:
+        return await status_of(ferry, task_id) == "CANCELLED"
+
+    deadline = time.monotonic() + 10
+    while not await cancelled():
+        assert time.monotonic() < deadline, "the task of a call its client left is not cancelled"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_client_that_goes_away_cancels_its_queued_task(
+        served: Served, redis_client: redis.Redis) -> None:
+    async with triton_grpc_aio.InferenceServerClient(served.grpc) as client:
+        await _cancelled_when_gone(served, redis_client, lambda: client.infer(
+            "simple", simple_inputs(), client_timeout=0.5))
+    redis_client.flushall()
+    async with httpx.AsyncClient(base_url=served.http, timeout=0.5) as http:
+        await _cancelled_when_gone(served, redis_client, lambda: http.post(
+            "/v2/models/simple/infer", json=SIMPLE))
+
+
+async def test_a_task_cancelled_through_v1_ends_its_held_calls(
+        served: Served, redis_client: redis.Redis) -> None:
+    async with triton_grpc_aio.InferenceServerClient(served.grpc) as client, \
+            httpx.AsyncClient(base_url=served.http, timeout=30) as http:
+        for hold in (lambda: client.infer("simple", simple_inputs()),
+                     lambda: http.post("/v2/models/simple/infer", json=SIMPLE)):
+            redis_client.flushall()
+            held = asyncio.ensure_future(hold())
+            assert await wait_until(lambda: len(task_keys(redis_client)) == 1, 10)
+            assert (await http.delete(f"/v1/result/{only_task(redis_client)}")).status_code == 200
+            try:
+                answer = await asyncio.wait_for(held, 10)
+            except InferenceServerException as exc:
+                assert exc.status() == "StatusCode.CANCELLED"
+                assert "CANCELLED" in str(exc.message()) or "cancel" in str(exc.message())
+            else:
+                assert answer.status_code == 400 and "cancel" in answer.json()["error"].lower()
+
+
+async def test_with_authentication_grpc_calls_need_the_key(
+        redis_url: str, triton_server: TritonServer) -> None:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, port=free_port(),
+                                auth="api_key", api_keys=KEYS, rate_limit_per_min=0)
+    async with serving(settings) as ferry, \
+            triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
+        assert await client.is_server_live() and await client.is_server_ready()
+        with pytest.raises(InferenceServerException) as refused:
+            await client.get_model_metadata("sim")
+        assert refused.value.status() == "StatusCode.UNAUTHENTICATED"
+        with pytest.raises(InferenceServerException) as bad_key:
+            await client.infer("simple", simple_inputs(), headers={"x-api-key": "wrong"})
+        assert bad_key.value.status() == "StatusCode.UNAUTHENTICATED"
+        metadata = await client.get_model_metadata("sim", headers=ALICE, as_json=True)
+        assert metadata["name"] == "sim"
+        assert (await client.get_model_config("sim", headers={"x-api-key": ALICE_KEY},
+                                              as_json=True))["config"]["max_batch_size"] == 64
+        accepted = await client.infer("simple", simple_inputs(), headers=ALICE,
+                                      parameters={"respond_async": True})
+        assert accepted.get_response().parameters["task_id"].string_param
