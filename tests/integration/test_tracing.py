@@ -15,7 +15,9 @@ from typing import Any
 
 import grpc
 import httpx
+import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from ferry.stack.ports import LOOPBACK, free_port
@@ -113,3 +115,41 @@ def test_one_connected_trace_per_request_across_processes(
         assert shared.name == "ferry.batch" and shared.trace_id != request.trace_id
         assert (request.trace_id, request.span_id) in shared.links
         assert shared.attributes["ferry.batch.size"] == len(shared.links) >= 1
+
+
+def test_triton_protocol_calls_continue_the_callers_trace(
+    redis_url: str, triton_server: TritonServer, receiver: tuple[Receiver, int],
+    tmp_path: Path,
+) -> None:
+    """A gRPC ModelInfer with ``traceparent`` metadata and a REST infer with the header: each
+    call's span is a child of the caller's, and its task's spans are under it."""
+    got, port = receiver
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{LOOPBACK}:{port}",
+            "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    grpc_port = free_port()
+    gateway = gateway_settings(redis_url, triton_server.grpc_url, port=free_port(),
+                               grpc_port=grpc_port, workers=1)
+    callers = {"ModelInfer": ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"),
+               "POST /v2/models/{model}/infer": ("4bf92f3577b34da6a3ce929d0e0e4736",
+                                                 "00f067aa0ba902b7")}
+    parents = {name: f"00-{trace}-{span}-01" for name, (trace, span) in callers.items()}
+    word = triton_grpc.InferInput("INPUT", [1, 1], "BYTES")
+    word.set_data_from_numpy(np.array([[b"traced over grpc"]], dtype=np.object_))
+    with ferry_processes(gateway, batcher_settings(redis_url, triton_server.grpc_url),
+                         tmp_path, extra_env=otel) as base:
+        with triton_grpc.InferenceServerClient(f"{LOOPBACK}:{grpc_port}") as client:
+            client.infer("sim", [word], headers={"traceparent": parents["ModelInfer"]})
+        answer = httpx.post(f"{base}/v2/models/sim/infer", timeout=30, headers={
+            "traceparent": parents["POST /v2/models/{model}/infer"]}, json={"inputs": [{
+                "name": "INPUT", "shape": [1, 1], "datatype": "BYTES", "data": ["over rest"]}]})
+        assert answer.status_code == 200, answer.text
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum(
+                s.name == "ferry.result_write" for s in list(got.spans)) < 2:
+            time.sleep(0.2)
+    spans = list(got.spans)
+    for name, (trace_id, parent_id) in callers.items():
+        (call,) = [s for s in spans if s.name == name and s.service == "ferry-gateway"]
+        assert (call.trace_id, call.parent_id) == (trace_id, parent_id)
+        under = {s.name for s in spans if s.parent_id == call.span_id}
+        assert {"ferry.queue_wait", "ferry.batch"} <= under, (name, under)
