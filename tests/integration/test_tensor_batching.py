@@ -67,13 +67,16 @@ async def test_tensor_requests_travel_together_within_the_models_rows(
     async with running_stack(gateway_settings(redis_url, url), batcher_settings(
             redis_url, url, max_wait_ms=300, adaptive_flush=False)) as stack:
         results = await admit_all(stack, [simple_task(a, b) for a, b in pairs])
+        registry = stack.batchers[0].metrics.registry
+    rows = sum(a.shape[0] for a, _ in pairs)
+    assert registry.get_sample_value("ferry_batch_size_sum", {"model": "simple"}) == rows
     for (a, b), result in zip(pairs, results, strict=True):
         out = outputs_of(result)
         np.testing.assert_array_equal(out["OUTPUT0"], a + b)
         np.testing.assert_array_equal(out["OUTPUT1"], a - b)
         assert result["model_version"] == "1" and result["output"]["id"] == f"r-{a.shape[0]}"
     executions = executions_since(before, batch_executions(url, "simple"))
-    assert sum(size * n for size, n in executions.items()) == sum(a.shape[0] for a, _ in pairs)
+    assert sum(size * n for size, n in executions.items()) == rows
     assert sum(executions.values()) < len(pairs)  # more than one request a call, on average
     assert max(executions) <= 8  # never more rows than the model takes
 

@@ -301,7 +301,8 @@ class BatchExecutor:
         request_id = tasks[0].request_id if len(tasks) == 1 else ""
         call = self.backend.infer_tensors(model, version, joined_inputs(tasks, batched),
                                           list(tasks[0].outputs), request_id)
-        inferred = await self._timed(model, len(items), call)
+        rows = sum(rows_of(task, batched) for task in tasks)  # Triton's batch: what it costs
+        inferred = await self._timed(model, rows, call)
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version)
                 for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
                                      strict=True)]

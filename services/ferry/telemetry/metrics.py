@@ -23,7 +23,8 @@ class BatcherMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.batch_size = Histogram("ferry_batch_size", "Requests per Triton infer call",
+        self.batch_size = Histogram("ferry_batch_size", "Rows per Triton infer call (a request of "
+                                    "the one-BYTES contract is one row)",
                                     ["model"], buckets=BATCH_BUCKETS, registry=r)
         self.flushes = Counter("ferry_batch_flush_total", "Batches sent, by why they left: full, "
                                "wait (max wait reached), adaptive (nobody else coming), drain",
