@@ -27,6 +27,7 @@ from ferry.stack.process import ManagedProcess
 from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
 from ferry.stack.up import bundled_repository
+from tests.tensor_models import add_tensor_models
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def build_test_repository(target: Path) -> Path:
     (overload / "config.pbtxt").write_text(config)
     add_tensorrt_ensemble(target)
     add_simple(target)
+    add_tensor_models(target)
     return target
 
 

@@ -11,6 +11,7 @@ this module; a wrong tensor is a ``TensorError`` whose message says what differs
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ NUMPY_DTYPE: dict[str, str] = {
     "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
 }
 DATATYPES = frozenset([*ELEMENT_SIZE, "BYTES"])
+FLOATING = frozenset({"FP16", "BF16", "FP32", "FP64"})
 
 
 class TensorError(FerryError):
@@ -225,6 +227,10 @@ def _check_range(name: str, datatype: str, values: list[Any]) -> None:
         return
     dtype = np.dtype(NUMPY_DTYPE.get(datatype, "<f4"))
     info: Any = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
+    if dtype.kind == "f":  # NaN and infinity (JSON's NaN, Infinity) are a float's own values
+        values = [v for v in values if isinstance(v, int) or math.isfinite(v)]
+        if not values:
+            return
     low, high = min(values), max(values)
     if low < info.min or high > info.max:
         raise TensorError(f"input {name!r}: {datatype} holds {info.min} to {info.max}, the data "
@@ -244,6 +250,12 @@ def to_json(tensor: Tensor) -> list[Any]:
     if tensor.datatype == "BYTES":
         return [_text(e) for e in unpack_bytes(tensor.raw, tensor.name)]
     return numeric(tensor).tolist()  # type: ignore[no-any-return]
+
+
+def finite(tensor: Tensor) -> bool:
+    """Whether every element is a number JSON can write: no NaN or infinity (always, but for
+    the floating datatypes)."""
+    return tensor.datatype not in FLOATING or bool(np.isfinite(numeric(tensor)).all())
 
 
 def numeric(tensor: Tensor) -> npt.NDArray[Any]:

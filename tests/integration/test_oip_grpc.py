@@ -6,8 +6,10 @@ what differs, and nothing is enqueued for it."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import queue
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -271,3 +273,14 @@ def test_priority_and_shared_memory_parameters(client: triton_grpc.InferenceServ
         client.infer("simple", simple_inputs(), sequence_id=7)
     assert sequence.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "sequence" in str(sequence.value.message())
+
+
+def test_the_readme_example_runs_as_written(ferry: Ferry,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Triton's protocol", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"127.0.0.1:8001"' in code
+    exec(code.replace('"127.0.0.1:8001"', repr(ferry.grpc)), {})  # the README, as written
+    printed = capsys.readouterr().out
+    assert '"length": 5' in printed and hashlib.sha256(b"hello").hexdigest() in printed

@@ -47,3 +47,17 @@ def test_bytes_that_are_not_text_are_kept_as_base64() -> None:
 def test_an_answer_this_module_did_not_write_is_refused(answer: dict[str, object]) -> None:
     with pytest.raises(TensorError):
         answer_tensors(answer)
+
+
+def test_floats_json_has_no_number_for_come_back_bit_for_bit() -> None:
+    nan_bits = np.array([0x7FC00001, 0xFFC00000], dtype="<u4").view("<f4")  # a payload, -NaN
+    floats = [
+        tensor("f32", "FP32", np.array([[np.inf, 1.0, *nan_bits]], dtype="<f4")),
+        tensor("f16", "FP16", np.array([[-np.inf, 65504.0]], dtype="<f2")),
+        tensor("f64", "FP64", np.array([[np.nan, -0.0]], dtype="<f8")),
+        Tensor("bf16", "BF16", (1, 2), bytes([0x80, 0x7F, 0x80, 0x3F])),  # inf, 1.0
+    ]
+    stored = orjson.loads(dumps(answer_json(floats)))
+    assert stored["outputs"][0]["data"] == [{"b64": "AACAfw=="}, 1.0, {"b64": "AQDAfw=="},
+                                            {"b64": "AADA/w=="}]
+    assert answer_tensors(stored) == floats

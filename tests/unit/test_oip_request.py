@@ -200,3 +200,22 @@ def test_a_request_read_from_json_encodes_back_to_the_same_numbers() -> None:
     assert numeric(tensor).tolist() == ARRAYS["FP16"].flatten().tolist()
     assert unpack_bytes(generated([infer_input("s", "BYTES", False)]).inputs[0].raw) == [
         bytes(e) for e in ARRAYS["BYTES"].flatten()]
+
+
+def test_the_header_lists_its_fields_in_tritons_order() -> None:
+    blob = Tensor("b", "UINT8", (1, 2), b"\x01\x02")
+    encoded = encode_infer_response("m", "1", [blob], request_id="r-1", binary={"b"})
+    assert encoded.body == (b'{"id":"r-1","model_name":"m","model_version":"1","outputs":[{"name":'
+                            b'"b","datatype":"UINT8","shape":[1,2],"parameters":{"binary_data_size'
+                            b'":2}}]}\x01\x02')
+
+
+def test_nan_and_infinities_travel_in_json_as_triton_writes_and_reads_them() -> None:
+    values = np.array([[np.nan, np.inf, -np.inf, 1.5]], dtype=np.float32)
+    tensor = InferInput("x", [1, 4], "FP32")
+    tensor.set_data_from_numpy(values, binary_data=False)  # tritonclient writes NaN, Infinity
+    (read,) = generated([tensor]).inputs
+    assert read.raw == values.tobytes()
+    encoded = encode_infer_response("m", "1", [read])
+    assert b'"data":[NaN,Infinity,-Infinity,1.5]' in encoded.body  # as Triton answers
+    assert read_back(encoded).as_numpy("x").tobytes() == values.tobytes()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -117,6 +119,13 @@ def test_json_data_that_does_not_fit_says_so(
 ) -> None:
     with pytest.raises(TensorError, match=message):
         from_json("x", datatype, [2, 2], data)
+
+
+def test_nan_and_infinities_are_floats_own_values_and_the_range_still_applies() -> None:
+    tensor = from_json("x", "FP32", [3], [math.nan, math.inf, -math.inf])
+    assert tensor.raw == np.array([math.nan, math.inf, -math.inf], dtype="<f4").tobytes()
+    with pytest.raises(TensorError, match="FP32 holds"):
+        from_json("x", "FP32", [2], [math.nan, 1e39])
 
 
 def test_nested_and_flat_data_read_alike() -> None:

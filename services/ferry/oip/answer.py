@@ -2,19 +2,31 @@
 
 The batcher writes a tensor task's outputs into the task's record as JSON (what ``GET
 /v1/result/{id}`` shows): ``{"id"?: the request's id, "outputs": [{"name", "datatype", "shape",
-"data"}]}`` with ``data`` flat, as the Open Inference Protocol writes it. A BYTES element that is
-not UTF-8 is written ``{"b64": "<base64>"}``. Every datatype comes back from that JSON exactly
-(floats are written as the doubles they widen to, which read back to the same value), so the
-gateway answers any form a client asks for (JSON, binary tensors, gRPC) from the record alone.
+"data"}]}`` with ``data`` flat, as the Open Inference Protocol writes it. An element JSON has no
+value for, a BYTES element that is not UTF-8 or a float that is NaN or infinite, is written
+``{"b64": "<base64 of its bytes>"}`` (a NaN's bits included). Every datatype comes back from
+that JSON exactly (floats are written as the doubles they widen to, which read back to the same
+value), so the gateway answers any form a client asks for (JSON, binary tensors, gRPC) from the
+record alone.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ferry.tensors import Tensor, TensorError, checked, from_json, pack_bytes, to_json
+from ferry.tensors import (
+    ELEMENT_SIZE,
+    Tensor,
+    TensorError,
+    checked,
+    finite,
+    from_json,
+    pack_bytes,
+    to_json,
+)
 
 B64 = "b64"
 
@@ -29,10 +41,17 @@ def answer_json(outputs: Sequence[Tensor], request_id: str = "") -> dict[str, An
 
 def _json_data(tensor: Tensor) -> list[Any]:
     data = to_json(tensor)
-    if tensor.datatype != "BYTES":
+    if tensor.datatype == "BYTES":
+        return [_b64(e) if isinstance(e, bytes) else e for e in data]
+    if finite(tensor):
         return data
-    return [{B64: base64.b64encode(e).decode("ascii")} if isinstance(e, bytes) else e
-            for e in data]
+    size, raw = ELEMENT_SIZE[tensor.datatype], tensor.raw
+    return [v if math.isfinite(v) else _b64(raw[i * size:(i + 1) * size])
+            for i, v in enumerate(data)]
+
+
+def _b64(element: bytes) -> dict[str, str]:
+    return {B64: base64.b64encode(element).decode("ascii")}
 
 
 def answer_tensors(answer: Mapping[str, Any]) -> list[Tensor]:
@@ -52,9 +71,18 @@ def _tensor(item: Any) -> Tensor:
     if not (isinstance(name, str) and isinstance(datatype, str) and isinstance(shape, list)
             and isinstance(data, list)):
         raise TensorError("a recorded output lacks its name, datatype, shape or data")
-    if datatype != "BYTES":
-        return from_json(name, datatype, shape, data)
-    return checked(name, datatype, shape, pack_bytes([_element(name, e) for e in data]))
+    if datatype == "BYTES":
+        return checked(name, datatype, shape, pack_bytes([_element(name, e) for e in data]))
+    if any(isinstance(e, Mapping) for e in data):  # floats that are NaN or infinite
+        return checked(name, datatype, shape, b"".join([_number(name, datatype, e)
+                                                        for e in data]))
+    return from_json(name, datatype, shape, data)
+
+
+def _number(name: str, datatype: str, value: Any) -> bytes:
+    if isinstance(value, Mapping):
+        return _element(name, value)
+    return from_json(name, datatype, [1], [value]).raw
 
 
 def _element(name: str, value: Any) -> bytes:
@@ -62,4 +90,4 @@ def _element(name: str, value: Any) -> bytes:
         return value.encode()
     if isinstance(value, Mapping) and isinstance(value.get(B64), str):
         return base64.b64decode(value[B64])
-    raise TensorError(f"output {name!r}: a recorded BYTES element is neither text nor base64")
+    raise TensorError(f"output {name!r}: a recorded element is neither its value nor base64")

@@ -13,15 +13,19 @@ read is an ``InferRequestError`` whose message says why; whether its tensors fit
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from ferry.tensors import Tensor, TensorError, from_json, to_json
+from ferry.tensors import Tensor, TensorError, finite, from_json, to_json
 
 HEADER_LENGTH = "inference-header-content-length"
+_NO_NUMBER = {"nan": orjson.Fragment(b"NaN"), "inf": orjson.Fragment(b"Infinity"),
+              "-inf": orjson.Fragment(b"-Infinity")}  # Triton's words for floats JSON lacks
 _SHARED_MEMORY = "shared_memory_region"
 
 
@@ -94,10 +98,19 @@ def _json_object(header: bytes) -> dict[str, Any]:
     try:
         value = orjson.loads(header)
     except orjson.JSONDecodeError as exc:
-        raise InferRequestError(f"the request is not valid JSON: {exc}") from exc
+        value = _with_no_numbers(header, exc)
     if not isinstance(value, dict):
         raise InferRequestError("the request must be a JSON object")
     return value
+
+
+def _with_no_numbers(header: bytes, error: orjson.JSONDecodeError) -> Any:
+    """JSON with NaN, Infinity or -Infinity, which Triton reads and tritonclient writes for
+    floats JSON has no number for (orjson reads none of them)."""
+    try:
+        return json.loads(header)
+    except ValueError:
+        raise InferRequestError(f"the request is not valid JSON: {error}") from error
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -211,10 +224,9 @@ def encode_infer_response(model: str, version: str, outputs: Sequence[Tensor], *
         else:
             entry["data"] = data
         described.append(entry)
-    head: dict[str, Any] = {"model_name": model, "model_version": version}
-    if request_id:
-        head["id"] = request_id
-    head["outputs"] = described
+    # Triton's order of fields: a body with binary outputs is then byte for byte Triton's
+    head: dict[str, Any] = {"id": request_id} if request_id else {}
+    head.update(model_name=model, model_version=version, outputs=described)
     header = orjson.dumps(head)
     if not tail:
         return EncodedResponse(header, None)
@@ -222,8 +234,11 @@ def encode_infer_response(model: str, version: str, outputs: Sequence[Tensor], *
 
 
 def _json_data(tensor: Tensor) -> list[Any] | None:
-    """The output's flat JSON data, or None where JSON cannot carry it (bytes not UTF-8)."""
+    """The output's flat JSON data, NaN and infinities as Triton writes them; or None where
+    JSON cannot carry it (bytes not UTF-8)."""
     data = to_json(tensor)
     if tensor.datatype == "BYTES" and any(isinstance(e, bytes) for e in data):
         return None
+    if not finite(tensor):
+        return [v if math.isfinite(v) else _NO_NUMBER[repr(v)] for v in data]
     return data
