@@ -284,3 +284,14 @@ def test_the_readme_example_runs_as_written(ferry: Ferry,
     exec(code.replace('"127.0.0.1:8001"', repr(ferry.grpc)), {})  # the README, as written
     printed = capsys.readouterr().out
     assert '"length": 5' in printed and hashlib.sha256(b"hello").hexdigest() in printed
+
+
+def test_grpc_calls_are_counted_by_method_and_code(client: triton_grpc.InferenceServerClient,
+                                                   ferry: Ferry) -> None:
+    client.infer("simple", simple_inputs())
+    with pytest.raises(InferenceServerException):
+        client.infer("simple", simple_inputs()[:1])
+    metrics = httpx.get(f"{ferry.http}/metrics", timeout=10).text
+    for code in ("OK", "INVALID_ARGUMENT"):
+        assert f'ferry_grpc_requests_total{{code="{code}",method="ModelInfer"}}' in metrics
+    assert 'ferry_grpc_request_seconds_count{method="ModelInfer"}' in metrics
