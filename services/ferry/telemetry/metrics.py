@@ -23,9 +23,8 @@ class BatcherMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.batch_size = Histogram("ferry_batch_size", "Rows per Triton infer call (a request of "
-                                    "the one-BYTES contract is one row)",
-                                    ["model"], buckets=BATCH_BUCKETS, registry=r)
+        self.batch_size = Histogram("ferry_batch_size", "Rows per Triton infer call (a one-BYTES "
+                                    "request: one)", ["model"], buckets=BATCH_BUCKETS, registry=r)
         self.flushes = Counter("ferry_batch_flush_total", "Batches sent, by why they left: full, "
                                "wait (max wait reached), adaptive (nobody else coming), drain",
                                ["model", "reason"], registry=r)
@@ -86,12 +85,7 @@ class GatewayMetrics:
                                 registry=r)
         self.cancelled = Counter("ferry_tasks_cancelled_total", "Tasks cancelled by their client",
                                  registry=r)
-        self.rpcs = Counter("ferry_grpc_requests_total", "gRPC calls answered (a stream: each "
-                            "request of it), by method and status code", ["method", "code"],
-                            registry=r)
-        self.rpc_latency = Histogram("ferry_grpc_request_seconds", "gRPC call duration (a "
-                                     "stream: each request's)", ["method"],
-                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.rpcs, self.rpc_latency = _rpc_metrics(r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -118,3 +112,12 @@ class GatewayMetrics:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped library
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+def _rpc_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
+    """The gateway's gRPC calls (a stream: each request of it) by method and status code, and
+    their durations."""
+    return (Counter("ferry_grpc_requests_total", "gRPC calls answered (a stream: each request of "
+                    "it), by method and status code", ["method", "code"], registry=registry),
+            Histogram("ferry_grpc_request_seconds", "gRPC call duration (a stream: each "
+                      "request's)", ["method"], buckets=LATENCY_BUCKETS, registry=registry))
