@@ -21,6 +21,14 @@ TOOLS = ROOT / ".tools"
 HELM = TOOLS / "bin" / "helm"
 VALUES = ["values.yaml", "values-gpu.yaml", "values-external-redis.yaml"]
 KUBERNETES_VERSIONS = ["1.30.0", "1.33.0"]  # the oldest the chart allows (kubeVersion), newest
+PEERS = '[{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]'
+# Renders of the default values with settings changed, beside the values files' own, so that the
+# API schemas and the policy scan read them too.
+VARIANTS = {
+    "grpc-off": ("values.yaml", "--set", "gateway.grpcPort=0"),
+    "grpc-headless": ("values.yaml", "--set", "gateway.service.headless=true",
+                      "--set-json", f"networkPolicy.ingressFrom={PEERS}"),
+}
 
 
 def run(*command: str | Path) -> subprocess.CompletedProcess[str]:
@@ -43,6 +51,10 @@ def objects(manifest: str) -> Iterator[dict[str, Any]]:
             yield document
 
 
+def by_kind(manifest: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects(manifest)}
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("rendered")
@@ -51,6 +63,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         path = directory / f"{values}.rendered.yaml"
         path.write_text(render(values))
         files[values] = path
+    for name, (values, *extra) in VARIANTS.items():
+        path = directory / f"{name}.rendered.yaml"
+        path.write_text(render(values, *extra))
+        files[name] = path
     return files
 
 
@@ -149,6 +165,10 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("auth.mode=basic", "value must be one of"),
     ("redis.builtin=false", "redis.externalUrl is required"),
     ("redis.cluster=true", "redis.cluster needs an external Redis Cluster"),
+    ("gateway.grpcPort=8000", "gateway.grpcPort must differ from gateway.port"),
+    ("gateway.grpcPort=70000", "/gateway/grpcPort"),
+    ("gateway.service.grpcPort=80", "gateway.service.grpcPort must differ"),
+    ("gateway.grpcPort=0,gateway.service.headless=true", "it needs gateway.grpcPort"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
@@ -192,3 +212,61 @@ def test_the_tensorrt_engine_is_built_on_the_pods_gpu_for_the_configs_shapes() -
     plain = {(o["kind"], o["metadata"]["name"]): o for o in objects(render("values.yaml"))}
     assert "initContainers" not in plain[("Deployment", "ferry-triton")]["spec"]["template"][
         "spec"]
+
+
+def _gateway(manifest: str) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The gateway's container, its Service's ports and its NetworkPolicy's ingress rules."""
+    items = by_kind(manifest)
+    pod = items[("Deployment", "ferry-gateway")]["spec"]["template"]["spec"]
+    return (pod["containers"][0], items[("Service", "ferry-gateway")]["spec"]["ports"],
+            items[("NetworkPolicy", "ferry-gateway")]["spec"]["ingress"])
+
+
+@pytest.mark.parametrize("name", ["values.yaml", "grpc-headless"])
+def test_the_gateway_serves_grpc_beside_http(rendered: dict[str, Path], name: str) -> None:
+    container, ports, rules = _gateway(rendered[name].read_text())
+    assert {"name": "grpc", "containerPort": 8001, "protocol": "TCP"} in container["ports"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FERRY_GRPC_PORT"] == "8001"
+    # Kubernetes' grpc probe asks grpc.health.v1.Health, which Ferry does not serve.
+    assert container["readinessProbe"]["httpGet"]["port"] == "http"
+    assert {"name": "grpc", "port": 8001, "targetPort": "grpc", "protocol": "TCP",
+            "appProtocol": "grpc"} in ports
+    http_rules = [r for r in rules if {"port": "http", "protocol": "TCP"} in r["ports"]]
+    assert http_rules and all({"port": "grpc", "protocol": "TCP"} in r["ports"]
+                              for r in http_rules)
+
+
+def test_the_headless_service_lists_the_gateway_pods_for_grpc(rendered: dict[str, Path]) -> None:
+    items = by_kind(rendered["grpc-headless"].read_text())
+    headless = items[("Service", "ferry-gateway-headless")]["spec"]
+    gateway = items[("Deployment", "ferry-gateway")]["spec"]
+    assert headless["clusterIP"] == "None"
+    assert headless["selector"] == gateway["selector"]["matchLabels"]
+    assert headless["ports"] == [{"name": "grpc", "port": 8001, "targetPort": "grpc",
+                                  "protocol": "TCP", "appProtocol": "grpc"}]
+    (rule,) = items[("NetworkPolicy", "ferry-gateway")]["spec"]["ingress"]
+    assert rule["from"] == yaml.safe_load(PEERS)  # gRPC from the peers HTTP is allowed from
+    assert ("Service", "ferry-gateway-headless") not in by_kind(
+        rendered["values.yaml"].read_text())
+
+
+def test_grpc_port_0_leaves_no_grpc_port_behind(rendered: dict[str, Path]) -> None:
+    container, ports, rules = _gateway(rendered["grpc-off"].read_text())
+    assert [p["name"] for p in container["ports"]] == ["http"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FERRY_GRPC_PORT"] == "0"
+    assert [p["name"] for p in ports] == ["http"]
+    assert [p["port"] for rule in rules for p in rule["ports"]] == ["http"]
+
+
+@pytest.mark.parametrize(("setting", "shown"), [("gateway.grpcPort=8001", True),
+                                                 ("gateway.grpcPort=0", False)])
+def test_the_notes_say_how_to_reach_the_grpc_port(setting: str, shown: bool) -> None:
+    done = run(HELM, "install", "ferry", CHART, "--namespace", "ferry", "--dry-run=client",
+               "--set", setting)
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("NOTES:", 1)[1]
+    for line in ("kubectl -n ferry port-forward svc/ferry-gateway 8001:8001",
+                 "perf_analyzer -i grpc -u 127.0.0.1:8001"):
+        assert (line in notes) is shown, notes
