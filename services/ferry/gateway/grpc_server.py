@@ -16,6 +16,9 @@ from ferry.oip.grpc_service import InferenceService
 from ferry.settings import GatewaySettings
 
 STOP_GRACE_S = 3.0  # held calls still open at a stop get this long to end
+# A client connection is asked to go away (GOAWAY; its open calls still finish) after this
+# long, so that clients behind a plain Service spread over gateways that came up since.
+MAX_CONNECTION_AGE_MS = 300_000
 
 
 class GrpcPort:
@@ -30,7 +33,8 @@ class GrpcPort:
         shared = self.settings.workers != 1
         return [("grpc.max_receive_message_length", self.settings.max_body_bytes),
                 ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 1 if shared else 0)]
+                ("grpc.so_reuseport", 1 if shared else 0),
+                ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS)]
 
     async def start(self) -> None:
         server = grpc.aio.server(options=self.options())
