@@ -57,18 +57,20 @@ class ModelCatalog:
 
     async def resolve(self, name: str) -> ModelSpec:
         """The spec of a ready model, or a 4xx naming the problem."""
-        names = await self.names()
-        if name not in names:
-            known = ", ".join(names) or "none"
-            raise NotFoundError("unknown_model", f"unknown model {name!r}; ready models: {known}")
+        _require_ready(name, await self.names())
         try:
             return await self.backend.model_spec(name)
-        except ModelContractError as exc:
-            raise UnprocessableError("unsupported_model", str(exc)) from exc
-        except UnknownModelError as exc:
-            raise NotFoundError("unknown_model", str(exc)) from exc
         except BackendError as exc:
-            raise DependencyUnavailableError(f"cannot read model {name!r}: {exc}") from exc
+            raise _refusal(name, exc) from exc
+
+    async def tensor_interface(self, name: str, version: str = "") -> ModelInterface:
+        """The tensors of a ready model (that version), or a 4xx naming the problem, as
+        ``/v1`` answers it (a stateful or decoupled model is ``unsupported_model``)."""
+        _require_ready(name, await self.names())
+        try:
+            return await self.interface(name, version)
+        except BackendError as exc:
+            raise _refusal(name, exc) from exc
 
     async def metadata(self, model: str, version: str = "") -> dict[str, Any]:
         """Triton's metadata of the model (that version), at most ``refresh_s`` old."""
@@ -96,3 +98,19 @@ class ModelCatalog:
             kept.clear()
         kept[key] = (self.clock(), fetched)
         return fetched
+
+
+def _require_ready(name: str, names: list[str]) -> None:
+    if name not in names:
+        known = ", ".join(names) or "none"
+        raise NotFoundError("unknown_model", f"unknown model {name!r}; ready models: {known}")
+
+
+def _refusal(name: str, error: BackendError) -> Exception:
+    """Triton's answer about a model as ``/v1``'s refusal: a model that does not follow the
+    contract (422), an unknown model or version (404), Triton unreachable (503)."""
+    if isinstance(error, ModelContractError):
+        return UnprocessableError("unsupported_model", str(error))
+    if isinstance(error, UnknownModelError):
+        return NotFoundError("unknown_model", str(error))
+    return DependencyUnavailableError(f"cannot read model {name!r}: {error}")

@@ -1,4 +1,10 @@
-"""Turning an HTTP request body into a payload for a model, or a 4xx that says what is wrong."""
+"""Turning an HTTP request body into a payload for a model, or a 4xx that says what is wrong.
+
+A JSON body is one of two forms, told apart by one rule: a top-level ``inputs`` makes it the
+tensor form (an infer request of the Open Inference Protocol, checked against the model's
+tensors later); any other is the payload form (``input`` or ``input_base64``), which refused
+``inputs`` as an unknown field before the tensor form existed, so no body changes meaning.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,10 @@ from ferry.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
+from ferry.oip.request import InferRequest, read_infer_request
+from ferry.oip.schedule import schedule
 from ferry.priority import Priority
+from ferry.tensors import TensorError
 
 JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s",
                          "callback_url"})
@@ -31,6 +40,19 @@ IMAGE_FORMATS = frozenset({"JPEG", "MPO", "PNG", "WEBP", "BMP", "TIFF"})  # MPO:
 MAX_IMAGE_PIXELS = 50_000_000
 MAX_ID_LENGTH = 256
 MAX_TIMEOUT_S = 86400.0
+TENSOR_FIELDS = frozenset({"inputs", "outputs", "id", "parameters"})  # the protocol's own
+# The tensor form's fields: the protocol's, and the payload form's but for the payload.
+TENSOR_FORM_FIELDS = TENSOR_FIELDS | (JSON_FIELDS - {"input", "input_base64"})
+MAX_VERSION_DIGITS = 18  # any such number fits Triton's 64-bit version numbers
+
+
+@dataclass(frozen=True)
+class TensorForm:
+    """A tensor form's infer request, read but not yet checked against the model, and the
+    version it asks for ('': the model's newest)."""
+
+    request: InferRequest
+    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,15 @@ class Submission:
     timeout_s: float | None = None  # the client's deadline, seconds from admission
     no_cache: bool = False  # Cache-Control: no-cache: do not answer from the result cache
     callback_url: str = ""  # where to POST the final record (checked against the allowlist)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorSubmission(Submission):
+    """The tensor form's submission: its request in place of a payload. (A subclass, not a
+    field of every submission: a frozen dataclass pays for each field it sets, on every
+    request.)"""
+
+    tensors: TensorForm
 
 
 def media_type(header: str | None) -> str:
@@ -74,12 +105,16 @@ def parse_submission(body: bytes, content_type: str, model_param: str | None,
     timeout = parse_timeout(timeout_header, "header X-Request-Timeout")
     priority = Priority.parse(query.get("priority"), "query.priority")
     if content_type == "application/json" or content_type.endswith("+json"):
-        submission = _from_json(body, model_param, priority)
+        submission = _from_json(body, model_param, priority, query, timeout)
     elif content_type in RAW_TYPES:
         submission = _from_raw(body, content_type, model_param, priority)
     else:
         _refuse_media_type(content_type)
-    if timeout is not None:
+    if "version" in query and not isinstance(submission, TensorSubmission):
+        raise BadRequestError("invalid_parameter", "query.version pins a model version for "
+                              "the tensor form only (a JSON body with 'inputs'); a payload "
+                              "is answered by the model's newest version")
+    if timeout is not None:  # the tensor form has agreed its deadline with it already
         submission = replace(submission, timeout_s=timeout)
     return submission
 
@@ -117,7 +152,10 @@ def _from_raw(body: bytes, content_type: str, model: str | None,
                       priority=priority)
 
 
-def _from_json(body: bytes, model_param: str | None, priority: Priority) -> Submission:
+def _from_json(body: bytes, model_param: str | None, priority: Priority,
+               query: Mapping[str, str], timeout: float | None) -> Submission:
+    """The payload form; or the tensor form, for a document with ``inputs`` (which the payload
+    form does not take: the rule costs the payload form nothing)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -129,6 +167,8 @@ def _from_json(body: bytes, model_param: str | None, priority: Priority) -> Subm
         raise BadRequestError("malformed_json", "the JSON body must be an object")
     unknown = sorted(set(doc) - JSON_FIELDS)
     if unknown:
+        if "inputs" in doc:
+            return _from_tensor_json(doc, model_param, query, timeout)
         raise BadRequestError("unknown_field", f"unknown field(s) {unknown}; allowed: "
                               f"{sorted(JSON_FIELDS)}")
     named = _optional_str(doc, "model")
@@ -138,14 +178,91 @@ def _from_json(body: bytes, model_param: str | None, priority: Priority) -> Subm
     named_priority = _optional_str(doc, "priority")
     if named_priority is not None:
         priority = Priority.parse(named_priority, "'priority'")
+    return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id,
+                      priority=priority, timeout_s=_json_timeout(doc),
+                      callback_url=_optional_str(doc, "callback_url") or "")
+
+
+def _json_timeout(doc: dict[str, Any]) -> float | None:
     timeout = doc.get("timeout_s")
     if timeout is not None and (isinstance(timeout, bool) or
                                 not isinstance(timeout, int | float)):
         raise BadRequestError("invalid_timeout", "'timeout_s' must be a number of seconds, "
                               f"not {type(timeout).__name__}")
-    return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id,
-                      priority=priority, timeout_s=parse_timeout(timeout, "'timeout_s'"),
-                      callback_url=_optional_str(doc, "callback_url") or "")
+    return parse_timeout(timeout, "'timeout_s'")
+
+
+def _from_tensor_json(doc: dict[str, Any], model_param: str | None, query: Mapping[str, str],
+                      timeout: float | None) -> Submission:
+    """The tensor form: the protocol's request, with ``/v1``'s fields and parameters beside
+    it. Its priority and deadline are ``/v1``'s (as for a payload) or the request's
+    ``priority`` and ``timeout`` parameters; where both are set they must agree."""
+    unknown = sorted(set(doc) - TENSOR_FORM_FIELDS)
+    if unknown:
+        ambiguous = {"input", "input_base64"} & set(unknown)
+        if ambiguous:
+            raise BadRequestError("ambiguous_input", f"send either 'inputs' (tensors) or "
+                                  f"{sorted(ambiguous)[0]!r} (a payload), not both")
+        raise BadRequestError("unknown_field", f"unknown field(s) {unknown}; the tensor form "
+                              f"takes {sorted(TENSOR_FORM_FIELDS)}")
+    named = _optional_str(doc, "model")
+    try:
+        request = read_infer_request(doc)
+        triton_priority, triton_timeout = schedule(request.parameters)
+    except TensorError as exc:
+        raise BadRequestError("invalid_tensors", str(exc)) from None
+    named_timeout = _json_timeout(doc)
+    return TensorSubmission(
+        model=_clean_name(named if named is not None else model_param, "model"),
+        payload=b"", content_type="",
+        client_id=_clean_name(_optional_str(doc, "client_id"), "client_id") or "",
+        priority=_agreed_priority(_ferry_priority(doc, query), triton_priority if
+                                  request.parameters.get("priority") else None),  # 0: unset
+        timeout_s=_agreed_timeout(timeout if timeout is not None else named_timeout,
+                                  triton_timeout),
+        callback_url=_optional_str(doc, "callback_url") or "",
+        tensors=TensorForm(request, _version(query.get("version"))))
+
+
+def _ferry_priority(doc: dict[str, Any], query: Mapping[str, str]) -> Priority | None:
+    """The priority ``/v1`` names: the body's ``priority``, else ``?priority=``; None: none."""
+    named = _optional_str(doc, "priority")
+    if named is not None:
+        return Priority.parse(named, "'priority'")
+    raw = query.get("priority")
+    return None if raw is None else Priority.parse(raw, "query.priority")
+
+
+def _agreed_priority(ours: Priority | None, triton: Priority | None) -> Priority:
+    """``/v1``'s priority or the request's ``priority`` parameter (its level as Ferry's), the
+    one that is set; both set and different: a 400."""
+    if ours is not None and triton is not None and ours is not triton:
+        raise BadRequestError("invalid_priority", f"the priority is {ours.label} by /v1 "
+                              f"('priority') and {triton.label} by the request's 'priority' "
+                              "parameter; set one, or both alike")
+    if ours is not None:
+        return ours
+    return triton if triton is not None else Priority.NORMAL
+
+
+def _agreed_timeout(ours: float | None, triton: float | None) -> float | None:
+    """``/v1``'s deadline or the request's ``timeout`` parameter, the one that is set; both set
+    and different (to the microsecond): a 400."""
+    if ours is not None and triton is not None and round(ours * 1e6) != round(triton * 1e6):
+        raise BadRequestError("invalid_timeout", f"the deadline is {ours:g} s by /v1 "
+                              f"(X-Request-Timeout or 'timeout_s') and {triton:g} s by the "
+                              "request's 'timeout' parameter; set one, or both alike")
+    return ours if ours is not None else triton
+
+
+def _version(raw: str | None) -> str:
+    """A version number (``?version=``), or '' for none: the model's newest."""
+    if raw is None:
+        return ""
+    if not (raw.isascii() and raw.isdigit() and 0 < len(raw) <= MAX_VERSION_DIGITS):
+        raise BadRequestError("invalid_parameter", f"query.version must be a version number "
+                              f"(1 to {MAX_VERSION_DIGITS} digits), not {raw[:40]!r}")
+    return raw
 
 
 def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:

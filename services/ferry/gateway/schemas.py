@@ -6,25 +6,27 @@ entries are written here, from the same pydantic models, and merged into FastAPI
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ferry.gateway.intake import MAX_ID_LENGTH, MAX_TIMEOUT_S
+from ferry.gateway.intake import MAX_ID_LENGTH, MAX_TIMEOUT_S, MAX_VERSION_DIGITS
+from ferry.oip.schedule import MAX_TIMEOUT_US
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
+from ferry.tensors import DATATYPES
 
 REF = "#/components/schemas/{model}"
+DATATYPE_NAMES: list[JsonValue] = [*sorted(DATATYPES)]
 
 
-class InferenceRequest(BaseModel):
-    """JSON form of ``POST /v1/inference`` (raw bodies are accepted too, by Content-Type)."""
+class _Options(BaseModel):
+    """The fields both JSON forms of ``POST /v1/inference`` take beside their input."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH,
-                              description="Triton model; default: the gateway's default")
-    input: str | None = Field(None, description="text payload, sent to the model as UTF-8 bytes")
-    input_base64: str | None = Field(None, description="binary payload (an image, say), base64")
+                              description="Triton model; default: ?model=, else the gateway's "
+                              "default")
     client_id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH,
                                   description="who is asking, for accounting; scopes "
                                   "Idempotency-Key")
@@ -35,6 +37,55 @@ class InferenceRequest(BaseModel):
     timeout_s: float | None = Field(None, gt=0, le=86400, description="deadline in seconds: "
                                     "the task ends EXPIRED rather than reach Triton later; "
                                     "X-Request-Timeout wins over it")
+
+
+class InferenceRequest(_Options):
+    """JSON form of ``POST /v1/inference`` (raw bodies are accepted too, by Content-Type)."""
+
+    input: str | None = Field(None, description="text payload, sent to the model as UTF-8 bytes")
+    input_base64: str | None = Field(None, description="binary payload (an image, say), base64")
+
+
+class InferTensor(BaseModel):
+    """An input tensor, as the Open Inference Protocol's JSON writes it."""
+
+    name: str = Field(min_length=1)
+    datatype: str = Field(json_schema_extra={"enum": DATATYPE_NAMES})
+    shape: list[Annotated[int, Field(ge=0)]] = Field(description="the first dimension is the "
+                                                     "request's rows for a batching model")
+    data: Any = Field(None, description="the elements, flat or nested, row-major (BYTES as "
+                      "strings)")
+    parameters: dict[str, Any] | None = None
+
+
+class RequestedTensor(BaseModel):
+    """An output to answer with (none listed: every output)."""
+
+    name: str = Field(min_length=1)
+    parameters: dict[str, Any] | None = None
+
+
+class InferParameters(BaseModel):
+    """Triton's scheduling parameters; /v1's own (?priority=, X-Request-Timeout...) may be
+    given instead, or as well if they agree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(0, ge=0, description="1 high; 0 (none) and 2 normal; 3 and more low")
+    timeout: int = Field(0, ge=0, le=MAX_TIMEOUT_US, description="the deadline in microseconds; "
+                         "0: none")
+    binary_data_output: bool = Field(False, description="no effect: the record holds JSON")
+
+
+class TensorInferenceRequest(_Options):
+    """The tensor form of ``POST /v1/inference``: an infer request of the Open Inference
+    Protocol (as ``POST /v2/models/{m}/infer`` takes it in JSON), told apart by ``inputs``; it
+    is checked against the model's tensors, and its record's output is the protocol's answer."""
+
+    inputs: list[InferTensor] = Field(min_length=1)
+    outputs: list[RequestedTensor] | None = None
+    id: str = Field("", description="the request's id, repeated in the answer")
+    parameters: InferParameters | None = None
 
 
 class Accepted(BaseModel):
@@ -70,8 +121,8 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-MODELS: tuple[type[BaseModel], ...] = (InferenceRequest, Accepted, TaskResult, ErrorDetail,
-                                       ErrorBody)
+MODELS: tuple[type[BaseModel], ...] = (InferenceRequest, TensorInferenceRequest, Accepted,
+                                       TaskResult, ErrorDetail, ErrorBody)
 BINARY = {"schema": {"type": "string", "format": "binary"}}
 RAW_TYPES_DOC = ("image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                  "application/octet-stream")
@@ -128,10 +179,14 @@ SUBMIT_DOC: dict[str, Any] = {
     "operationId": "submit_v1_inference_post",
     "parameters": [
         {"name": "model", "in": "query", "required": False, "schema": NAME_SCHEMA,
-         "description": "model, for raw bodies (JSON bodies name it in the body)"},
+         "description": "model (a JSON body's 'model' wins)"},
+        {"name": "version", "in": "query", "required": False,
+         "schema": {"type": "string", "pattern": f"^[0-9]{{1,{MAX_VERSION_DIGITS}}}$"},
+         "description": "the model version, for the tensor form only (another body with it: "
+                        "400); none: the newest"},
         {"name": "priority", "in": "query", "required": False,
          "schema": {"type": "string", "enum": ["high", "normal", "low"]},
-         "description": "priority, for raw bodies (JSON bodies name it in the body)"},
+         "description": "priority (a JSON body's 'priority' wins)"},
         {"name": "Prefer", "in": "header", "required": False, "schema": {"type": "string"},
          "description": "RFC 7240 `wait=N` (N ≤ 30 s): answer 200 with the finished result if "
                         "it is ready within N seconds, else 202 as usual"},
@@ -144,7 +199,9 @@ SUBMIT_DOC: dict[str, Any] = {
          "a repeat within 24 h (same client_id, same request) gets the first one's task"},
     ],
     "requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"$ref": REF.format(model="InferenceRequest")}},
+        "application/json": {"schema": {"anyOf": [
+            {"$ref": REF.format(model="InferenceRequest")},
+            {"$ref": REF.format(model="TensorInferenceRequest")}]}},
         **dict.fromkeys(RAW_TYPES_DOC, BINARY),
         "text/plain": {"schema": {"type": "string"}},
     }},

@@ -24,7 +24,7 @@ from ferry.errors import (
     UnprocessableError,
 )
 from ferry.gateway.catalog import ModelCatalog
-from ferry.gateway.intake import Submission, check_payload
+from ferry.gateway.intake import Submission, TensorSubmission, check_payload
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
@@ -43,6 +43,7 @@ from ferry.tasks.capacity import Capacity
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.record import Status, StoredRecord, TaskRecord
 from ferry.tasks.waiters import Reader
+from ferry.tensors import TensorError
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task 
 IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the first's admission
 IDEMPOTENT_TAKEOVER_TRIES = 3  # a repeat takes over a key whose task never came to be
 RELEASE_KEY_ON: tuple[type[Exception], ...] = (ClientError, *REDIS_UNAVAILABLE)  # not admitted
+TENSOR_FORM = "tensors"  # an idempotency digest's content type for /v1's tensor form
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Gateway:
 
     async def _submit(self, submission: Submission, wait_s: float, idempotency_key: str | None,
                       owner: Owner) -> Submitted:
+        if isinstance(submission, TensorSubmission):
+            return await self._submit_tensors(submission, wait_s, idempotency_key, owner)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
@@ -131,9 +135,39 @@ class Gateway:
         task, pending, sharing = self._new_task(spec.name, spec.version, submission)
         if idempotency_key is None:
             return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
-        key = idempotency.redis_key(submission.client_id, idempotency_key)
         digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
                                             task.payload)
+        return await self._admit_once(task, pending, sharing, submission, wait_s,
+                                      idempotency_key=idempotency_key, digest=digest, owner=owner)
+
+    async def _submit_tensors(self, submission: TensorSubmission, wait_s: float,
+                              idempotency_key: str | None, owner: Owner) -> Submitted:
+        """``/v1``'s tensor form: checked against the model's tensors as ``/v2``'s infer checks
+        them (a 400 saying what differs, nothing enqueued), then admitted as any task is."""
+        form = submission.tensors
+        interface = await self.catalog.tensor_interface(
+            submission.model or self.settings.default_model, form.version)
+        request = form.request
+        try:
+            checked = interface.check(request.inputs, request.output_names, form.version)
+        except TensorError as exc:
+            raise BadRequestError("invalid_tensors", str(exc)) from None
+        tensors = TensorTask(checked, request.id, submission.priority, submission.timeout_s,
+                             newest=interface.newest, own_id=True)
+        task, pending, sharing = self._new_task(checked.model, tensors.version, submission,
+                                                tensors)
+        if idempotency_key is None:
+            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
+        digest = idempotency.request_digest(checked.model, task.priority, TENSOR_FORM,
+                                            tensors.request_digest.encode())
+        return await self._admit_once(task, pending, sharing, submission, wait_s,
+                                      idempotency_key=idempotency_key, digest=digest, owner=owner)
+
+    async def _admit_once(self, task: Task, pending: TaskRecord, sharing: Sharing,
+                          submission: Submission, wait_s: float, *, idempotency_key: str,
+                          digest: str, owner: Owner) -> Submitted:
+        """Admit the task unless its idempotency key names another's: then that task."""
+        key = idempotency.redis_key(submission.client_id, idempotency_key)
         replay = await self._take_key(key, task.task_id, digest, wait_s)
         if replay is not None:
             return replay
@@ -158,7 +192,7 @@ class Gateway:
         submission = Submission(model=checked.model, payload=b"", content_type="",
                                 client_id=caller.client_for(""), priority=tensors.priority,
                                 timeout_s=tensors.timeout_s)
-        task, pending, sharing = self._new_task(checked.model, checked.version, submission,
+        task, pending, sharing = self._new_task(checked.model, tensors.version, submission,
                                                 tensors)
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)

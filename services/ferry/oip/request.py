@@ -78,8 +78,17 @@ def parse_infer_request(body: bytes, json_length: int | None = None) -> InferReq
         raise InferRequestError(f"Inference-Header-Content-Length {json_length} is past the end "
                                 f"of the body ({len(body)} bytes)")
     split = len(body) if json_length is None else json_length
-    header = _json_object(body[:split])
-    tail = memoryview(body)[split:]
+    return _request(_json_object(body[:split]), memoryview(body)[split:])
+
+
+def read_infer_request(document: Mapping[str, Any]) -> InferRequest:
+    """The request a JSON object already parsed describes (all JSON: no binary data follows
+    it), as ``/v1/inference``'s tensor form carries it."""
+    return _request(document, memoryview(b""))
+
+
+def _request(header: Mapping[str, Any], tail: memoryview) -> InferRequest:
+    """The request in a JSON header, its inputs' binary data taken from ``tail`` in order."""
     inputs, used = _inputs(header.get("inputs"), tail)
     if used != len(tail):
         raise InferRequestError(f"the body has {len(tail) - used} bytes after the binary data "

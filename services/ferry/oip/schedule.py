@@ -28,22 +28,46 @@ _DOMAIN = b"ferry-oip\0"  # tensor digests never equal a /v1 payload's (those st
 
 @dataclass(frozen=True)
 class TensorTask:
-    """A checked infer request, as the gateway queues it."""
+    """A checked infer request, as the gateway queues it.
+
+    ``newest`` is the model's newest version when the request names none and the answer is to
+    be shared only with requests that version answers (``/v1``'s tensor form; '' for ``/v2``).
+    With ``own_id`` the record's answer is served as it is (``GET /v1/result``), so identical
+    requests share it only when their ``id`` is the same too.
+    """
 
     request: CheckedRequest
     request_id: str = ""
     priority: Priority = Priority.NORMAL
     timeout_s: float | None = None  # seconds from admission; None: no deadline
+    newest: str = ""
+    own_id: bool = False
+
+    @property
+    def version(self) -> str:
+        """The version whose answers this task shares: the one asked for, else ``newest``."""
+        return self.request.version or self.newest
 
     @property
     def digest(self) -> str:
         """SHA-256 (hex) of what decides the answer: the model, its version, every input
-        (name, datatype, shape, bytes) and the outputs asked for; the result cache and request
-        collapsing key on it."""
+        (name, datatype, shape, bytes) and the outputs asked for (and the request's id, with
+        ``own_id``); the result cache and request collapsing key on it."""
+        return self._digest(self.version)
+
+    @property
+    def request_digest(self) -> str:
+        """As ``digest``, with the version the request asked for (none: none): what makes a
+        repeat the same request (an idempotency key's), whichever version is newest now."""
+        return self._digest(self.request.version)
+
+    def _digest(self, version: str) -> str:
         sha = hashlib.sha256(_DOMAIN)
         request = self.request
-        for part in (request.model, request.version, *sorted(request.outputs)):
+        for part in (request.model, version, *sorted(request.outputs)):
             sha.update(b"%d:%s" % (len(part.encode()), part.encode()))
+        if self.own_id and self.request_id:  # 'id' cannot be read as a part's length
+            sha.update(b"id%d:%s" % (len(self.request_id.encode()), self.request_id.encode()))
         for tensor in request.inputs:
             sha.update(b"%d:%s%s:%r%d:" % (len(tensor.name.encode()), tensor.name.encode(),
                                           tensor.datatype.encode(), tensor.shape,

@@ -87,6 +87,12 @@ class ModelInterface:
     def batched(self) -> bool:
         return self.max_batch_size > 0
 
+    @property
+    def newest(self) -> str:
+        """The last version Triton lists (the one a request that names none gets, as
+        ``ModelSpec`` takes it); '' if it lists none."""
+        return self.versions[-1] if self.versions else ""
+
     @classmethod
     def from_triton(cls, metadata: Mapping[str, Any],
                     config: Mapping[str, Any]) -> ModelInterface:
