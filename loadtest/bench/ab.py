@@ -22,7 +22,7 @@ from pathlib import Path
 import uvloop
 
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
@@ -36,9 +36,9 @@ Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway,
 def measure(tree: str, state: Path, *, triton: str, redis_url: str, redis_pid: int, model: str,
             rates: list[float], seconds: float, seed: int) -> dict[float, Row]:
     """One round of one tree: start its gateway and batcher, run each rate, stop them."""
-    port = free_port()
+    port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
-                              grpc_port=free_port(), default_model=model)
+                              grpc_port=grpc_port, default_model=model)
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0)
     extra = {"PYTHONPATH": tree}
     procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],

@@ -21,16 +21,18 @@ from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from tests.conftest import REDIS_CLUSTER
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
+    port, grpc_port = free_ports(2)
     values: dict[str, Any] = {"redis_url": redis_url, "triton_url": triton_url,
                               "default_model": "sim", "redis_cluster": REDIS_CLUSTER,
-                              "port": free_port(), "grpc_port": free_port()}
-    values.update(overrides)
+                              "port": port, "grpc_port": grpc_port, **overrides}
+    if values["grpc_port"] == values["port"]:  # a port chosen by the caller, taken again
+        values["grpc_port"] = next(p for p in free_ports(2) if p != values["port"])
     return GatewaySettings(**values)
 
 

@@ -166,11 +166,12 @@ async def test_the_aio_client_is_served_and_concurrent_requests_are_batched(
         ferry: Ferry, triton_server: TritonServer) -> None:
     before = batch_executions(triton_server.grpc_url, "simple")
     async with triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
-        results = await asyncio.gather(*(client.infer("simple", simple_inputs(1, offset=i))
+        results = await asyncio.gather(*(client.infer("simple",  # new inputs: none cached
+                                                      simple_inputs(1, offset=100 + i))
                                          for i in range(16)))
     executions = executions_since(before, batch_executions(triton_server.grpc_url, "simple"))
     for i, result in enumerate(results):
-        expected = np.arange(16, dtype=np.float32) + i
+        expected = np.arange(16, dtype=np.float32) + 100 + i
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], expected + 2.5)
     assert sum(size * n for size, n in executions.items()) == 16
     assert sum(executions.values()) < 16  # Ferry batched what Triton alone runs one by one
@@ -260,7 +261,7 @@ def test_respond_async_answers_the_task_id_and_the_record_holds_the_answer(
 
 def test_priority_and_shared_memory_parameters(client: triton_grpc.InferenceServerClient,
                                                ferry: Ferry) -> None:
-    accepted = client.infer("simple", simple_inputs(), priority=1,
+    accepted = client.infer("simple", simple_inputs(offset=200), priority=1,
                             parameters={"respond_async": True})
     task_id = accepted.get_response().parameters["task_id"].string_param
     record = httpx.get(f"{ferry.http}/v1/result/{task_id}", timeout=30).json()

@@ -19,10 +19,14 @@ import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import InferInput
 from tritonclient.utils import InferenceServerException
 
+from ferry.batcher.worker import Batcher
 from ferry.stack.ports import free_port
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
+    batch_executions,
+    batcher_settings,
+    executions_since,
     gateway_settings,
     serving,
     task_keys,
@@ -148,3 +152,27 @@ async def test_with_authentication_grpc_calls_need_the_key(
         accepted = await client.infer("simple", simple_inputs(), headers=ALICE,
                                       parameters={"respond_async": True})
         assert accepted.get_response().parameters["task_id"].string_param
+
+
+async def test_an_identical_unversioned_call_is_answered_from_the_cache(
+        redis_url: str, triton_server: TritonServer) -> None:
+    url = triton_server.grpc_url
+    async with serving(gateway_settings(redis_url, url, cache_ttl_s=60)) as ferry, \
+            httpx.AsyncClient(base_url=ferry.http, timeout=30) as http, \
+            triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
+        batcher = Batcher.from_settings(batcher_settings(redis_url, url, max_wait_ms=5))
+        await batcher.start()
+        try:
+            first = await http.post("/v2/models/simple/infer", json={**SIMPLE, "id": "a"})
+            before = batch_executions(url, "simple")
+            again = await http.post("/v2/models/simple/infer", json={**SIMPLE, "id": "b"})
+            over_grpc = await client.infer("simple", simple_inputs(), request_id="c")
+            after = batch_executions(url, "simple")
+        finally:
+            await batcher.stop()
+    assert first.status_code == again.status_code == 200
+    assert again.json()["id"] == "b" and again.json()["outputs"] == first.json()["outputs"]
+    assert over_grpc.get_response().id == "c"
+    np.testing.assert_array_equal(over_grpc.as_numpy("OUTPUT0")[0],
+                                  np.arange(16, dtype=np.float32) * 2)
+    assert executions_since(before, after) == {}  # both answered from the first's record

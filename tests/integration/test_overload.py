@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ferry.settings import BatcherSettings, GatewaySettings
-from ferry.stack.ports import LOOPBACK, free_port
+from ferry.stack.ports import LOOPBACK, free_ports
 from loadtest import overload
 from loadtest.rawhttp import Pool
 from tests.conftest import TritonServer
@@ -29,9 +29,9 @@ DEADLINE_S = 2.0
 @pytest.fixture
 def overload_stack(redis_url: str, triton_server: TritonServer,
                     tmp_path: Path) -> Iterator[str]:
-    port = free_port()
+    port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
-                              port=port, grpc_port=free_port(), default_model="sim_overload")
+                              port=port, grpc_port=grpc_port, default_model="sim_overload")
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton_server.grpc_url,
                               metrics_port=0, max_batch=8)
     with ferry_processes(gateway, batcher, tmp_path, grace_s=20) as url:

@@ -205,7 +205,7 @@ class InferenceService:
         request, asynchronous = infer_request(message)
         version = message.model_version
         interface = await self.inference.interface(message.model_name, version)
-        task = tensor_task(interface, request, version)
+        task = tensor_task(interface, request, version, own_id=asynchronous)
         carrier = {key: metadata[key] for key in _TRACE_KEYS if key in metadata}
         with self.inference.tracing.server_span("ModelInfer", carrier):
             async with self.gateway.held(task, caller) as held:

@@ -98,7 +98,8 @@ class InferOperation:
         try:
             parsed = await self._read(request)
             interface = await self.inference.interface(model, version)
-            task = tensor_task(interface, parsed, version)
+            asynchronous = respond_async(request.headers.getlist("prefer"))
+            task = tensor_task(interface, parsed, version, own_id=asynchronous)
         except BodyTooLargeError as exc:
             return oip_error(413, str(exc))
         except TensorError as exc:
@@ -106,7 +107,7 @@ class InferOperation:
         carrier = {name: value for name, value in request.headers.items()
                    if name in TRACE_HEADERS}
         with self.inference.tracing.server_span(f"POST {INFER_ROUTE}", carrier) as span:
-            if respond_async(request.headers.getlist("prefer")):
+            if asynchronous:
                 answer = await self._queued(task, caller)
             else:
                 answer = await self._held(request, parsed, task, caller)

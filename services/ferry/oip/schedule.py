@@ -66,7 +66,7 @@ class TensorTask:
         request = self.request
         for part in (request.model, version, *sorted(request.outputs)):
             sha.update(b"%d:%s" % (len(part.encode()), part.encode()))
-        if self.own_id and self.request_id:  # 'id' cannot be read as a part's length
+        if self.own_id:  # its id, even none, is in its answer; "id" cannot be a part's length
             sha.update(b"id%d:%s" % (len(self.request_id.encode()), self.request_id.encode()))
         for tensor in request.inputs:
             sha.update(b"%d:%s%s:%r%d:" % (len(tensor.name.encode()), tensor.name.encode(),
@@ -76,12 +76,16 @@ class TensorTask:
         return sha.hexdigest()
 
 
-def tensor_task(interface: ModelInterface, request: InferRequest, version: str) -> TensorTask:
+def tensor_task(interface: ModelInterface, request: InferRequest, version: str, *,
+                own_id: bool = False) -> TensorTask:
     """The task for a request, checked against the model (a ``TensorError`` says what
-    differs), with its priority and deadline from the request's parameters."""
+    differs), with its priority and deadline from the request's parameters; its answer shared
+    with the identical requests the newest version answers (``own_id``: of the same id too, for
+    a record that is served as it is)."""
     checked = interface.check(request.inputs, request.output_names, version)
     priority, timeout_s = schedule(request.parameters)
-    return TensorTask(checked, request.id, priority, timeout_s)
+    return TensorTask(checked, request.id, priority, timeout_s, newest=interface.newest,
+                      own_id=own_id)
 
 
 def schedule(parameters: Mapping[str, Any]) -> tuple[Priority, float | None]:

@@ -1,5 +1,6 @@
 """Free loopback ports."""
 
+import contextlib
 import socket
 import urllib.error
 import urllib.request
@@ -12,6 +13,16 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` distinct TCP ports on ``host`` that nothing listens on right now."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                 for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def is_listening(host: str, port: int, timeout_s: float = 0.2) -> bool:
