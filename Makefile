@@ -19,7 +19,7 @@ help:
 	@echo "make test       lint, type-check, then the whole test suite against real servers"
 	@echo "                (and the tests marked cluster again against a Redis Cluster)"
 	@echo "make unit       only the unit tests (no servers)"
-	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~15 min)"
+	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~20 min)"
 	@echo "make plan-check the planner's predictions next to BENCHMARKS.md: PLANNER.md (~1 min)"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy --strict"
@@ -41,7 +41,13 @@ $(TOOLS)/.installed: scripts/install-chart-tools.sh
 	scripts/install-chart-tools.sh
 	touch $@
 
-tools: $(TOOLS)/.installed
+# perf_analyzer (Triton's C++ load generator) for the bench and the tests that drive Ferry with it.
+PERF_ANALYZER := $(TOOLS)/perf_analyzer/.installed
+$(PERF_ANALYZER): scripts/install-perf-analyzer.sh
+	scripts/install-perf-analyzer.sh
+	touch $@
+
+tools: $(TOOLS)/.installed $(PERF_ANALYZER)
 
 up: install
 	$(BIN)/ferry up $(ARGS)
@@ -63,7 +69,7 @@ k8s: tools
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: install
+bench: install $(PERF_ANALYZER)
 	$(BIN)/python -m loadtest.bench $(ARGS)
 
 # The planner's predictions next to BENCHMARKS.md's measurements, and the design scenario.

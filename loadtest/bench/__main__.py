@@ -2,6 +2,8 @@
 
     .venv/bin/python -m loadtest.bench            # the full run: BENCHMARKS.md and docs/*.png
     .venv/bin/python -m loadtest.bench --quick    # a smoke run (seconds), written elsewhere
+    .venv/bin/python -m loadtest.bench --only goodput  # perf_analyzer's goodput at the SLO
+                                                       # alone: that section of BENCHMARKS.md
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -19,12 +21,17 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvloop
 
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
+from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
+from loadtest.bench.goodput import GoodputBench, replace_section, section
+from loadtest.bench.perf_analyzer import binary as perf_analyzer
 from loadtest.bench.profile import hotspots, py_spy, record
 from loadtest.bench.report import Report
 from loadtest.bench.stack import BenchStack
@@ -102,20 +109,22 @@ async def profile(stack: BenchStack, scenario: Scenario, folder: Path
     return merged, note
 
 
-async def bench(args: argparse.Namespace) -> int:
-    state = Path(args.state).resolve()
-    chosen = scenarios(args.quick)
-    repository = write_repository(state / "models", chosen, MAX_WAIT_MS)
-    stack = BenchStack(state, repository)
-    started = datetime.datetime.now(datetime.UTC)
-    log.info("starting tritonserver (%d models), Redis and Ferry ...", 3 * len(chosen))
-    stack.start(default_model=chosen[0].model("ferry-1req"))
-    stats = TritonStats(stack.triton_grpc)
-    sweep = Sweep(stack, stats, quick=args.quick)
-    floors: dict[str, float] = {}
-    spots: dict[str, list[object]] = {}
-    note = "not taken in a --quick run" if args.quick else ""
-    try:
+@dataclass
+class Extras:
+    """What a run measures beside the sweep's points."""
+
+    floors: dict[str, float] = field(default_factory=dict)
+    spots: dict[str, list[object]] = field(default_factory=dict)
+    note: str = ""
+    goodput_s: float = 0.0
+
+
+async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[Scenario],
+                      sweep: Sweep, goodput: GoodputBench) -> Extras:
+    """The parts ``--only`` asks for, in order: the sweep (with its repeats, the machine's
+    floors and the profile), then the goodput searches."""
+    extras = Extras(note="not taken in a --quick run" if args.quick else "")
+    if args.only in ("all", "sweep"):
         for scenario in chosen:
             for system in SYSTEMS:
                 await sweep.warm_up(scenario, system)
@@ -123,42 +132,91 @@ async def bench(args: argparse.Namespace) -> int:
         if not args.quick:
             await sweep.repeat(chosen[0], ("ferry-1req", "ferry-2req", "triton-dyn0"),
                                (50.0, 400.0), rounds=2)
-        floors = {"an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
-                  await http_floor(),
-                  "a Redis command (HSET) for redis-server": await redis_floor(
-                      stack.redis_url, stack.pids["redis"][0])}
+        extras.floors = {
+            "an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
+            await http_floor(),
+            "a Redis command (HSET) for redis-server": await redis_floor(
+                stack.redis_url, stack.pids["redis"][0])}
         if not args.quick:
-            spots, note = await profile(stack, chosen[0], state)
+            extras.spots, extras.note = await profile(stack, chosen[0], stack.state)
+    if args.only in ("all", "goodput"):
+        started = time.monotonic()
+        for scenario in chosen:
+            await goodput.scenario(scenario)
+        extras.goodput_s = time.monotonic() - started
+    return extras
+
+
+async def bench(args: argparse.Namespace) -> int:
+    state = Path(args.state).resolve()
+    chosen = scenarios(args.quick)
+    if args.only != "sweep":
+        perf_analyzer()  # missing: say so now, not after the sweep
+    repository = write_repository(state / "models", chosen, MAX_WAIT_MS)
+    stack = BenchStack(state, repository)
+    started = datetime.datetime.now(datetime.UTC)
+    log.info("starting tritonserver (%d models), Redis and Ferry ...", 3 * len(chosen))
+    stack.start(default_model=chosen[0].model("ferry-1req"))
+    stats = TritonStats(stack.triton_grpc)
+    sweep = Sweep(stack, stats, quick=args.quick)
+    goodput = GoodputBench(stack, state / "perf_analyzer", MAX_WAIT_MS, quick=args.quick)
+    try:
+        extras = await measure_all(args, stack, chosen, sweep, goodput)
     finally:
         await stats.close()
         stack.stop()
-    elapsed = datetime.datetime.now(datetime.UTC) - started
+    elapsed = (datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60
+    (state / "goodput.json").write_text(json.dumps([g.to_json() for g in goodput.results]))
+    lines = section(goodput.results, chosen, goodput_note(args, started, extras.goodput_s))
+    out = Path(args.out)
+    if args.only == "goodput":
+        out.write_text(replace_section(out.read_text() if out.exists() else "", lines))
+        log.info("wrote the goodput section of %s in %.1f min", out, elapsed)
+        return 0
     header = ["# Ferry against Triton alone", "",
               f"Generated by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC in "
-              f"{elapsed.total_seconds() / 60:.1f} minutes. Every figure below comes from that "
+              f"{elapsed:.1f} minutes. Every figure below comes from that "
               "one run; regenerate them with the same command.", "", *machine()]
-    report = Report(sweep.points, chosen, header, MAX_WAIT_MS, floors, spots,  # type: ignore[arg-type]
-                    note)
-    out = Path(args.out)
-    figures = Path(args.figures)
+    report = Report(sweep.points, chosen, header, MAX_WAIT_MS, extras.floors,
+                    extras.spots, extras.note,  # type: ignore[arg-type]
+                    goodput=lines if goodput.results else [])
+    write(report, args, state, sweep)
+    log.info("wrote %s and its figures in %.1f min", out, elapsed)
+    return 0
+
+
+def write(report: Report, args: argparse.Namespace, state: Path, sweep: Sweep) -> None:
+    """The report, its two figures and the sweep's raw points."""
+    out, figures = Path(args.out), Path(args.figures)
     figures.mkdir(parents=True, exist_ok=True)
     curves, cpu = figures / "operating-curves.png", figures / "cpu-per-inference.png"
     report.draw(curves, cpu)
     out.write_text(report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)]))
     (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
-    log.info("wrote %s, %s and %s in %.1f min", out, curves, cpu, elapsed.total_seconds() / 60)
-    return 0
+
+
+def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: float) -> str:
+    """How the goodput table was measured, in the words of the run that measured it."""
+    return (f"Measured by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC (this part took "
+            f"{seconds / 60:.1f} minutes). " + GOODPUT_METHOD)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--only", choices=("all", "sweep", "goodput"), default="all",
+                        help="sweep: the Python generator's sweep, floors and profile; goodput: "
+                             "perf_analyzer's goodput at the SLO alone, which replaces that "
+                             "section of --out and leaves the rest of it as it was")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--figures", default=str(ROOT / "docs"))
     parser.add_argument("--state", default=str(ROOT / ".bench"),
                         help="logs, Triton's model repository and raw results")
     args = parser.parse_args()
-    args.command = "make bench" if not args.quick else "python -m loadtest.bench --quick"
+    args.command = " ".join(["make bench" if not args.quick and args.only == "all"
+                             else "python -m loadtest.bench",
+                             *(["--quick"] if args.quick else []),
+                             *([f"--only {args.only}"] if args.only != "all" else [])])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
     return uvloop.run(bench(args))
 

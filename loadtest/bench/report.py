@@ -53,6 +53,7 @@ class Report:
     floors: dict[str, float] = field(default_factory=dict)
     profile: dict[str, list[Hotspot]] = field(default_factory=dict)
     profile_note: str = ""
+    goodput: list[str] = field(default_factory=list)  # the goodput section, rendered
 
     # -- targets ---------------------------------------------------------------------------------
 
@@ -153,6 +154,8 @@ class Report:
         for t in self.targets():
             verdict = {True: "met", False: "**missed**", None: "not measured"}[t.met]
             lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} |")
+        if self.goodput:
+            lines += ["", *self.goodput]
         lines += ["", *self._reading(), "", "## Figures", ""]
         lines += [f"![{Path(f).stem}]({f})" for f in figures]
         for scenario in self.scenarios:

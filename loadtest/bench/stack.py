@@ -31,8 +31,10 @@ class BenchStack:
     partitions: int = 16
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
+    triton_http: str = ""
     triton_metrics: int = 0
     gateway_url: str = ""
+    gateway_grpc: str = ""  # host:port of Triton's gRPC protocol on the gateway
     redis_url: str = ""
     pids: dict[str, list[int]] = field(default_factory=dict)
 
@@ -42,12 +44,15 @@ class BenchStack:
                                      timeout_s=300)
         self.processes.append(triton)
         self.triton_grpc, self.triton_metrics = f"{LOOPBACK}:{ports.grpc}", ports.metrics
+        self.triton_http = f"{LOOPBACK}:{ports.http}"
         redis_proc, self.redis_url = start_redis(self.state / "redis")
         self.processes.append(redis_proc)
         port = free_port()
         self.gateway_url = f"http://{LOOPBACK}:{port}"
         gateway = GatewaySettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
-                                  port=port, default_model=default_model)
+                                  port=port, grpc_port=free_port(),
+                                  default_model=default_model)
+        self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
                                   metrics_port=free_port())
         self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"
@@ -58,6 +63,11 @@ class BenchStack:
         self.pids = {name: family(proc.pid or 0) for name, proc in
                      (("triton", triton), ("redis", redis_proc), ("batcher", self.processes[-2]),
                       ("gateway", self.processes[-1]))}
+
+    @property
+    def gateway_http(self) -> str:
+        """host:port of the gateway's HTTP (its /v1 API and Triton's REST protocol)."""
+        return self.gateway_url.removeprefix("http://")
 
     def _service(self, name: str, env: dict[str, str]) -> None:
         proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.timeout(300)  # the sweep, then perf_analyzer's goodput searches (each run bounded)
 def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
     done = subprocess.run(
@@ -27,6 +28,14 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
                    "Triton alone, dynamic batching (delay 0)", "Triton alone, no batching"):
         assert f"| {system} | 50 |" in report
     assert "an HTTP request to uvicorn" in report  # the machine's own floor was measured
+    assert "## Goodput at the SLO (perf_analyzer)" in report  # perf_analyzer's searches ran
+    for protocol in ("grpc", "http"):
+        assert f"| fast | 1 | {protocol} | 50 ms |" in report
+    goodput = json.loads((state / "goodput.json").read_text())
+    assert {(g["system"], g["protocol"]) for g in goodput} == {
+        (system, protocol) for system in ("triton", "ferry") for protocol in ("grpc", "http")}
+    assert all(g["probes"] for g in goodput)
+    assert any(g["rate"] > 0 for g in goodput if g["system"] == "triton")
     for name in ("operating-curves.png", "cpu-per-inference.png"):
         assert (figures / name).read_bytes().startswith(PNG)
     points = json.loads((state / "results.json").read_text())

@@ -1,0 +1,110 @@
+"""perf_analyzer, Triton's own load generator, runs against Ferry as it runs against Triton: a few
+seconds of Poisson load at a small fixed rate on each protocol, for ``sim`` (one BYTES [1] input)
+and ``simple`` (two FP32 [16] inputs), with no error, every request a task of Ferry's and the
+tasks run by Triton. Every request's inputs differ (a JSON file of them): perf_analyzer's own
+random data is one buffer for every request, which Ferry's result cache would answer.
+
+perf_analyzer is not optional here: ``make test`` installs it (``make tools``); a missing one
+fails with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import fields
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ferry.settings import GatewaySettings
+from ferry.stack.ports import free_port
+from loadtest.bench.perf_analyzer import (
+    BINARY,
+    Load,
+    Measurement,
+    Protocol,
+    bytes_inputs,
+    fp32_inputs,
+    measure,
+)
+from tests.conftest import TritonServer
+from tests.integration.helpers import (
+    batch_executions,
+    batcher_settings,
+    executions_since,
+    ferry_processes,
+    gateway_settings,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+RATE = 20.0
+GRPC = "grpc_port" in {f.name for f in fields(GatewaySettings)}
+# perf_analyzer's gRPC client sets the parameter triton_enable_empty_final_response (false) on
+# every ModelInfer; Ferry's gateway refuses parameters it does not know (oip/schedule.py), so
+# every request fails. Strict: once the gateway accepts it, these pass and the mark must go.
+REFUSED_PARAMETER = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="Ferry's gRPC refuses perf_analyzer's 'triton_enable_empty_final_response' parameter")
+PROTOCOLS = [pytest.param("http"),
+             pytest.param("grpc", marks=[pytest.mark.skipif(
+                 not GRPC, reason="the gateway has no grpc_port setting yet: it serves Triton's "
+                                  "protocol over HTTP only"), REFUSED_PARAMETER])]
+
+
+@pytest.fixture(scope="module")
+def ferry(redis_server: str, triton_server: TritonServer,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A gateway and a batcher: host:port of the gateway for each protocol, and its /metrics."""
+    if not BINARY.exists():
+        pytest.fail(f"perf_analyzer is not installed at {BINARY}: run `make tools` "
+                    "(scripts/install-perf-analyzer.sh)")
+    gateway = gateway_settings(redis_server, triton_server.grpc_url, port=free_port(),
+                               workers=1)
+    batcher = batcher_settings(redis_server, triton_server.grpc_url)
+    with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("perf-analyzer")) as url:
+        yield {"http": url.removeprefix("http://"), "metrics": f"{url}/metrics",
+               "grpc": f"127.0.0.1:{getattr(gateway, 'grpc_port', 0)}"}
+
+
+def accepted(metrics_url: str, model: str) -> float:
+    """Ferry's count of tasks it accepted for ``model`` (every request, shared or not)."""
+    text = httpx.get(metrics_url, timeout=10).text
+    found = re.search(rf'^ferry_tasks_accepted_total{{model="{model}"}} (\S+)$', text,
+                      re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+async def run_against_ferry(ferry: dict[str, str], triton: TritonServer, model: str,
+                            protocol: Protocol, tmp_path: Path,
+                            input_data: Path | None = None) -> Measurement:
+    before = (accepted(ferry["metrics"], model), batch_executions(triton.grpc_url, model))
+    measured = await measure(Load(ferry[protocol], model, RATE, protocol,
+                                  input_data=input_data, interval_ms=1000), tmp_path)
+    assert measured.ok, measured.errors
+    assert measured.requests >= 20 and measured.throughput > 0.5 * RATE
+    assert 0 < measured.p50_ms <= measured.p99_ms < 5000
+    # every request perf_analyzer counted was a task of Ferry's, and Triton ran each one (their
+    # inputs differ: none was answered from the cache or collapsed onto another)
+    assert accepted(ferry["metrics"], model) - before[0] >= measured.requests
+    ran = executions_since(before[1], batch_executions(triton.grpc_url, model))
+    assert sum(size * n for size, n in ran.items()) >= measured.requests
+    return measured
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_perf_analyzer_drives_sim_through_ferry(
+        ferry: dict[str, str], triton_server: TritonServer, protocol: Protocol,
+        tmp_path: Path) -> None:
+    data = bytes_inputs(tmp_path / "sim.json", "INPUT", 400, size=256, tag=f"{protocol}-")
+    await run_against_ferry(ferry, triton_server, "sim", protocol, tmp_path, data)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_perf_analyzer_drives_simple_through_ferry(
+        ferry: dict[str, str], triton_server: TritonServer, protocol: Protocol,
+        tmp_path: Path) -> None:
+    data = fp32_inputs(tmp_path / "simple.json", ("INPUT0", "INPUT1"), 16, 400)
+    await run_against_ferry(ferry, triton_server, "simple", protocol, tmp_path, data)
