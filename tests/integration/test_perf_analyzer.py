@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
 import httpx
 import pytest
 
-from ferry.settings import GatewaySettings
 from ferry.stack.ports import free_port
 from loadtest.bench.perf_analyzer import (
     BINARY,
@@ -41,17 +39,7 @@ from tests.integration.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 RATE = 20.0
-GRPC = "grpc_port" in {f.name for f in fields(GatewaySettings)}
-# perf_analyzer's gRPC client sets the parameter triton_enable_empty_final_response (false) on
-# every ModelInfer; Ferry's gateway refuses parameters it does not know (oip/schedule.py), so
-# every request fails. Strict: once the gateway accepts it, these pass and the mark must go.
-REFUSED_PARAMETER = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="Ferry's gRPC refuses perf_analyzer's 'triton_enable_empty_final_response' parameter")
-PROTOCOLS = [pytest.param("http"),
-             pytest.param("grpc", marks=[pytest.mark.skipif(
-                 not GRPC, reason="the gateway has no grpc_port setting yet: it serves Triton's "
-                                  "protocol over HTTP only"), REFUSED_PARAMETER])]
+PROTOCOLS = ["http", "grpc"]
 
 
 @pytest.fixture(scope="module")
@@ -106,5 +94,6 @@ async def test_perf_analyzer_drives_sim_through_ferry(
 async def test_perf_analyzer_drives_simple_through_ferry(
         ferry: dict[str, str], triton_server: TritonServer, protocol: Protocol,
         tmp_path: Path) -> None:
-    data = fp32_inputs(tmp_path / "simple.json", ("INPUT0", "INPUT1"), 16, 400)
+    data = fp32_inputs(tmp_path / "simple.json", ("INPUT0", "INPUT1"), 16, 400,
+                       start=PROTOCOLS.index(protocol) * 400)  # none answered from the cache
     await run_against_ferry(ferry, triton_server, "simple", protocol, tmp_path, data)

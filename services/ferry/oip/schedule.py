@@ -22,6 +22,9 @@ from ferry.tensors import TensorError
 
 MAX_TIMEOUT_US = 86_400_000_000  # a day, the longest deadline /v1 takes too
 KNOWN_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout"})
+# Accepted and without effect: asks a decoupled model for an empty last response (Ferry serves
+# no decoupled model); tritonclient's gRPC streams and perf_analyzer send it on every request.
+IGNORED_PARAMETERS = frozenset({"triton_enable_empty_final_response"})
 SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 _DOMAIN = b"ferry-oip\0"  # tensor digests never equal a /v1 payload's (those start with digits)
 
@@ -94,7 +97,7 @@ def schedule(parameters: Mapping[str, Any]) -> tuple[Priority, float | None]:
     if sequence:
         raise TensorError(f"parameter {sequence[0]!r}: sequences (stateful models) are not "
                           "supported: a queue cannot keep a sequence's requests in order")
-    unknown = sorted(parameters.keys() - KNOWN_PARAMETERS)
+    unknown = sorted(parameters.keys() - KNOWN_PARAMETERS - IGNORED_PARAMETERS)
     if unknown:
         raise TensorError(f"parameter {unknown[0]!r} is not supported (Ferry takes "
                           f"{', '.join(sorted(KNOWN_PARAMETERS))})")
