@@ -69,8 +69,9 @@ class Access:
 
     def __init__(self, settings: GatewaySettings, hot: Commands) -> None:
         self.authenticator = authenticator(settings)
-        default = Rate(settings.rate_limit_per_min, settings.rate_limit_burst)
-        self.limiter = RateLimiter(hot, default, parse_overrides(settings.rate_limits, default))
+        default = Rate.of(settings.rate_limit_per_min, settings.rate_limit_burst)
+        self.limiter = RateLimiter(hot, default, parse_overrides(settings.rate_limits,
+                                                                 settings.rate_limit_burst))
         self.max_pending = settings.max_pending_per_client
         self.max_waits = settings.max_waits_per_client
         self._waits: Counter[str] = Counter()

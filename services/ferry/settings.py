@@ -138,7 +138,8 @@ class GatewaySettings(CommonSettings):
     jwt_leeway_s: float = setting(30.0, "clock skew allowed on 'exp' and 'nbf'")
     rate_limit_per_min: int = setting(1000, "requests a minute per authenticated client, "
                                       "shared by every gateway (0: no limit)")
-    rate_limit_burst: int = setting(100, "requests a client may send at once")
+    rate_limit_burst: int = setting(0, "requests a client may send at once; 0: a tenth of its "
+                                    "per-minute rate, at least 1 and at most 100")
     rate_limits: str = setting("", "per-client rates: 'client=per_min[/burst],...'")
     max_pending_per_client: int = setting(10000, "unfinished tasks one authenticated client "
                                           "may hold (0: no limit)")
@@ -163,8 +164,8 @@ class GatewaySettings(CommonSettings):
         if self.auth == "jwt":
             check_key_source(parse_algorithms(self.jwt_algorithms), self.jwt_secret,
                              self.jwt_public_key, self.jwt_jwks_url)
-        if self.rate_limit_per_min < 0 or self.rate_limit_burst < 1:
-            raise ConfigError("rate_limit_per_min must be >= 0 and rate_limit_burst >= 1")
+        if self.rate_limit_per_min < 0 or self.rate_limit_burst < 0:
+            raise ConfigError("rate_limit_per_min and rate_limit_burst must be >= 0")
         if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
             raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
 

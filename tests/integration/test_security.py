@@ -321,6 +321,18 @@ def test_the_rate_limit_holds_across_two_gateway_processes(
     assert stream_lengths(redis_client) == len(allowed) + 12
 
 
+async def test_a_low_rate_without_a_burst_limits_from_the_first_requests(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """30 a minute and no burst set: 3 at once (a tenth of the rate), not the 100 a fixed
+    default burst let through."""
+    settings = keyed(redis_url, triton_server.grpc_url, rate_limit_per_min=30)
+    async with running_gateway(settings) as client:  # no batcher: the tasks stay queued
+        answers = [await post(client, f"quick {i}", ALICE) for i in range(10)]
+    assert [a.status_code for a in answers] == [202] * 3 + [429] * 7
+    assert answers[0].headers["ratelimit-policy"] == "30;w=60;burst=3"
+
+
 async def test_a_client_holds_a_bounded_number_of_tasks_and_long_polls(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:

@@ -75,14 +75,22 @@ def test_each_jwt_algorithm_family_needs_its_key() -> None:
 
 
 def test_per_client_rates() -> None:
-    default = Rate(1000, 100)
-    assert parse_overrides("", default) == {}
-    assert parse_overrides("alice=60, bob=0, carol=600/20", default) == {
-        "alice": Rate(60, 100), "bob": Rate(0, 100), "carol": Rate(600, 20)}
+    assert parse_overrides("") == {}
+    assert parse_overrides("alice=60, bob=0, carol=600/20, dan=30000") == {
+        "alice": Rate(60, 6), "bob": Rate(0, 1), "carol": Rate(600, 20), "dan": Rate(30000, 100)}
+    assert parse_overrides("alice=60, carol=600/20", default_burst=50) == {
+        "alice": Rate(60, 50), "carol": Rate(600, 20)}  # FERRY_RATE_LIMIT_BURST, when set
     assert Rate(60, 5).interval_ms == 1000.0 and Rate(60, 5).policy == b"60;w=60;burst=5"
     for spec in ("alice", "alice=x", "=5", "alice=-1", "alice=5/0"):
         with pytest.raises(ConfigError):
-            parse_overrides(spec, default)
+            parse_overrides(spec)
+
+
+@pytest.mark.parametrize(("per_min", "burst"), [(30, 3), (5, 1), (0, 1), (600, 60),
+                                                 (1000, 100), (100_000, 100)])
+def test_a_rate_without_a_burst_scales_its_burst_with_the_rate(per_min: int, burst: int) -> None:
+    assert Rate.of(per_min) == Rate(per_min, burst)
+    assert Rate.of(per_min, 7) == Rate(per_min, 7)  # a burst given is kept
 
 
 def test_an_authenticated_caller_speaks_only_for_itself() -> None:

@@ -339,7 +339,7 @@ def test_an_unreadable_secret_file_is_a_config_error() -> None:
     {"FERRY_AUTH": "jwt"},  # RS256 and no public key or JWKS URL
     {"FERRY_AUTH": "jwt", "FERRY_JWT_ALGORITHMS": "HS256", "FERRY_JWT_SECRET": "short"},
     {"FERRY_AUTH": "jwt", "FERRY_JWT_ALGORITHMS": "none", "FERRY_JWT_SECRET": "x" * 40},
-    {"FERRY_RATE_LIMIT_BURST": "0"},
+    {"FERRY_RATE_LIMIT_BURST": "-1"},
     {"FERRY_MAX_PENDING_PER_CLIENT": "-1"},
     {"FERRY_REDIS_CERT_FILE": "/c.pem"},  # and no key
     {"FERRY_TRITON_CA_FILE": "/ca.pem"},  # without triton_ssl

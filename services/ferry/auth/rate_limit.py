@@ -34,10 +34,25 @@ return {1, math.floor((now - allowed_at) / interval), tostring(next_tat - now)}
 """
 
 
+AUTO_BURST_MAX = 100  # the most requests at once that a rate's own burst allows
+
+
+def scaled_burst(per_min: int) -> int:
+    """The burst of a rate that names none: a tenth of the per-minute rate (six seconds of it),
+    at least 1 and at most ``AUTO_BURST_MAX``; so a low rate limits from the first request
+    (30 a minute: 3 at once, not 100)."""
+    return max(1, min(AUTO_BURST_MAX, per_min // 10))
+
+
 @dataclass(frozen=True)
 class Rate:
     per_min: int
     burst: int
+
+    @classmethod
+    def of(cls, per_min: int, burst: int = 0) -> Rate:
+        """The rate, its burst scaled from it when ``burst`` is 0."""
+        return cls(per_min, burst or scaled_burst(per_min))
 
     @property
     def interval_ms(self) -> float:
@@ -56,14 +71,16 @@ class Verdict:
     reset_s: float
 
 
-def parse_overrides(spec: str, default: Rate) -> dict[str, Rate]:
-    """``client=per_min[/burst]`` entries, comma-separated (0 per minute: unlimited)."""
+def parse_overrides(spec: str, default_burst: int = 0) -> dict[str, Rate]:
+    """``client=per_min[/burst]`` entries, comma-separated (0 per minute: unlimited); an entry
+    without a burst gets ``default_burst`` (0: scaled from its own rate)."""
     rates: dict[str, Rate] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         client, sep, value = part.rpartition("=")
         per_min, _, burst = value.partition("/")
         try:
-            rate = Rate(int(per_min), int(burst) if burst else default.burst)
+            given = int(burst) if burst else None
+            rate = Rate(-1, -1) if given == 0 else Rate.of(int(per_min), given or default_burst)
         except ValueError:
             rate = Rate(-1, -1)
         if not sep or not client or rate.per_min < 0 or rate.burst < 1:
