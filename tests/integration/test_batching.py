@@ -93,8 +93,13 @@ async def test_batches_form_across_partitions_and_respect_max_batch(
                                               adaptive_flush=False)) as stack:
         task_ids = await asyncio.gather(*(stack.submit(f"p{i}") for i in range(40)))
         results = await stack.results(task_ids)
+        registry = stack.batchers[0].metrics.registry
     assert all(r["status"] == "SUCCESS" for r in results)
     assert executions_since(before, batch_executions(url, "sim")) == {8: 5}
+    # One instance, five full batches: after a call ends with tasks boarded, the time to the next
+    # batch is measured (at most once per call that is followed by another batch).
+    gaps = registry.get_sample_value("ferry_dispatch_gap_seconds_count", {"model": "sim"})
+    assert gaps is not None and 1 <= gaps <= 4
 
 
 async def test_models_are_batched_separately(

@@ -55,6 +55,7 @@ class Dispatcher:
         self._cancelled = shared.cancelled
         self._changed = shared.changed
         self._states = models.states
+        self._gap_since: dict[str, float] = {}  # model: when a call of it ended, work waiting
 
     async def loop(self) -> None:
         """Plan, launch what is due, and sleep until something changes or a batch is due."""
@@ -86,6 +87,9 @@ class Dispatcher:
         task = asyncio.create_task(self._run_batch(lane.model, deliveries, recorder),
                                    name=f"ferry-batch-{lane.model}")
         self._batches[task] = (lane, deliveries)
+        since = self._gap_since.pop(lane.model, None)
+        if since is not None:
+            self.metrics.dispatch_gap.labels(lane.model).observe(self.clock() - since)
         state = self._states.get(lane.model)
         if state is not None:
             state.inflight += 1
@@ -153,4 +157,8 @@ class Dispatcher:
         return self.models.call_time(model, size)
 
     def observe_call(self, model: str, size: int, seconds: float) -> None:
+        """A call ended: fit its time; with the model's work waiting, a gap opens until the
+        model's next batch leaves (``ferry_dispatch_gap_seconds``)."""
         self.models.observe_call(model, size, seconds)
+        if self._buffer.holds(model):
+            self._gap_since.setdefault(model, self.clock())

@@ -38,6 +38,10 @@ class BoardingBuffer(Generic[T]):
             counts[key(lane)] = counts.get(key(lane), 0) + len(queue)
         return counts
 
+    def holds(self, model: str) -> bool:
+        """Whether a task of ``model`` is boarded (in any of its lanes)."""
+        return any(lane.model == model and queue for lane, queue in self._queues.items())
+
     def take(self, lane: Lane, count: int) -> list[T]:
         """Remove and return up to ``count`` of ``lane``'s oldest items."""
         queue = self._queues.get(lane)

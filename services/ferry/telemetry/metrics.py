@@ -43,7 +43,7 @@ class BatcherMetrics:
                                      "Tasks written to the dead-letter streams", registry=r)
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
-        self.inflight = Gauge("ferry_inflight_batches", "Batches at Triton now", registry=r)
+        self.inflight, self.dispatch_gap = _dispatch_metrics(r)
         self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
                                 "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
         self.circuit = Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, "
@@ -121,3 +121,16 @@ def _rpc_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
                     "it), by method and status code", ["method", "code"], registry=registry),
             Histogram("ferry_grpc_request_seconds", "gRPC call duration (a stream: each "
                       "request's)", ["method"], buckets=LATENCY_BUCKETS, registry=registry))
+
+
+GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+def _dispatch_metrics(registry: CollectorRegistry) -> tuple[Gauge, Histogram]:
+    """Batches at Triton now, and how long a model's work waits after one of its calls ended:
+    from the call's end, with tasks of the model boarded, to its next batch leaving (a GPU slot
+    idle while work waits)."""
+    return (Gauge("ferry_inflight_batches", "Batches at Triton now", registry=registry),
+            Histogram("ferry_dispatch_gap_seconds", "From a Triton call's end, with the model's "
+                      "tasks waiting, to its next batch leaving", ["model"],
+                      buckets=GAP_BUCKETS, registry=registry))
