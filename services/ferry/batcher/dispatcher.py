@@ -56,6 +56,7 @@ class Dispatcher:
         self._changed = shared.changed
         self._states = models.states
         self._gap_since: dict[str, float] = {}  # model: when a call of it ended, work waiting
+        self._settling: set[asyncio.Task[None]] = set()  # done at Triton, writing results
 
     async def loop(self) -> None:
         """Plan, launch what is due, and sleep until something changes or a batch is due."""
@@ -95,7 +96,7 @@ class Dispatcher:
             state.inflight += 1
         self.metrics.flushes.labels(lane.model, reason.value).inc()
         self.shared.room_freed.set()
-        self.metrics.inflight.set(len(self._batches))
+        self.metrics.inflight.set(len(self._batches) - len(self._settling))
         task.add_done_callback(self._batch_done)
 
     async def _run_batch(self, model: str, deliveries: list[Delivery],
@@ -103,7 +104,7 @@ class Dispatcher:
         if recorder is not None:
             CURRENT_BATCH.set(recorder)  # this task's own context: the executor records in it
         try:
-            await self.executor.run(model, deliveries)
+            await self.executor.run(model, deliveries, self._free_slot)
         except Exception:
             log.exception("batch of %d for %s failed; its tasks stay pending for reclaim",
                           len(deliveries), model)
@@ -112,12 +113,36 @@ class Dispatcher:
         for delivery in deliveries:  # not on cancellation: stop() hands those back
             self._held.discard(delivery.key)
 
+    def _free_slot(self) -> None:
+        """The current batch is done at Triton: its slot goes to the next batch while its
+        results are written and acknowledged (the batch stays held until they are). At most
+        as many batches of a model settle at once as it may have at Triton: while Redis is slow
+        to take results, batches wait for it rather than pile up answers it cannot take."""
+        task = asyncio.current_task()
+        if task is None or task not in self._batches or task in self._settling:
+            return
+        lane = self._batches[task][0]
+        state = self._states.get(lane.model)
+        settling = sum(1 for t in self._settling if self._batches[t][0].model == lane.model)
+        if state is not None and settling >= state.window.limit:
+            return  # its slot frees when its results are written
+        self._settling.add(task)
+        self._release(lane)
+
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         lane, _ = self._batches.pop(task, (Lane(""), []))
+        if task in self._settling:
+            self._settling.discard(task)
+            self.metrics.inflight.set(len(self._batches) - len(self._settling))
+        else:
+            self._release(lane)
+
+    def _release(self, lane: Lane) -> None:
+        """A slot of the lane's model is free: count it, and wake whoever waits for one."""
         state = self._states.get(lane.model)
         if state is not None:
             state.inflight = max(0, state.inflight - 1)
-        self.metrics.inflight.set(len(self._batches))
+        self.metrics.inflight.set(len(self._batches) - len(self._settling))
         if self.shared.parked:
             self.shared.slot_freed.set()  # the reader catches up; boarding wakes the dispatcher
         else:

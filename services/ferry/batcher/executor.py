@@ -170,12 +170,16 @@ class BatchExecutor:
         self.sleep = timing.sleep
         self.jitter = timing.jitter
 
-    async def run(self, model: str, deliveries: Sequence[Delivery]) -> None:
-        """Give every delivery a final status and settle it."""
+    async def run(self, model: str, deliveries: Sequence[Delivery],
+                  inferred: Callable[[], None] | None = None) -> None:
+        """Give every delivery a final status and settle it; ``inferred`` is called once Triton
+        is done with the batch, before the results are written (its slot is free then)."""
         live, outcomes = self.unwanted(deliveries, model)
         self._observe_wait(model, live)
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
+        if inferred is not None:
+            inferred()
         await self.settle(outcomes)
 
     def unwanted(self, deliveries: Sequence[Delivery], model: str = ""
