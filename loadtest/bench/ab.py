@@ -26,7 +26,7 @@ from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
-from loadtest.bench.backends import FAST, Scenario, write_repository
+from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.cpu import cpu_seconds, family
 from loadtest.generator import run
 
@@ -76,11 +76,14 @@ def main() -> None:
     parser.add_argument("--rates", default="400,1200")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--backend", choices=("fast", "slow"), default="fast",
+                        help="the simulated backend: fast (4 + 0.25 B ms) or slow (50 + 2 B ms)")
+    parser.add_argument("--instances", type=int, default=1, help="its Triton instances")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
     state = Path(tempfile.mkdtemp(prefix="ferry-ab-"))
-    scenario = Scenario(FAST, 1)
+    scenario = Scenario(FAST if args.backend == "fast" else SLOW, args.instances)
     repository = write_repository(state / "models", [scenario], 50)
     triton, ports = start_triton(repository, state / "triton")
     redis_proc, redis_url = start_redis(state / "redis")
