@@ -173,6 +173,15 @@ def redis_url(redis_server: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def store(redis_server: str) -> Iterator[redis.Redis]:
+    """A client of the session's Redis that flushes nothing: for modules whose Ferry runs
+    for the whole module (``redis_url`` would pull its streams away from under it)."""
+    client = sync_client(redis_server)
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = sync_client(redis_url)
     yield client

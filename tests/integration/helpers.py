@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -158,6 +159,16 @@ def backlog_counts(client: redis.Redis, partitions: int = 16) -> int:
 
 def task_keys(client: redis.Redis) -> list[bytes]:
     return list(client.scan_iter(match=f"{keys.PREFIX}:*:task:*"))
+
+
+def pending_count(client: redis.Redis, partitions: int = 16) -> int:
+    """Entries read by a batcher and not yet acknowledged, over every partition's stream."""
+    total = 0
+    for partition in range(partitions):
+        with contextlib.suppress(redis.ResponseError):  # a stream without its group yet
+            total += int(client.xpending(keys.partition_stream(partition),
+                                         keys.CONSUMER_GROUP)["pending"])
+    return total
 
 
 def dead_letters(client: redis.Redis, partitions: int = 16) -> list[dict[bytes, bytes]]:

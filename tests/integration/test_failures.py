@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from tests.integration.helpers import (
     executions_since,
     gateway_settings,
     known_model,
+    pending_count,
     running_stack,
     stream_lengths,
     wait_until,
@@ -149,7 +149,7 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
         proc = subprocess.Popen([sys.executable, "-m", "ferry", "batcher"], env=env)
         try:
             # sim_slow takes 1.5 s a batch: kill the batcher while its batch is at Triton.
-            assert await wait_until(lambda: _pending_count(redis_client) == 6, 20)
+            assert await wait_until(lambda: pending_count(redis_client) == 6, 20)
             await asyncio.sleep(0.3)
         finally:
             proc.send_signal(signal.SIGKILL)
@@ -171,7 +171,7 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
     executed = executions_since(before, batch_executions(url, "sim_slow"))
     assert executed.pop(1) == 6  # the rescuer's six single calls
     assert sum(size * n for size, n in executed.items()) == 6, executed  # the killed batcher's
-    assert stream_lengths(redis_client) == 0 and _pending_count(redis_client) == 0
+    assert stream_lengths(redis_client) == 0 and pending_count(redis_client) == 0
 
 
 async def test_a_task_that_keeps_killing_batchers_is_dead_lettered(
@@ -217,15 +217,6 @@ async def test_two_batchers_share_partitions_without_duplicates(
     assert stream_lengths(redis_client) == 0
 
 
-def _pending_count(client: redis.Redis) -> int:
-    total = 0
-    for partition in range(16):
-        with contextlib.suppress(redis.ResponseError):
-            total += int(client.xpending(keys.partition_stream(partition),
-                                         keys.CONSUMER_GROUP)["pending"])
-    return total
-
-
 async def test_a_slow_batch_is_not_taken_over_while_its_batcher_lives(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
@@ -260,7 +251,7 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
         registry = stranded.metrics.registry
         assert await wait_until(lambda: registry.get_sample_value("ferry_queue_depth") == 3, 5)
         await stranded.stop()
-        assert _pending_count(redis_client) == 0 and stream_lengths(redis_client) == 3
+        assert pending_count(redis_client) == 0 and stream_lengths(redis_client) == 3
         healthy = Batcher.from_settings(batcher_settings(redis_url, url, max_wait_ms=200))
         await healthy.start()
         try:

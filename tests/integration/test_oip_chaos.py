@@ -5,7 +5,6 @@ answer or a clear error, none hangs, and no task is lost."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +23,6 @@ import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import InferInput
 from tritonclient.utils import InferenceServerException
 
-from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.settings import BatcherSettings, to_env
 from ferry.stack.ports import free_port
@@ -33,6 +31,7 @@ from tests.conftest import TritonServer, sync_client
 from tests.integration.helpers import (
     batcher_settings,
     gateway_settings,
+    pending_count,
     serving,
     task_keys,
     wait_until,
@@ -82,15 +81,6 @@ def answered(word: str, outcome: Any) -> bool:
     assert not isinstance(outcome, BaseException), repr(outcome)
     assert json.loads(outcome.as_numpy("OUTPUT")[0][0]) == expected(word)
     return True
-
-
-def pending_count(client: redis.Redis) -> int:
-    total = 0
-    for partition in range(16):
-        with contextlib.suppress(redis.ResponseError):
-            total += int(client.xpending(keys.partition_stream(partition),
-                                         keys.CONSUMER_GROUP)["pending"])
-    return total
 
 
 async def test_a_batcher_killed_under_held_calls_loses_none_of_them(

@@ -23,8 +23,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from ferry.stack.ports import free_port
-from tests.conftest import TritonServer, sync_client
+from tests.conftest import TritonServer
 from tests.integration.helpers import (
+    Served,
     batch_executions,
     batcher_settings,
     executions_since,
@@ -36,26 +37,20 @@ from tests.integration.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-class Ferry:
-    def __init__(self, http: str, grpc_target: str) -> None:
-        self.http = http
-        self.grpc = grpc_target
-
-
 @pytest.fixture(scope="module")
 def ferry(redis_server: str, triton_server: TritonServer,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ferry]:
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A gateway (one process, gRPC on its own port) and a batcher."""
     grpc_port = free_port()
     gateway = gateway_settings(redis_server, triton_server.grpc_url, port=free_port(),
                                grpc_port=grpc_port, workers=1, max_body_bytes=64 * 1024)
     batcher = batcher_settings(redis_server, triton_server.grpc_url)
     with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("oip-grpc")) as url:
-        yield Ferry(url, f"127.0.0.1:{grpc_port}")
+        yield Served(url, f"127.0.0.1:{grpc_port}")
 
 
 @pytest.fixture
-def client(ferry: Ferry) -> Iterator[triton_grpc.InferenceServerClient]:
+def client(ferry: Served) -> Iterator[triton_grpc.InferenceServerClient]:
     with triton_grpc.InferenceServerClient(ferry.grpc) as ferry_client:
         yield ferry_client
 
@@ -64,13 +59,6 @@ def client(ferry: Ferry) -> Iterator[triton_grpc.InferenceServerClient]:
 def triton(triton_server: TritonServer) -> Iterator[triton_grpc.InferenceServerClient]:
     with triton_grpc.InferenceServerClient(triton_server.grpc_url) as triton_client:
         yield triton_client
-
-
-@pytest.fixture
-def store(redis_server: str) -> Iterator[redis.Redis]:
-    client = sync_client(redis_server)
-    yield client
-    client.close()
 
 
 def simple_inputs(rows: int = 1, offset: float = 0.0) -> list[triton_grpc.InferInput]:
@@ -147,7 +135,7 @@ def test_infer_answers_as_triton(client: triton_grpc.InferenceServerClient,
                 ["OUTPUT"])
 
 
-def test_typed_contents_are_read_as_triton_reads_them(ferry: Ferry,
+def test_typed_contents_are_read_as_triton_reads_them(ferry: Served,
                                                       triton_server: TritonServer) -> None:
     request = service_pb2.ModelInferRequest(model_name="simple", id="typed")
     for name, values in (("INPUT0", [float(i) for i in range(16)]), ("INPUT1", [0.5] * 16)):
@@ -163,7 +151,7 @@ def test_typed_contents_are_read_as_triton_reads_them(ferry: Ferry,
 
 
 async def test_the_aio_client_is_served_and_concurrent_requests_are_batched(
-        ferry: Ferry, triton_server: TritonServer) -> None:
+        ferry: Served, triton_server: TritonServer) -> None:
     before = batch_executions(triton_server.grpc_url, "simple")
     async with triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
         results = await asyncio.gather(*(client.infer("simple",  # new inputs: none cached
@@ -244,7 +232,7 @@ def test_a_failed_task_is_internal_with_its_reason(
 
 
 def test_respond_async_answers_the_task_id_and_the_record_holds_the_answer(
-        client: triton_grpc.InferenceServerClient, ferry: Ferry) -> None:
+        client: triton_grpc.InferenceServerClient, ferry: Served) -> None:
     accepted = client.infer("simple", simple_inputs(), request_id="later",
                             parameters={"respond_async": True})
     response = accepted.get_response()
@@ -260,7 +248,7 @@ def test_respond_async_answers_the_task_id_and_the_record_holds_the_answer(
 
 
 def test_priority_and_shared_memory_parameters(client: triton_grpc.InferenceServerClient,
-                                               ferry: Ferry) -> None:
+                                               ferry: Served) -> None:
     accepted = client.infer("simple", simple_inputs(offset=200), priority=1,
                             parameters={"respond_async": True})
     task_id = accepted.get_response().parameters["task_id"].string_param
@@ -276,7 +264,7 @@ def test_priority_and_shared_memory_parameters(client: triton_grpc.InferenceServ
     assert "sequence" in str(sequence.value.message())
 
 
-def test_the_readme_example_runs_as_written(ferry: Ferry,
+def test_the_readme_example_runs_as_written(ferry: Served,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## Triton's protocol", 1)[1]
@@ -288,7 +276,7 @@ def test_the_readme_example_runs_as_written(ferry: Ferry,
 
 
 def test_grpc_calls_are_counted_by_method_and_code(client: triton_grpc.InferenceServerClient,
-                                                   ferry: Ferry) -> None:
+                                                   ferry: Served) -> None:
     client.infer("simple", simple_inputs())
     with pytest.raises(InferenceServerException):
         client.infer("simple", simple_inputs()[:1])

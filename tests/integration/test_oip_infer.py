@@ -16,7 +16,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 from ferry.stack.ports import free_port
-from tests.conftest import TritonServer, sync_client
+from tests.conftest import TritonServer
 from tests.integration.helpers import (
     backlog_counts,
     batcher_settings,
@@ -46,13 +46,6 @@ def ferry(redis_server: str, triton_server: TritonServer,
 def client(ferry: str) -> Iterator[triton_http.InferenceServerClient]:
     with triton_http.InferenceServerClient(ferry, network_timeout=60) as ferry_client:
         yield ferry_client
-
-
-@pytest.fixture
-def store(redis_server: str) -> Iterator[redis.Redis]:
-    client = sync_client(redis_server)
-    yield client
-    client.close()
 
 
 def simple_inputs(binary: bool, rows: int = 1) -> list[triton_http.InferInput]:

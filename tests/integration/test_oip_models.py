@@ -33,7 +33,7 @@ import tritonclient.http.aio as triton_http_aio
 from tritonclient.utils import triton_to_np_dtype
 
 from ferry.stack.ports import LOOPBACK
-from tests.conftest import TritonServer, sync_client
+from tests.conftest import TritonServer
 from tests.integration.helpers import (
     backlog_counts,
     batcher_settings,
@@ -290,13 +290,6 @@ def ferry(redis_server: str, triton_server: TritonServer,
 def direct(triton_server: TritonServer) -> Server:
     """The same Triton, directly."""
     return Server(f"{LOOPBACK}:{triton_server.ports.http}", triton_server.grpc_url)
-
-
-@pytest.fixture
-def store(redis_server: str) -> Iterator[redis.Redis]:
-    client = sync_client(redis_server)
-    yield client
-    client.close()
 
 
 # -- the matrix ------------------------------------------------------------------------------

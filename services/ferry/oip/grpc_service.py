@@ -74,6 +74,16 @@ def rpc_error(exc: Exception) -> RpcError | None:
     return None
 
 
+def rpc_failure(exc: Exception, method: str) -> RpcError:
+    """The client's view of any error: Ferry's own as its status, a bug logged and INTERNAL
+    (call it where the exception is being handled)."""
+    failure = rpc_error(exc)
+    if failure is None:
+        log.exception("unexpected error serving %s", method)
+        return RpcError(Code.INTERNAL, BUG)
+    return failure
+
+
 def backend_code(error: BackendError) -> grpc.StatusCode:
     """Triton's own code for its refusal; UNAVAILABLE when Triton could not be asked."""
     known = Code.__members__.get(error.code)
@@ -86,6 +96,16 @@ def metadata_of(context: grpc.aio.ServicerContext[Any, Any]) -> Metadata:
     """The call's metadata (keys lower case; the last value of a repeated key)."""
     return {key.lower(): value for key, value in context.invocation_metadata() or ()
             if isinstance(value, str)}
+
+
+def refusal(what: str) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]],
+                                   Awaitable[NoReturn]]:
+    """An RPC Ferry does not serve: UNIMPLEMENTED, saying what and why."""
+    async def refuse(_service: Any, _request: Any,
+                     context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
+        await context.abort(Code.UNIMPLEMENTED, f"{what} is not supported by Ferry")
+        raise AssertionError("abort raises")
+    return refuse
 
 
 class InferenceService:
@@ -122,10 +142,7 @@ class InferenceService:
             code = Code.CANCELLED
             raise
         except Exception as exc:
-            failure = rpc_error(exc)
-            if failure is None:
-                log.exception("unexpected error serving %s", method)
-                failure = RpcError(Code.INTERNAL, BUG)
+            failure = rpc_failure(exc, method)
             code = failure.code
             await context.abort(failure.code, failure.message)
             raise  # abort raises; this is for the type checker
@@ -239,10 +256,7 @@ class InferenceService:
             response = await self._infer(message, caller, metadata)
             return service_pb2.ModelStreamInferResponse(infer_response=response)
         except Exception as exc:
-            failure = rpc_error(exc)
-            if failure is None:
-                log.exception("unexpected error serving ModelStreamInfer")
-                failure = RpcError(Code.INTERNAL, BUG)
+            failure = rpc_failure(exc, "ModelStreamInfer")
             code = failure.code
             return service_pb2.ModelStreamInferResponse(
                 error_message=failure.message, infer_response=service_pb2.ModelInferResponse(
@@ -252,44 +266,16 @@ class InferenceService:
             self.metrics.observe_rpc("ModelStreamInfer", code.name,
                                      time.perf_counter() - started)
 
-    # -- what a remote front end cannot offer ----------------------------------------------
+    # -- what a remote front end cannot offer: UNIMPLEMENTED, with the reason ----------------
 
-    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any], what: str) -> NoReturn:
-        await context.abort(Code.UNIMPLEMENTED, f"{what} is not supported by Ferry")
-        raise AssertionError("abort raises")
-
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "shared memory (a remote front end cannot map it)")
-
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "shared memory (a remote front end cannot map it)")
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "shared memory (a remote front end cannot map it)")
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "CUDA shared memory (a remote front end cannot map it)")
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "CUDA shared memory (a remote front end cannot map it)")
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "CUDA shared memory (a remote front end cannot map it)")
-
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "the model repository API (manage Triton directly)")
-
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "the model repository API (manage Triton directly)")
-
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "the model repository API (manage Triton directly)")
-
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "Triton's trace settings (Ferry traces with OpenTelemetry)")
-
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        await self._refuse(context, "Triton's log settings (manage Triton directly)")
+    SystemSharedMemoryStatus = SystemSharedMemoryRegister = SystemSharedMemoryUnregister = (
+        refusal("shared memory (a remote front end cannot map it)"))
+    CudaSharedMemoryStatus = CudaSharedMemoryRegister = CudaSharedMemoryUnregister = (
+        refusal("CUDA shared memory (a remote front end cannot map it)"))
+    RepositoryIndex = RepositoryModelLoad = RepositoryModelUnload = (
+        refusal("the model repository API (manage Triton directly)"))
+    TraceSetting = refusal("Triton's trace settings (Ferry traces with OpenTelemetry)")
+    LogSettings = refusal("Triton's log settings (manage Triton directly)")
 
 
 class _Stream:
@@ -326,10 +312,5 @@ class _Stream:
             self.queue.put_nowait(None)
 
     async def _answer(self, message: service_pb2.ModelInferRequest) -> None:
-        try:
-            answer = await self.service.stream_answer(message, self.metadata)
-        except Exception:  # a bug: logged, and still an answer for this request
-            log.exception("unexpected error answering a stream's request")
-            answer = service_pb2.ModelStreamInferResponse(
-                error_message=BUG, infer_response=service_pb2.ModelInferResponse(id=message.id))
-        self.queue.put_nowait(answer)
+        """Its answer or its error (``stream_answer`` makes even a bug an answer)."""
+        self.queue.put_nowait(await self.service.stream_answer(message, self.metadata))
