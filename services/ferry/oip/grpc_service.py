@@ -47,7 +47,6 @@ _CLIENT_CODES = {400: Code.INVALID_ARGUMENT, 401: Code.UNAUTHENTICATED,
                  503: Code.UNAVAILABLE}
 _FAILURE_CODES = {Failure.UNAVAILABLE: Code.UNAVAILABLE, Failure.INTERNAL: Code.INTERNAL,
                   Failure.CANCELLED: Code.CANCELLED}
-_TRACE_KEYS = ("traceparent", "tracestate")
 
 
 class RpcError(Exception):
@@ -223,8 +222,7 @@ class InferenceService:
         version = message.model_version
         interface = await self.inference.interface(message.model_name, version)
         task = tensor_task(interface, request, version, own_id=asynchronous)
-        carrier = {key: metadata[key] for key in _TRACE_KEYS if key in metadata}
-        with self.inference.tracing.server_span("ModelInfer", carrier):
+        with self.inference.tracing.server_span("ModelInfer", metadata):
             async with self.gateway.held(task, caller) as held:
                 if asynchronous:
                     return accepted_response(task.request.model, version, request.id,

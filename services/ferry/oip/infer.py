@@ -48,7 +48,6 @@ from ferry.tensors import TensorError
 
 RESULT_PREFIX = "/v1/result/"
 INFER_ROUTE = "/v2/models/{model}/infer"
-TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
 @dataclass(frozen=True)
@@ -104,9 +103,7 @@ class InferOperation:
             return oip_error(413, str(exc))
         except TensorError as exc:
             return oip_error(400, str(exc))
-        carrier = {name: value for name, value in request.headers.items()
-                   if name in TRACE_HEADERS}
-        with self.inference.tracing.server_span(f"POST {INFER_ROUTE}", carrier) as span:
+        with self.inference.tracing.server_span(f"POST {INFER_ROUTE}", request.headers) as span:
             if asynchronous:
                 answer = await self._queued(task, caller)
             else:
