@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from google.protobuf.json_format import ParseDict, ParseError
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2
 
 from ferry.oip.request import InferRequest, RequestedOutput
-from ferry.tensors import NUMPY_DTYPE, Tensor, TensorError, checked, pack_bytes
+from ferry.tensors import Tensor, TensorError, checked, from_json
 
 ASYNC_PARAMETER = "respond_async"
 # The InferTensorContents field that holds each datatype's typed values.
@@ -72,11 +71,13 @@ def _inputs(message: service_pb2.ModelInferRequest) -> tuple[Tensor, ...]:
     tensors = []
     for index, entry in enumerate(message.inputs):
         _no_shared_memory(entry.name, entry.parameters)
-        raw = raws[index] if raws else _typed_raw(entry)
-        if raws and entry.HasField("contents"):
+        if not raws:
+            tensors.append(_typed(entry))
+            continue
+        if entry.HasField("contents"):
             raise GrpcRequestError(f"input {entry.name!r}: contents given both typed and in "
                                    "raw_input_contents")
-        tensors.append(checked(entry.name, entry.datatype, entry.shape, raw))
+        tensors.append(checked(entry.name, entry.datatype, entry.shape, raws[index]))
     return tuple(tensors)
 
 
@@ -86,29 +87,17 @@ def _no_shared_memory(name: str, parameters: Mapping[str, service_pb2.InferParam
                                "front end cannot map a client's memory)")
 
 
-def _typed_raw(entry: service_pb2.ModelInferRequest.InferInputTensor) -> bytes:
-    """An input's typed contents as raw bytes (little-endian, BYTES length-prefixed)."""
-    datatype = entry.datatype
-    field = CONTENTS_FIELD.get(datatype)
+def _typed(entry: service_pb2.ModelInferRequest.InferInputTensor) -> Tensor:
+    """An input from its typed contents, read and checked as the same values in JSON are
+    (``ferry.tensors.from_json``: element count, each value's kind and range)."""
+    field = CONTENTS_FIELD.get(entry.datatype)
     if field is None:
-        if datatype in ("FP16", "BF16"):
-            raise GrpcRequestError(f"input {entry.name!r}: {datatype} has no typed contents; "
-                                   "send it in raw_input_contents")
-        raise GrpcRequestError(f"input {entry.name!r}: unknown datatype {datatype!r}")
-    values = getattr(entry.contents, field)
-    if datatype == "BYTES":
-        return pack_bytes(list(values))
-    array = np.asarray(values, dtype=np.float64 if datatype.startswith("FP") else None)
-    if array.size and datatype not in ("BOOL",) and not datatype.startswith("FP"):
-        _check_range(entry.name, datatype, array)
-    return array.astype(NUMPY_DTYPE[datatype]).tobytes()
-
-
-def _check_range(name: str, datatype: str, array: np.ndarray[Any, Any]) -> None:
-    info = np.iinfo(np.dtype(NUMPY_DTYPE[datatype]))
-    if int(array.min()) < info.min or int(array.max()) > info.max:
-        raise GrpcRequestError(f"input {name!r}: a value is out of {datatype}'s range "
-                               f"[{info.min}, {info.max}]")
+        if entry.datatype in ("FP16", "BF16"):
+            raise GrpcRequestError(f"input {entry.name!r}: {entry.datatype} has no typed "
+                                   "contents; send it in raw_input_contents")
+        raise GrpcRequestError(f"input {entry.name!r}: unknown datatype {entry.datatype!r}")
+    return from_json(entry.name, entry.datatype, entry.shape,
+                     list(getattr(entry.contents, field)))
 
 
 def infer_response(model: str, version: str, outputs: Sequence[Tensor],
@@ -136,7 +125,7 @@ def accepted_response(model: str, version: str, request_id: str, task_id: str,
     return response
 
 
-def from_json(document: Mapping[str, Any], message: Message) -> Message:
+def message_from_json(document: Mapping[str, Any], message: Message) -> Message:
     """``message`` filled from Triton's JSON for it (what the REST routes answer)."""
     try:
         ParseDict(dict(document), message, ignore_unknown_fields=True)

@@ -26,7 +26,12 @@ from tritonclient.grpc import service_pb2
 from ferry import __version__
 from ferry.access import Access, Caller
 from ferry.errors import BackendError, ClientError
-from ferry.oip.grpc_codec import accepted_response, from_json, infer_request, infer_response
+from ferry.oip.grpc_codec import (
+    accepted_response,
+    infer_request,
+    infer_response,
+    message_from_json,
+)
 from ferry.oip.hold import HOLD_S, Failure, Refused, cancel_quietly, outcome
 from ferry.oip.infer import RESULT_PREFIX, Inference
 from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
@@ -185,7 +190,7 @@ class InferenceService:
                             ) -> service_pb2.ModelMetadataResponse:
         async def work(_: Caller) -> service_pb2.ModelMetadataResponse:
             document = await self.discovery.metadata(request.name, request.version)
-            return from_json(document, service_pb2.ModelMetadataResponse())
+            return message_from_json(document, service_pb2.ModelMetadataResponse())
         return await self._unary(context, "ModelMetadata", work)
 
     async def ModelConfig(self, request: service_pb2.ModelConfigRequest,
@@ -193,7 +198,7 @@ class InferenceService:
                           ) -> service_pb2.ModelConfigResponse:
         async def work(_: Caller) -> service_pb2.ModelConfigResponse:
             reply = service_pb2.ModelConfigResponse()
-            from_json(await self.backend.model_config(request.name, request.version),
+            message_from_json(await self.backend.model_config(request.name, request.version),
                       reply.config)
             return reply
         return await self._unary(context, "ModelConfig", work)
@@ -203,7 +208,7 @@ class InferenceService:
                               ) -> service_pb2.ModelStatisticsResponse:
         async def work(_: Caller) -> service_pb2.ModelStatisticsResponse:
             document = await self.backend.model_statistics(request.name, request.version)
-            return from_json(document, service_pb2.ModelStatisticsResponse())
+            return message_from_json(document, service_pb2.ModelStatisticsResponse())
         return await self._unary(context, "ModelStatistics", work)
 
     # -- inference -----------------------------------------------------------------------
