@@ -21,6 +21,7 @@ from ferry.auth.api_keys import parse_keys
 from ferry.auth.base import check_key_source, parse_algorithms
 from ferry.errors import ConfigError
 from ferry.resp.client import RedisAddress
+from ferry.telemetry.logs import parse as parse_log_level
 
 ENV_PREFIX = "FERRY_"
 FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
@@ -42,7 +43,9 @@ class CommonSettings:
     result_ttl_s: int = setting(600, "seconds a finished task's result is kept")
     pending_ttl_s: int = setting(86400, "seconds an accepted task's PENDING record is kept")
     triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
-    log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR")
+    log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR; then optionally "
+                             "name=LEVEL per logger, e.g. INFO,ferry.batches=DEBUG (a line per "
+                             "batch)")
     redis_max_connections: int = setting(64, "connections of each process's pool for the "
                                          "occasional Redis work (the hot path uses one)")
     redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
@@ -69,6 +72,7 @@ class CommonSettings:
                                "no result cache")
 
     def __post_init__(self) -> None:
+        parse_log_level(self.log_level)
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
         if self.result_ttl_s < 1 or self.pending_ttl_s < 1:
@@ -216,8 +220,9 @@ class BatcherSettings(CommonSettings):
     webhook_allow_private: bool = setting(False, "call allowlisted names that resolve to "
                                           "private, loopback or link-local addresses (IP "
                                           "literals on the allowlist are always called)")
-    priority_aging_s: float = setting(2.0, "a task read this long ago boards ahead of every "
-                                      "priority, so that low priority is never starved")
+    priority_aging_s: float = setting(2.0, "a normal or low task read this long ago boards "
+                                      "ahead of every priority but high, so that normal work "
+                                      "never starves low")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")
     shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
     metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")

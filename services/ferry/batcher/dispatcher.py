@@ -28,6 +28,7 @@ from ferry.telemetry.tracing import CURRENT_BATCH, BatchTrace, Tracing, batch_tr
 from ferry.triton.base import InferenceBackend
 
 log = logging.getLogger(__name__)
+batches_log = logging.getLogger("ferry.batches")  # a line per batch and call, at DEBUG
 CANCELLED_MEMORY = 10_000  # cancelled ids remembered for tasks this batcher has not seen
 
 
@@ -89,11 +90,19 @@ class Dispatcher:
                                    name=f"ferry-batch-{lane.model}")
         self._batches[task] = (lane, deliveries)
         since = self._gap_since.pop(lane.model, None)
+        now = self.clock()
         if since is not None:
-            self.metrics.dispatch_gap.labels(lane.model).observe(self.clock() - since)
+            self.metrics.dispatch_gap.labels(lane.model).observe(now - since)
         state = self._states.get(lane.model)
         if state is not None:
             state.inflight += 1
+        if batches_log.isEnabledFor(logging.DEBUG):
+            batches_log.debug("batch at=%.4f model=%s priority=%s size=%d reason=%s gap_ms=%.1f "
+                              "left=%d inflight=%d slots=%d", now, lane.model,
+                              lane.priority.label, len(deliveries), reason.value,
+                              (now - since) * 1000 if since is not None else -1.0,
+                              len(self._buffer), state.inflight if state else 0,
+                              state.slots if state else 0)
         self.metrics.flushes.labels(lane.model, reason.value).inc()
         self.shared.room_freed.set()
         self.metrics.inflight.set(len(self._batches) - len(self._settling))
@@ -184,6 +193,9 @@ class Dispatcher:
     def observe_call(self, model: str, size: int, seconds: float) -> None:
         """A call ended: fit its time; with the model's work waiting, a gap opens until the
         model's next batch leaves (``ferry_dispatch_gap_seconds``)."""
+        if batches_log.isEnabledFor(logging.DEBUG):
+            batches_log.debug("call at=%.4f model=%s size=%d seconds=%.4f expected=%.4f",
+                              self.clock(), model, size, seconds, self.call_time(model, size))
         self.models.observe_call(model, size, seconds)
         if self._buffer.holds(model):
             self._gap_since.setdefault(model, self.clock())

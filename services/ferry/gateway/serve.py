@@ -14,6 +14,7 @@ from ferry.errors import StartupError
 from ferry.gateway.app import create_app
 from ferry.settings import GatewaySettings, to_env
 from ferry.stack.ports import is_listening
+from ferry.telemetry.logs import root_level
 from ferry.telemetry.metrics import MULTIPROCESS_DIR
 
 
@@ -33,7 +34,8 @@ def serve(settings: GatewaySettings) -> int:
     """Serve until SIGINT/SIGTERM. Several workers rebuild the settings from ``FERRY_*``."""
     workers = settings.workers or available_cores()
     options = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
-               "log_level": settings.log_level.lower(), "access_log": settings.access_log,
+               "log_level": root_level(settings.log_level).lower(),
+               "access_log": settings.access_log,
                # open long-polls must not hold a stop for their whole ?wait=
                "timeout_graceful_shutdown": 3}
     if settings.grpc_port and is_listening(settings.host, settings.grpc_port):
