@@ -1,8 +1,9 @@
 """Task priorities: high, normal, low, and what each may take of a model's backlog.
 
 Each priority has its own stream per partition, so higher priorities are read (boarded) first,
-and its own boarding lanes, so they leave first. Lower priorities are never starved: a task a
-batcher has read boards ahead of every priority once it has waited ``priority_aging_s``.
+and its own boarding lanes, so they leave first: a high-priority task rides the next batch.
+Normal work never starves low: a task a batcher has read boards ahead of every priority but high
+once it has waited ``priority_aging_s``.
 Admission gives each priority a share of the backlog limit (a new task is refused when the
 model's backlog has reached its priority's share), so bulk low-priority work cannot fill the
 room interactive traffic needs.

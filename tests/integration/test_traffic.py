@@ -155,6 +155,38 @@ async def test_higher_priorities_board_and_leave_first(
     assert records[0]["priority"] == "low"
 
 
+async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
+    redis_url: str, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a low-priority backlog drains one batch at a time (sim_overload: one instance,
+    batches of 8, t(B) = 50 + 2·B ms), a high-priority task admitted at any moment leaves in the
+    next batch: no more than one low batch (the one at Triton) finishes between its admission
+    and its own finish. High priority is asleep each time (awake for 0.1 s after its bell, not
+    2 s) and every task rings (``BELL_MS`` 1 ms): only its doorbell, an entry in the normal
+    stream, says it has work."""
+    monkeypatch.setattr("ferry.queue.redis_streams.AWAKE_S", 0.1)
+    monkeypatch.setattr("ferry.keys.BELL_MS", 1)
+    url = triton_server.grpc_url
+    gateway = gateway_settings(redis_url, url, max_backlog=0)
+    async with running_stack(gateway, batcher_settings(redis_url, url)) as stack:
+        lows = accepted_ids(await asyncio.gather(*(
+            post(stack.client, f"drain-{i}", model="sim_overload", priority="low")
+            for i in range(240))))
+        assert len(lows) == 240
+        highs: list[tuple[str, float]] = []  # each high task, and when it was admitted
+        for trial in range(10):
+            await asyncio.sleep(0.15 + 0.013 * trial % 0.07)  # asleep, at another phase
+            answer = await post(stack.client, f"urgent-{trial}", model="sim_overload",
+                                priority="high")
+            highs.append((answer.json()["task_id"], time.time()))  # the 202 is its admission
+            assert (await stack.result(highs[-1][0]))["status"] == "SUCCESS"
+        low_done = [r["finished_at"] for r in await stack.results(lows, wait=30)]
+        for task_id, admitted in highs:
+            finished = (await stack.result(task_id))["finished_at"]
+            overtaking = [t for t in low_done if admitted < t < finished]
+            assert len(overtaking) <= 8, (task_id, sorted(set(overtaking)), admitted, finished)
+
+
 async def poison_until_open(stack: Stack, calls: int) -> None:
     for i in range(calls):  # one at a time: each is a call of its own
         result = (await stack.results([await stack.submit(f"poison-{i}")]))[0]

@@ -283,15 +283,37 @@ def test_higher_priority_takes_the_free_slot_though_younger() -> None:
     assert [d.lane.priority for d in two.flush] == [Priority.HIGH, Priority.NORMAL, Priority.LOW]
 
 
-def test_an_aged_queue_goes_ahead_of_every_priority() -> None:
+def test_an_aged_queue_goes_ahead_of_normal_but_never_of_high_priority() -> None:
     policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=2.0)
-    queues = [prio_queue(Priority.HIGH, 64, oldest=9.0), prio_queue(Priority.LOW, 64, oldest=7.9)]
+    queues = [prio_queue(Priority.NORMAL, 64, oldest=9.0), prio_queue(Priority.LOW, 64, oldest=7.9)]
     plan = policy.plan(queues, now=9.95, backends=free(1))
     assert [d.lane.priority for d in plan.flush] == [Priority.LOW]  # waited 2.05 s
+    queues.append(prio_queue(Priority.HIGH, 1, oldest=9.9))
+    plan = policy.plan(queues, now=9.95, backends=free(1))
+    assert [d.lane.priority for d in plan.flush] == [Priority.HIGH]  # the next batch, always
+    two = policy.plan(queues, now=9.95, backends=free(2))
+    assert [d.lane.priority for d in two.flush] == [Priority.HIGH, Priority.LOW]
 
 
 def test_aged_queues_go_oldest_first() -> None:
     policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=1.0)
-    queues = [prio_queue(Priority.HIGH, 64, oldest=1.0), prio_queue(Priority.LOW, 64, oldest=0.5)]
+    queues = [prio_queue(Priority.NORMAL, 64, oldest=1.0), prio_queue(Priority.LOW, 64, oldest=0.5)]
     plan = policy.plan(queues, now=5.0, backends=free(1))
     assert [d.lane.priority for d in plan.flush] == [Priority.LOW]
+
+
+def test_a_waiting_high_priority_queue_leaves_rather_than_let_low_priority_take_its_slot() -> None:
+    """High priority rides the next batch: it would wait for more passengers (arrivals are
+    frequent), but the one free slot would then go to a full low-priority batch."""
+    policy = BatchPolicy(max_batch=8, max_wait_s=0.05)
+    high = Waiting(Lane("m", Priority.HIGH), 1, oldest=10.0, newest=10.0, capacity=8)
+    low = prio_queue(Priority.LOW, 8, oldest=9.99)
+    busy = {"m": Backend(free=1, rate=500.0, fixed_s=0.05)}
+    alone = policy.plan([high], now=10.0005, backends=busy)
+    assert alone.flush == ()  # alone, it waits for company
+    plan = policy.plan([high, low], now=10.0005, backends=busy)
+    assert plan.flush == (Departure(high.lane, 1, Reason.PRIORITY),)
+    assert plan.wake_in == 0  # the low batch leaves when a slot frees
+    same = Waiting(Lane("m", Priority.HIGH, signature=("other",)), 8, 9.99, 9.99, 8)  # its rank
+    assert policy.plan([high, same], now=10.0005, backends=busy).flush == (
+        Departure(same.lane, 8, Reason.FULL),)

@@ -17,7 +17,7 @@ from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook
-from ferry.batcher.shared import Shared, wait
+from ferry.batcher.shared import Shared, wait, wait_any
 from ferry.batcher.tensor_batch import signature
 from ferry.batching import fate
 from ferry.batching.policy import Lane
@@ -85,42 +85,61 @@ class Reader:
         """Read while a batch could leave; while every slot is busy, park and catch up later.
 
         A blocking read returns as soon as one entry arrives, so reading on while the backend
-        is busy costs a round trip per task and helps no batch leave sooner. Parked, the reader
-        waits for a slot to free (at most ``max_wait_ms / 4``), then takes everything that has
-        arrived in one read, and only then does the dispatcher plan: batches are as full and as
-        fresh as if it had read all along.
+        is busy costs a round trip per task and helps no batch leave sooner. Parked (also
+        between polls while a priority's room is full), the reader waits for a slot to free (at
+        most ``max_wait_ms / 4``), then reads everything that has arrived, of every priority,
+        awake or not, and only then does the dispatcher plan: batches are as full and fresh as
+        if it had read all along, and a high-priority task rides the next batch.
         """
         shared = self.shared
         block_s = self.settings.read_block_ms / 1000.0
+        freed = False  # a slot freed while parked: read every priority, then let the plan run
         while not shared.stopping.is_set():
-            step = self._next_read()
+            caught_up = freed
+            if not freed and self.models.all_busy():
+                freed = await self._park()
+                caught_up = True  # then read without blocking: the dispatcher waits
+            step = self._next_read(every=freed)
+            freed = False
             if step is None:  # full, or Triton is down: leave it queued
+                if caught_up:
+                    shared.changed.set()
                 await wait(shared.changed, block_s)
                 continue
             count, readable, partial = step
-            caught_up = self.models.all_busy()
-            if caught_up:
-                await self._park()  # then catch up without blocking: the dispatcher waits
             if partial:  # a blocked read would not see the full priority's room free: poll
                 shared.room_freed.clear()
             block_ms = 0 if caught_up or partial else self.settings.read_block_ms
             try:
-                deliveries = await self.queue.read(count, block_ms, readable)
+                deliveries = await self._read(count, block_ms, readable)
             except REDIS_UNAVAILABLE as exc:
                 await self._read_failed(exc)
                 continue
             self.read_failures = 0
             await self.board(deliveries)
-            if partial and not deliveries:  # until a batch leaves (or a moment passes)
-                await wait(shared.room_freed, block_s)
             if caught_up:
                 shared.changed.set()  # a slot may have freed: the dispatcher plans again
+            if partial and not deliveries:  # until a batch leaves, a slot frees, or a moment
+                freed = await self._park(shared.room_freed, block_s)
 
-    def _next_read(self) -> ReadStep | None:
-        """How many entries per stream, of which priorities, and whether some priority is left
-        out for want of room; None when nothing may be read (no room, or Triton is down)."""
+    async def _read(self, count: int, block_ms: int, readable: list[Priority]
+                    ) -> list[Delivery]:
+        """Read ``readable``; if that rang a doorbell of a priority not read, read it at once
+        too (its task would otherwise wait for the next read, after the next batch left)."""
+        deliveries = await self.queue.read(count, block_ms, readable)
         rooms = self.rooms()
-        awake = self.queue.awake(self.shared.holding(), poll=True)
+        rung = [p for p in self.queue.awake(self.shared.holding())
+                if p not in readable and rooms[p] > 0]
+        if rung and self.gate.is_open:
+            deliveries += await self.queue.read(min(count, *(rooms[p] for p in rung)), 0, rung)
+        return deliveries
+
+    def _next_read(self, *, every: bool = False) -> ReadStep | None:
+        """How many entries per stream, of which priorities (``every`` one with room, awake or
+        asleep), and whether some priority is left out for want of room; None when nothing may
+        be read (no room, or Triton is down)."""
+        rooms = self.rooms()
+        awake = list(BY_URGENCY) if every else self.queue.awake(self.shared.holding(), poll=True)
         readable = [p for p in awake if rooms[p] > 0]
         if not readable or not self.gate.is_open:
             return None
@@ -133,13 +152,22 @@ class Reader:
         log.warning("reading the queue failed (%s); retrying", exc)
         await asyncio.sleep(backoff_delay(self.read_failures + 1, 0.1, 2.0, jitter=1.0))
 
-    async def _park(self) -> None:
-        """Until a slot frees, or a quarter of the max wait (at least ``PARK_MIN_S``: reading
-        less must not become polling)."""
-        self.shared.parked = True
-        self.shared.slot_freed.clear()
-        await wait(self.shared.slot_freed, max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0))
-        self.shared.parked = False
+    async def _park(self, also: asyncio.Event | None = None,
+                    timeout_s: float | None = None) -> bool:
+        """Until a slot frees, ``also`` is set, or ``timeout_s`` (by default a quarter of the
+        max wait, at least ``PARK_MIN_S``: reading less must not become polling); whether a
+        slot freed."""
+        shared = self.shared
+        shared.parked = True
+        shared.slot_freed.clear()
+        if timeout_s is None:
+            timeout_s = max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0)
+        if also is None:
+            await wait(shared.slot_freed, timeout_s)
+        else:
+            await wait_any((shared.slot_freed, also), timeout_s)
+        shared.parked = False
+        return shared.slot_freed.is_set() and not shared.stopping.is_set()
 
     async def claim_loop(self) -> None:
         """Reclaim what dead consumers left, and heal backlog counts, every claim interval."""

@@ -70,3 +70,16 @@ async def wait(event: asyncio.Event, timeout_s: float | None) -> bool:
             async with asyncio.timeout(timeout_s):
                 await event.wait()
     return event.is_set()
+
+
+async def wait_any(events: tuple[asyncio.Event, ...], timeout_s: float | None) -> None:
+    """Wait until any of ``events`` is set, up to ``timeout_s`` (None: for ever)."""
+    if any(event.is_set() for event in events):
+        await asyncio.sleep(0)
+        return
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

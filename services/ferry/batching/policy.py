@@ -13,8 +13,12 @@ while the backend works, and the rule never fires; when the backend idles, a lon
 at once. Nothing ever waits longer than ``max_wait_s``.
 
 Priorities: when queues compete for a model's free slots, the higher priority's go first, oldest
-first within a priority; a queue whose oldest request has waited ``aging_s`` goes ahead of every
-priority (oldest first among such), so that no priority is starved.
+first within a priority. High priority always goes first, as Triton's priority levels do: it
+rides the next batch that leaves. A queue that would wait for more passengers leaves at once
+instead when a lower priority's batch would otherwise take the free slot. A normal or low queue
+whose oldest request has waited ``aging_s`` goes ahead of every other normal and low queue
+(oldest first among such), so that neither starves the other; only high-priority work, bounded
+by its own share of the backlog, can hold them back.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from ferry.priority import Priority
+
+RANKS = {Priority.HIGH: 3, Priority.NORMAL: 1, Priority.LOW: 0}
+AGED_RANK = 2  # an aged normal or low queue: behind high, ahead of every other
 
 
 class Lane(NamedTuple):
@@ -44,6 +51,7 @@ class Reason(StrEnum):
     FULL = "full"
     WAIT = "wait"  # its first request waited max_wait_s
     ADAPTIVE = "adaptive"  # a backend slot was free and nobody else was coming soon
+    PRIORITY = "priority"  # waiting longer would have given its free slot to lower priority
     DRAIN = "drain"  # the batcher is stopping
 
 
@@ -92,9 +100,11 @@ class BatchPolicy:
     aging_s: float = 2.0
 
     def urgency(self, queue: Waiting, now: float) -> tuple[int, float]:
-        """Sort key, most urgent first: aged queues, then by priority, then oldest."""
-        rank = len(Priority) if now - queue.oldest >= self.aging_s else int(queue.lane.priority)
-        return -rank, queue.oldest
+        """Sort key, most urgent first: high, then aged queues, then by priority; oldest first
+        within each."""
+        priority = queue.lane.priority
+        aged = priority is not Priority.HIGH and now - queue.oldest >= self.aging_s
+        return -(AGED_RANK if aged else RANKS[priority]), queue.oldest
 
     def limit(self, capacity: int) -> int:
         """The batch size for a lane that takes at most ``capacity`` per call."""
@@ -116,11 +126,16 @@ class BatchPolicy:
         flush: list[Departure] = []
         wake_in: float | None = None
         waiting = sorted((q for q in queues if q.count > 0), key=lambda q: self.urgency(q, now))
-        for queue in waiting:
+        for index, queue in enumerate(waiting):
             model = queue.lane.model
             backend = backends.get(model, Backend(free=0))
             ready = self._departures(queue, now, backend, free.get(model, 0), draining)
             room = max(0, free.get(model, 0))
+            rest = queue.count - sum(d.size for d in ready)
+            if rest > 0 and len(ready) < room and self._overtaken(
+                    queue, waiting[index + 1:], now, backends, room=room - len(ready),
+                    draining=draining):
+                ready.append(Departure(queue.lane, rest, Reason.PRIORITY))
             flush.extend(ready[:room])
             free[model] = room - len(ready[:room])
             if queue.count - sum(d.size for d in ready[:room]) <= 0:
@@ -129,6 +144,16 @@ class BatchPolicy:
                                                                   free[model])
             wake_in = wait if wake_in is None else min(wake_in, wait)
         return Plan(tuple(flush), wake_in)
+
+    def _overtaken(self, queue: Waiting, others: list[Waiting], now: float,
+                   backends: Mapping[str, Backend], *, room: int, draining: bool) -> bool:
+        """Whether a queue of a lower priority would take the model's free slot that ``queue``
+        leaves while it waits for more passengers: then ``queue`` leaves now, as it is."""
+        model, rank = queue.lane.model, self.urgency(queue, now)[0]
+        backend = backends.get(model, Backend(free=0))
+        return any(other.lane.model == model and self.urgency(other, now)[0] > rank
+                   and self._departures(other, now, backend, room, draining)
+                   for other in others)
 
     def _departures(self, queue: Waiting, now: float, backend: Backend, free: int,
                     draining: bool) -> list[Departure]:
