@@ -4,6 +4,7 @@
     .venv/bin/python -m loadtest.bench --quick    # a smoke run (seconds), written elsewhere
     .venv/bin/python -m loadtest.bench --only goodput  # perf_analyzer's goodput at the SLO
                                                        # alone: that section of BENCHMARKS.md
+    .venv/bin/python -m loadtest.bench --only keepup   # ten fresh stacks at 78%: that section
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -22,11 +23,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import uvloop
 
+from loadtest.bench import keepup
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -147,8 +149,26 @@ async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[
     return extras
 
 
+async def keep_up(args: argparse.Namespace, state: Path) -> None:
+    """Ten fresh stacks at 78% of the slow backend (two of 3 s in a quick run): its section."""
+    started = datetime.datetime.now(datetime.UTC)
+    runs, seconds = (2, 3.0) if args.quick else (keepup.RUNS, keepup.SECONDS)
+    records = await keepup.keepup(runs, seconds, keepup.SHARE, state / "keepup")
+    (state / "keepup" / "keepup.json").write_text(json.dumps([asdict(r) for r in records]))
+    note = (f"Measured by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC "
+            f"({runs} runs of {seconds:g} s).")
+    out = Path(args.out)
+    lines = keepup.section(records, keepup.offered(), note)
+    out.write_text(replace_section(out.read_text() if out.exists() else "", lines,
+                                   keepup.HEADING))
+
+
 async def bench(args: argparse.Namespace) -> int:
     state = Path(args.state).resolve()
+    if args.only == "keepup":
+        await keep_up(args, state)
+        log.info("wrote the keep-up section of %s", args.out)
+        return 0
     chosen = scenarios(args.quick)
     if args.only != "sweep":
         perf_analyzer()  # missing: say so now, not after the sweep
@@ -181,6 +201,7 @@ async def bench(args: argparse.Namespace) -> int:
                     extras.spots, extras.note,  # type: ignore[arg-type]
                     goodput=lines if goodput.results else [])
     write(report, args, state, sweep)
+    await keep_up(args, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
 
@@ -204,10 +225,11 @@ def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--only", choices=("all", "sweep", "goodput"), default="all",
+    parser.add_argument("--only", choices=("all", "sweep", "goodput", "keepup"), default="all",
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
-                             "section of --out and leaves the rest of it as it was")
+                             "section of --out and leaves the rest of it as it was; keepup: "
+                             "ten fresh stacks at 78%% of the slow backend, that section alone")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--figures", default=str(ROOT / "docs"))
     parser.add_argument("--state", default=str(ROOT / ".bench"),

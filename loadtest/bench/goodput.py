@@ -274,16 +274,17 @@ def _runs(r: Goodput, s: Scenario) -> str:
     return head + "; ".join(runs)
 
 
-def replace_section(report: str, lines: list[str]) -> str:
-    """``report`` with its goodput section replaced by ``lines`` (where a full run puts it,
-    before the reading of the results, when it has none; else at the end)."""
+def replace_section(report: str, lines: list[str], heading: str = HEADING) -> str:
+    """``report`` with its section ``heading`` (the goodput section by default) replaced by
+    ``lines`` (where a full run puts it, before the reading of the results, when it has none;
+    else at the end)."""
     text = report.splitlines()
-    if HEADING not in text:
+    if heading not in text:
         if READING not in text:
             return "\n".join([*text, "", *lines]) + "\n"
         at = text.index(READING)
         return "\n".join([*text[:at], *lines, "", *text[at:]]) + "\n"
-    start = text.index(HEADING)
+    start = text.index(heading)
     end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
     tail = ["", *text[end:]] if end < len(text) else []
     return "\n".join([*text[:start], *lines, *tail]) + "\n"

@@ -29,6 +29,7 @@ class BenchStack:
     state: Path
     repository: Path
     partitions: int = 16
+    batcher_log_level: str = "INFO"  # "INFO,ferry.batches=DEBUG": a log line per batch
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -54,7 +55,7 @@ class BenchStack:
                                   default_model=default_model)
         self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
-                                  metrics_port=free_port())
+                                  metrics_port=free_port(), log_level=self.batcher_log_level)
         self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"
         self._service("batcher", to_env(batcher, BatcherSettings))
         self._service("gateway", to_env(gateway, GatewaySettings))

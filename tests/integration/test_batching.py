@@ -16,6 +16,7 @@ from tests.integration.helpers import (
     batcher_settings,
     executions_since,
     gateway_settings,
+    running_gateway,
     running_stack,
     stream_lengths,
 )
@@ -64,6 +65,26 @@ async def test_sixty_four_simultaneous_requests_leave_as_one_batch(
     assert all(r["status"] == "SUCCESS" for r in results)
     assert executions_since(before, batch_executions(url, "sim")) == {64: 1}
     assert elapsed < 3.0, "a full batch must leave at once, not at its departure time"
+
+
+async def test_a_free_slot_takes_everything_queued_not_one_read_of_it(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """60 tasks wait in 16 streams when the batcher starts: a read takes 4 per stream, so one
+    read brings only part of them, yet the batch that leaves (a slot is free, nobody else is
+    coming) holds all 60: the reader reads on while a stream gave all it was asked for."""
+    url = triton_server.grpc_url
+    gateway = gateway_settings(redis_url, url)
+    async with running_gateway(gateway) as client:
+        task_ids = [(await client.post("/v1/inference?model=sim", content=f"queued-{i}".encode(),
+                                       headers={"Content-Type": "application/octet-stream"})
+                     ).json()["task_id"] for i in range(60)]
+    before = batch_executions(url, "sim")
+    async with running_stack(gateway, batcher_settings(redis_url, url)) as stack:
+        assert stack.batchers[0]._reader.per_stream == 4  # 64 over 16 streams
+        results = await stack.results(task_ids)
+    assert all(r["status"] == "SUCCESS" for r in results)
+    assert executions_since(before, batch_executions(url, "sim")) == {60: 1}
 
 
 async def test_without_adaptive_flush_a_lone_request_leaves_after_the_wait(

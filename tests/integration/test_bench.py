@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.timeout(300)  # the sweep, then perf_analyzer's goodput searches (each run bounded)
+@pytest.mark.timeout(420)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up stacks
 def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
     done = subprocess.run(
         [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out), "--figures",
          str(figures), "--state", str(state)], cwd=ROOT, capture_output=True, text=True,
-        timeout=240, check=False)
+        timeout=360, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = out.read_text()
     assert "## Targets" in report and "3. Light load (50/s)" in report
@@ -36,6 +36,11 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
         (system, protocol) for system in ("triton", "ferry") for protocol in ("grpc", "http")}
     assert all(g["probes"] for g in goodput)
     assert any(g["rate"] > 0 for g in goodput if g["system"] == "triton")
+    assert "## Keeping up at 78% of capacity (ten fresh stacks)" in report
+    kept = json.loads((state / "keepup" / "keepup.json").read_text())
+    assert [r["index"] for r in kept] == [1, 2]  # each run its own stack, Ferry then Triton
+    assert all(r["ferry"]["failed"] == 0 and r["batches"]["count"] > 0 for r in kept)
+    assert all(r["triton"]["p99_ms"] > 0 and r["depth"] for r in kept)
     for name in ("operating-curves.png", "cpu-per-inference.png"):
         assert (figures / name).read_bytes().startswith(PNG)
     points = json.loads((state / "results.json").read_text())

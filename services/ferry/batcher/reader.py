@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from ferry.backoff import backoff_delay
@@ -31,6 +32,7 @@ from ferry.telemetry.metrics import BatcherMetrics
 
 log = logging.getLogger(__name__)
 PARK_MIN_S = 0.005
+MORE_READS = 4  # reads after the first, at once, while a stream gave all it was asked for
 ReadStep = tuple[int, list[Priority], bool]  # entries per stream, priorities, only some of them
 
 
@@ -43,6 +45,12 @@ def lane_of(delivery: Delivery) -> Lane:
         return Lane(task.model, Priority.of(task.priority), delivery.deliveries > 1,
                     signature(task))
     return Lane(task.model, Priority.of(task.priority), suspect=delivery.deliveries > 1)
+
+
+def _saturated(deliveries: Sequence[Delivery], count: int) -> bool:
+    """Whether some stream gave the whole ``count`` asked of it (it may hold more)."""
+    per_stream = Counter(d.stream for d in deliveries)
+    return bool(per_stream) and max(per_stream.values()) >= count
 
 
 class Reader:
@@ -124,15 +132,36 @@ class Reader:
 
     async def _read(self, count: int, block_ms: int, readable: list[Priority]
                     ) -> list[Delivery]:
-        """Read ``readable``; if that rang a doorbell of a priority not read, read it at once
-        too (its task would otherwise wait for the next read, after the next batch left)."""
-        deliveries = await self.queue.read(count, block_ms, readable)
-        rooms = self.rooms()
-        rung = [p for p in self.queue.awake(self.shared.holding())
-                if p not in readable and rooms[p] > 0]
-        if rung and self.gate.is_open:
-            deliveries += await self.queue.read(min(count, *(rooms[p] for p in rung)), 0, rung)
+        """Read ``readable``, then at once, before anything boards: a priority whose doorbell
+        that rang (its task would otherwise wait for the next read, after the next batch left),
+        and again while a stream gave all it was asked for (the batch that leaves next takes
+        what is queued, not what one read of ``count`` per stream happened to bring)."""
+        deliveries = last = await self.queue.read(count, block_ms, readable)
+        asked = count
+        for _ in range(MORE_READS):
+            rooms = self._rooms_after(deliveries)
+            rung = [p for p in self.queue.awake(self.shared.holding())
+                    if p not in readable and rooms[p] > 0]
+            again = [p for p in readable if rooms[p] > 0] if _saturated(last, asked) else []
+            wanted = [p for p in BY_URGENCY if p in rung or p in again]
+            if not wanted or not self.gate.is_open:
+                break
+            readable = list(dict.fromkeys([*readable, *rung]))
+            asked = min(count, *(rooms[p] for p in wanted))
+            last = await self.queue.read(asked, 0, wanted)
+            if not last:
+                break
+            deliveries = [*deliveries, *last]
         return deliveries
+
+    def _rooms_after(self, deliveries: Sequence[Delivery]) -> dict[Priority, int]:
+        """Each priority's room once ``deliveries`` (read, not yet boarded) board."""
+        rooms = self.rooms()
+        for delivery in deliveries:
+            if delivery.task is not None:
+                priority = Priority.of(delivery.task.priority)
+                rooms[priority] -= 1
+        return rooms
 
     def _next_read(self, *, every: bool = False) -> ReadStep | None:
         """How many entries per stream, of which priorities (``every`` one with room, awake or
