@@ -242,10 +242,12 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
     """Held work goes back to the queue as new on stop: no reclaim wait, no delivery counted."""
     url = triton_server.grpc_url
     async with running_stack(gateway_settings(redis_url, url)) as stack:
+        # queued first: the first read takes all three (once Triton is found down, the reader
+        # leaves what is still queued in Redis)
+        task_ids = [await stack.submit(f"held-{i}") for i in range(3)]
         stranded = Batcher.from_settings(batcher_settings(
             redis_url, "127.0.0.1:9", max_wait_ms=5, outage_budget_s=60, claim_interval_ms=100))
         await stranded.start()
-        task_ids = [await stack.submit(f"held-{i}") for i in range(3)]
         assert await wait_until(lambda: not stranded.backend_reachable, 10)
         assert await wait_until(lambda: stranded.held_count == 3, 10)
         registry = stranded.metrics.registry

@@ -148,7 +148,11 @@ class Reader:
                 break
             readable = list(dict.fromkeys([*readable, *rung]))
             asked = min(count, *(rooms[p] for p in wanted))
-            last = await self.queue.read(asked, 0, wanted)
+            try:
+                last = await self.queue.read(asked, 0, wanted)
+            except REDIS_UNAVAILABLE as exc:  # what was read boards; the rest waits for a read
+                log.warning("reading on failed (%s); boarding what was read", exc)
+                break
             if not last:
                 break
             deliveries = [*deliveries, *last]
