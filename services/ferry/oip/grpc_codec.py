@@ -21,6 +21,7 @@ from tritonclient.grpc import service_pb2
 
 from ferry.oip.request import InferRequest, RequestedOutput
 from ferry.tensors import Tensor, TensorError, checked, from_json
+from ferry.triton.oip import add_raw_tensors
 
 ASYNC_PARAMETER = "respond_async"
 # The InferTensorContents field that holds each datatype's typed values.
@@ -105,12 +106,7 @@ def infer_response(model: str, version: str, outputs: Sequence[Tensor],
     """The response Triton gives: every output's contents in ``raw_output_contents``."""
     response = service_pb2.ModelInferResponse(model_name=model, model_version=version,
                                               id=request_id)
-    for tensor in outputs:
-        entry = response.outputs.add()
-        entry.name = tensor.name
-        entry.datatype = tensor.datatype
-        entry.shape.extend(tensor.shape)
-        response.raw_output_contents.append(tensor.raw)
+    add_raw_tensors(response.outputs, response.raw_output_contents, outputs)
     return response
 
 

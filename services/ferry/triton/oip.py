@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -19,18 +20,25 @@ from ferry.tensors import Tensor, TensorError, checked
 from ferry.triton.grpc_errors import translate
 
 
+def add_raw_tensors(entries: Any, raw_contents: Any, tensors: Sequence[Tensor]) -> None:
+    """Each tensor's name, datatype and shape into ``entries`` (a request's inputs or a
+    response's outputs) and its bytes into ``raw_contents``, as Triton's raw contents carry
+    them."""
+    for tensor in tensors:
+        entry = entries.add()
+        entry.name = tensor.name
+        entry.datatype = tensor.datatype
+        entry.shape.extend(tensor.shape)
+        raw_contents.append(tensor.raw)
+
+
 def model_infer_request(model: str, version: str, inputs: Sequence[Tensor],
                         outputs: Sequence[str] = (), request_id: str = ""
                         ) -> service_pb2.ModelInferRequest:
     """One ModelInfer request: every input's raw contents, the outputs asked for (none: all)."""
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version,
                                             id=request_id)
-    for tensor in inputs:
-        entry = request.inputs.add()
-        entry.name = tensor.name
-        entry.datatype = tensor.datatype
-        entry.shape.extend(tensor.shape)
-        request.raw_input_contents.append(tensor.raw)
+    add_raw_tensors(request.inputs, request.raw_input_contents, inputs)
     for name in outputs:
         request.outputs.add().name = name
     return request
