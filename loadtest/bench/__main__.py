@@ -145,6 +145,7 @@ async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[
         started = time.monotonic()
         for scenario in chosen:
             await goodput.scenario(scenario)
+            await goodput.told_the_slo(scenario)
         extras.goodput_s = time.monotonic() - started
     return extras
 

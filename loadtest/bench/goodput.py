@@ -99,6 +99,7 @@ class Goodput:
     rate: float = 0.0  # the highest good rate (0: none was good)
     at: Measurement | None = None  # what perf_analyzer measured there
     probes: list[Measurement] = field(default_factory=list)
+    variant: str = ""  # "slo": a run of the told-the-SLO comparison (its own table)
 
     @property
     def capped(self) -> bool:
@@ -134,7 +135,9 @@ async def search(probe: Callable[[float], Awaitable[Measurement]], result: Goodp
 
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http")
 SYSTEMS = ("triton", "ferry")
-LABELS = {"triton": "Triton alone", "ferry": "Ferry"}
+SLO_SYSTEM, SLO_VARIANT = "ferry-slo", "slo"
+LABELS = {"triton": "Triton alone", "ferry": "Ferry", SLO_SYSTEM: "Ferry told the SLO"}
+TIGHT_SLO_MS = 200.0  # slow backend: where greedy batching must keep its batches small
 PAYLOAD_BYTES = 2048  # as the sweep's generator sends
 SAMPLES = 500  # requests a run aims to measure, within its window limits
 
@@ -173,18 +176,39 @@ class GoodputBench:
     async def scenario(self, scenario: Scenario) -> None:
         for protocol in PROTOCOLS:
             for system, url in self.targets(protocol).items():
-                result = Goodput(scenario.name, system, protocol,
-                                 slo_ms(scenario, self.max_wait_ms),
-                                 ceiling=round(scenario.backend.batched_capacity(
-                                     scenario.instances)))
-                model = scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
-                await search(partial(self.probe, model, system, protocol, url), result,
-                             max_probes=2 if self.quick else MAX_PROBES)
-                self.results.append(result)
-                log.info("goodput %-8s %-6s %-4s %8.0f/s  (p99 %s, SLO %.0f ms, %d runs)%s",
-                         scenario.name, system, protocol, result.rate,
-                         _ms(result.at), result.slo_ms, len(result.probes),
-                         f"  {result.errors[0]}" if result.errors else "")
+                await self._search(scenario, system, protocol=protocol, url=url,
+                                   slo=slo_ms(scenario, self.max_wait_ms))
+
+    async def told_the_slo(self, scenario: Scenario) -> None:
+        """Slow backend, several instances, over gRPC: Ferry with ``FERRY_SLO_MS`` set to the
+        SLO, at the table's SLO and at a tight one (where Triton alone and plain Ferry are
+        searched again). One instance is left out: the SLO policy never holds a lone instance."""
+        if scenario.backend is FAST or scenario.instances < 2:
+            return
+        table, url = slo_ms(scenario, self.max_wait_ms), self.stack.gateway_grpc
+        for slo in (table, TIGHT_SLO_MS):
+            for system in ("triton", "ferry") if slo != table else ():
+                await self._search(scenario, system, protocol="grpc",
+                                   url=self.targets("grpc")[system], slo=slo,
+                                   variant=SLO_VARIANT)
+            self.stack.restart_batcher(slo_ms=slo)
+            try:
+                await self._search(scenario, SLO_SYSTEM, protocol="grpc", url=url, slo=slo,
+                                   variant=SLO_VARIANT)
+            finally:
+                self.stack.restart_batcher(slo_ms=0.0)
+
+    async def _search(self, scenario: Scenario, system: str, *, protocol: Protocol, url: str,
+                      slo: float, variant: str = "") -> None:
+        result = Goodput(scenario.name, system, protocol, slo, variant=variant,
+                         ceiling=round(scenario.backend.batched_capacity(scenario.instances)))
+        model = scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
+        await search(partial(self.probe, model, system, protocol, url), result,
+                     max_probes=2 if self.quick else MAX_PROBES)
+        self.results.append(result)
+        log.info("goodput %-8s %-9s %-4s %8.0f/s  (p99 %s, SLO %.0f ms, %d runs)%s",
+                 scenario.name, system, protocol, result.rate, _ms(result.at), result.slo_ms,
+                 len(result.probes), f"  {result.errors[0]}" if result.errors else "")
 
     async def probe(self, model: str, system: str, protocol: Protocol, url: str,
                     rate: float) -> Measurement:
@@ -195,7 +219,7 @@ class GoodputBench:
                             size=PAYLOAD_BYTES, tag=f"run{self.runs:05d}-")
         measured = await measure(Load(url, model, rate, protocol, input_data=data,
                                       interval_ms=interval), self.workdir)
-        if system == "ferry" and not self.stack.wait_idle():
+        if system != "triton" and not self.stack.wait_idle():
             log.warning("Ferry still had work queued 60 s after a perf_analyzer run")
         return measured
 
@@ -234,7 +258,7 @@ def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> lis
     for s in scenarios:
         for protocol in PROTOCOLS:
             pair = {r.system: r for r in results if r.scenario == s.name
-                    and r.protocol == protocol}
+                    and r.protocol == protocol and not r.variant}
             if len(pair) < len(SYSTEMS):
                 continue
             triton, ferry = pair["triton"], pair["ferry"]
@@ -242,9 +266,40 @@ def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> lis
             lines.append(f"| {s.backend.label} | {s.instances} | {protocol} | "
                          f"{triton.slo_ms:,.0f} ms | {_rate(triton)} | {_ms(triton.at)} | "
                          f"{_rate(ferry)} | {_ms(ferry.at)} | {ratio} |")
+    lines += told_the_slo_table(results, scenarios)
     lines += ["", "Every run (asked rate → achieved, p99; ✓ good, ✗ not):", ""]
     lines += [_runs(r, titles[r.scenario]) for r in results if r.scenario in titles]
     return lines
+
+
+def told_the_slo_table(results: list[Goodput], scenarios: list[Scenario]) -> list[str]:
+    """Ferry with ``FERRY_SLO_MS`` beside Triton alone and plain Ferry, over gRPC, at the
+    table's SLO and a tight one (nothing when the run made no such search)."""
+    told = [r for r in results if r.system == SLO_SYSTEM]
+    if not told:
+        return []
+    lines = ["", f"Told the SLO: Ferry's batcher restarted with `FERRY_SLO_MS` set to the SLO "
+             f"(deadline-aware batching, docs/architecture.md), over gRPC, on the slow backend "
+             f"with several instances, at the table's SLO and at {TIGHT_SLO_MS:g} ms (where "
+             f"Triton alone and plain Ferry were searched again).", "",
+             "| backend | instances | SLO (p99) | Triton alone | Ferry | Ferry told the SLO | "
+             "its p99 | told / Triton | told / Ferry |", "|---|---|---|---|---|---|---|---|---|"]
+    by_name = {s.name: s for s in scenarios}
+    for r in told:
+        s = by_name.get(r.scenario)
+        same = {o.system: o for o in results if o.scenario == r.scenario and o.protocol == "grpc"
+                and o.slo_ms == r.slo_ms and o.system != SLO_SYSTEM}
+        triton, ferry = same.get("triton"), same.get("ferry")
+        if s is None or triton is None or ferry is None:
+            continue
+        lines.append(f"| {s.backend.label} | {s.instances} | {r.slo_ms:,.0f} ms | "
+                     f"{_rate(triton)} | {_rate(ferry)} | {_rate(r)} | {_ms(r.at)} | "
+                     f"{_ratio(r, triton)} | {_ratio(r, ferry)} |")
+    return lines
+
+
+def _ratio(a: Goodput, b: Goodput) -> str:
+    return f"{a.rate / b.rate:.2f}" if a.rate and b.rate else ""
 
 
 def _rate(r: Goodput) -> str:
@@ -262,7 +317,9 @@ def _ms(m: Measurement | None) -> str:
 
 
 def _runs(r: Goodput, s: Scenario) -> str:
-    head = f"- {s.backend.label}, {s.instances} inst., {LABELS[r.system]} over {r.protocol}: "
+    slo = f" (SLO {r.slo_ms:,.0f} ms)" if r.variant else ""
+    head = (f"- {s.backend.label}, {s.instances} inst., {LABELS[r.system]} over {r.protocol}"
+            f"{slo}: ")
     runs, said = [], set()
     for p in r.probes:
         if p.ok:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import redis
@@ -30,6 +30,7 @@ class BenchStack:
     repository: Path
     partitions: int = 16
     batcher_log_level: str = "INFO"  # "INFO,ferry.batches=DEBUG": a log line per batch
+    batcher_settings: BatcherSettings | None = None
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -56,6 +57,7 @@ class BenchStack:
         self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
                                   metrics_port=free_port(), log_level=self.batcher_log_level)
+        self.batcher_settings = batcher
         self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"
         self._service("batcher", to_env(batcher, BatcherSettings))
         self._service("gateway", to_env(gateway, GatewaySettings))
@@ -75,6 +77,22 @@ class BenchStack:
                               log_path=self.state / "logs" / f"{name}.log")
         proc.start()
         self.processes.append(proc)
+
+    def restart_batcher(self, *, slo_ms: float) -> None:
+        """Stop the batcher and start it again with ``FERRY_SLO_MS`` set to ``slo_ms`` (the
+        goodput bench's SLO runs); it is back when its /readyz answers."""
+        assert self.batcher_settings is not None, "start() first"
+        index = next(i for i, p in enumerate(self.processes) if p.name == "batcher")
+        self.processes[index].stop(grace_s=20)
+        self.batcher_settings = replace(self.batcher_settings, slo_ms=slo_ms)
+        proc = ManagedProcess("batcher", [sys.executable, "-m", "ferry", "batcher"],
+                              env=env_with(to_env(self.batcher_settings, BatcherSettings)),
+                              log_path=self.state / "logs" / "batcher.log")
+        proc.start()
+        self.processes[index] = proc
+        ready = self.batcher_metrics.removesuffix("/metrics") + "/readyz"
+        proc.wait_ready(lambda: http_ok(ready), 60)
+        self.pids["batcher"] = family(proc.pid or 0)
 
     def queue_depth(self) -> int:
         client = redis.Redis.from_url(self.redis_url)

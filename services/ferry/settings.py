@@ -195,6 +195,10 @@ class BatcherSettings(CommonSettings):
                                         "as Triton runs instances of the model")
     adaptive_flush: bool = setting(True, "send a batch early when Triton has a free instance "
                                    "and no other request is expected soon")
+    slo_ms: float = setting(0.0, "latency objective of every task, from its submission to its "
+                            "answer: no batch waits past the last moment that meets it, and "
+                            "under load a free instance waits for a larger batch while that "
+                            "still meets it; 0: none (a request's own deadline still counts)")
     max_attempts: int = setting(3, "inference attempts per request before it is dead-lettered")
     outage_budget_s: float = setting(300.0, "how long a batch waits for an unreachable Triton "
                                      "(not counted as attempts) before its tasks fail")
@@ -230,8 +234,8 @@ class BatcherSettings(CommonSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_batch < 1 or self.max_wait_ms < 0:
-            raise ConfigError("max_batch must be >= 1 and max_wait_ms >= 0")
+        if self.max_batch < 1 or self.max_wait_ms < 0 or self.slo_ms < 0:
+            raise ConfigError("max_batch must be >= 1, max_wait_ms and slo_ms >= 0")
         if self.max_attempts < 1 or self.max_inflight_batches < 0:
             raise ConfigError("max_attempts must be >= 1 and max_inflight_batches >= 0")
         if self.owned_partitions.strip().lower() == "auto":

@@ -103,6 +103,45 @@ async def test_without_adaptive_flush_a_lone_request_leaves_after_the_wait(
     assert executions_since(before, batch_executions(url, "sim")) == {1: 1}
 
 
+async def test_with_an_slo_a_batch_leaves_in_time_for_it_not_at_max_wait(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """Max wait 3 s, adaptive flush off: the SLO (600 ms) alone sends the lone request, about
+    10 ms before its due time (no call was timed yet: t(B) unknown)."""
+    url = triton_server.grpc_url
+    before = batch_executions(url, "sim")
+    settings = batcher_settings(redis_url, url, max_wait_ms=3000, adaptive_flush=False,
+                                slo_ms=600)
+    async with running_stack(gateway_settings(redis_url, url), settings) as stack:
+        started = time.monotonic()
+        result = await stack.result(await stack.submit("in time"))
+        elapsed = time.monotonic() - started
+        metrics = stack.batchers[0].metrics.flushes.labels("sim", "deadline")._value.get()
+    assert result["status"] == "SUCCESS"
+    assert 0.45 <= elapsed < 1.5, f"answered after {elapsed:.3f} s"
+    assert metrics == 1
+    assert executions_since(before, batch_executions(url, "sim")) == {1: 1}
+
+
+async def test_a_request_deadline_shorter_than_max_wait_is_served_not_expired(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """A 700 ms deadline with a 3 s max wait: the batch leaves before the deadline, and the task
+    succeeds (it used to wait the 3 s and expire)."""
+    url = triton_server.grpc_url
+    settings = batcher_settings(redis_url, url, max_wait_ms=3000, adaptive_flush=False)
+    async with running_stack(gateway_settings(redis_url, url), settings) as stack:
+        started = time.monotonic()
+        response = await stack.client.post("/v1/inference?model=sim", content=b"hurry",
+                                           headers={"Content-Type": "text/plain",
+                                                    "X-Request-Timeout": "0.7"})
+        assert response.status_code == 202, response.text
+        result = await stack.result(str(response.json()["task_id"]))
+        elapsed = time.monotonic() - started
+    assert result["status"] == "SUCCESS", result
+    assert elapsed < 1.0
+
+
 async def test_batches_form_across_partitions_and_respect_max_batch(
     redis_url: str, triton_server: TritonServer,
 ) -> None:

@@ -122,3 +122,21 @@ def test_remove_takes_the_chosen_items_from_every_lane() -> None:
     assert buffer.take(A, 9) == ["a1"] and buffer.take(B, 9) == ["b1"]
     assert SUSPECT_A not in buffer.lanes() and len(buffer) == 0
     assert buffer.remove(lambda item: True) == []
+
+
+def test_each_lane_shows_the_policy_its_earliest_due_time() -> None:
+    buffer: BoardingBuffer[str] = BoardingBuffer()
+    buffer.add(A, "no deadline", 1.0)
+    buffer.add(A, "slo", 2.0, due=2.4)
+    buffer.add(A, "tight deadline", 2.1, due=2.2)
+    buffer.add(B, "plain", 1.0)
+    due = {view.lane: view.due for view in buffer.views(lambda _: 8)}
+    assert due == {A: 2.2, B: None}
+    assert buffer.take(A, 2) == ["no deadline", "slo"]
+    assert next(buffer.views(lambda _: 8)).due == 2.2
+    assert buffer.remove(lambda item: item == "tight deadline") == ["tight deadline"]
+    assert [v.due for v in buffer.views(lambda _: 8)] == [None]
+    buffer.add(A, "again", 5.0, due=5.3)
+    buffer.take(A, 1)
+    buffer.add(A, "later", 6.0)
+    assert {v.lane: v.due for v in buffer.views(lambda _: 8)}[A] is None

@@ -193,6 +193,29 @@ def test_the_section_has_one_row_per_protocol_and_every_run() -> None:
     assert any("1,600/s → error: refused ✗" in line for line in lines)
 
 
+def test_told_the_slo_rows_sit_beside_triton_alone_and_plain_ferry_at_the_same_slo() -> None:
+    scenario = Scenario(SLOW, 2)
+    rows = [Goodput("slow_2i", "triton", "grpc", 406.0, 719.0, 600.0, _m(600, 350.0), []),
+            Goodput("slow_2i", "ferry", "grpc", 406.0, 719.0, 500.0, _m(500, 300.0), []),
+            Goodput("slow_2i", "ferry-slo", "grpc", 406.0, 719.0, 600.0, _m(600, 380.0), [],
+                    variant="slo"),
+            Goodput("slow_2i", "triton", "grpc", 200.0, 719.0, 400.0, _m(400, 190.0), [],
+                    variant="slo"),
+            Goodput("slow_2i", "ferry", "grpc", 200.0, 719.0, 360.0, _m(360, 180.0), [],
+                    variant="slo"),
+            Goodput("slow_2i", "ferry-slo", "grpc", 200.0, 719.0, 480.0, _m(480, 195.0), [],
+                    variant="slo")]
+    lines = section(rows, [scenario], "how")
+    assert ("| slow | 2 | grpc | 406 ms | 600/s (600 served) | 350.0 ms | 500/s (500 served) "
+            "| 300.0 ms | 0.83 |") in lines  # the main table keeps its own runs
+    assert ("| slow | 2 | 406 ms | 600/s (600 served) | 500/s (500 served) | 600/s (600 served) "
+            "| 380.0 ms | 1.00 | 1.20 |") in lines
+    assert ("| slow | 2 | 200 ms | 400/s (400 served) | 360/s (360 served) | 480/s (480 served) "
+            "| 195.0 ms | 1.20 | 1.33 |") in lines
+    assert any("Ferry told the SLO over grpc (SLO 200 ms)" in line for line in lines)
+    assert not any("Told the SLO" in line for line in section(rows[:2], [scenario], "how"))
+
+
 def test_the_section_replaces_its_old_self_and_nothing_else() -> None:
     report = "\n".join(["# Report", "", "## Targets", "t", "", HEADING, "", "old", "",
                         "## Figures", "f"]) + "\n"

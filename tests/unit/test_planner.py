@@ -8,6 +8,7 @@ import json
 import math
 import statistics
 from contextlib import redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,16 @@ def test_at_78_percent_of_the_slow_backend_every_seeded_run_keeps_up_with_triton
     small = simulate(cost, Deployment(instances=2, max_batch=16),
                      arrivals.poisson(rate, 12.0, seed=0), seed=0, warmup_s=0.0)
     assert small.p99_s > 3 * cost.time(64)  # seconds behind: the test can tell
+
+
+def test_the_plan_tells_the_batcher_the_slo_when_that_saves_an_instance() -> None:
+    """400/s with p99 < 200 ms on the slow backend: told the SLO (FERRY_SLO_MS), two instances
+    hold it at the design load; the same deployment without it does not, so three were needed."""
+    cost = CostModel(0.050, 0.002, jitter_s=0.003)
+    sizing = size(cost, Target(qps=400, p99_s=0.2), arrivals.poisson)
+    chosen = sizing.deployment
+    assert chosen.instances == 2
+    assert chosen.slo_s == pytest.approx(0.197)
+    assert sizing.at_design.p99_s <= 0.2
+    load = arrivals.poisson(480, 60.0, seed=2)
+    assert simulate(cost, replace(chosen, slo_s=0.0), load, seed=2).p99_s > 0.2

@@ -239,7 +239,7 @@ class Reader:
 
     async def board(self, deliveries: Sequence[Delivery]) -> None:
         """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
-        now = self.clock()
+        now, now_ms = self.clock(), int(time.time() * 1000)
         rejected: list[Outcome] = []
         arrivals: dict[str, int] = {}
         tensor_models: set[str] = set()
@@ -254,7 +254,7 @@ class Reader:
             if lane.signature:
                 tensor_models.add(lane.model)
             held.add(delivery.key)
-            buffer.add(lane, delivery, now)
+            buffer.add(lane, delivery, now, self._due(delivery, now, now_ms))
         for model, count in arrivals.items():
             state = await self.models.refresh(model, tensors=model in tensor_models)
             state.rate.add(now, count)
@@ -263,6 +263,17 @@ class Reader:
         self.metrics.buffered.set(len(buffer))
         if deliveries:
             self.shared.changed.set()
+
+    def _due(self, delivery: Delivery, now: float, now_ms: int) -> float | None:
+        """When the task should be answered, on the batcher's clock: its deadline or its
+        submission plus the SLO, the earlier; None when it has neither."""
+        task = delivery.task
+        if task is None:
+            return None
+        dues: list[float] = [task.deadline_ms] if task.deadline_ms else []
+        if self.settings.slo_ms:
+            dues.append(task.enqueued_at_ms + self.settings.slo_ms)
+        return now + (min(dues) - now_ms) / 1000.0 if dues else None
 
     def _rejection(self, delivery: Delivery) -> tuple[Status, str] | None:
         """A final status for a task that must not board (unreadable, expired, delivered too

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,19 +18,23 @@ K = TypeVar("K")
 class Boarded(Generic[T]):
     item: T
     arrived: float
+    due: float | None = None  # when it should be answered (deadline or SLO), on the same clock
 
 
 class BoardingBuffer(Generic[T]):
-    """FIFO queues of items keyed by lane, with arrival times for the policy."""
+    """FIFO queues of items keyed by lane, with arrival and due times for the policy."""
 
     def __init__(self) -> None:
         self._queues: dict[Lane, deque[Boarded[T]]] = {}
+        self._due: dict[Lane, float] = {}  # each lane's earliest due time, where one is set
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
-    def add(self, lane: Lane, item: T, arrived: float) -> None:
-        self._queues.setdefault(lane, deque()).append(Boarded(item, arrived))
+    def add(self, lane: Lane, item: T, arrived: float, due: float | None = None) -> None:
+        self._queues.setdefault(lane, deque()).append(Boarded(item, arrived, due))
+        if due is not None and due < self._due.get(lane, math.inf):
+            self._due[lane] = due
 
     def count_by(self, key: Callable[[Lane], K]) -> dict[K, int]:
         """Items waiting, summed by ``key`` of their lane."""
@@ -47,15 +52,25 @@ class BoardingBuffer(Generic[T]):
         queue = self._queues.get(lane)
         if not queue:
             return []
-        taken = [queue.popleft().item for _ in range(min(count, len(queue)))]
+        taken = [queue.popleft() for _ in range(min(count, len(queue)))]
         if not queue:
             del self._queues[lane]
-        return taken
+        if lane in self._due and any(b.due is not None for b in taken):
+            self._refresh_due(lane)
+        return [boarded.item for boarded in taken]
+
+    def _refresh_due(self, lane: Lane) -> None:
+        dues = [b.due for b in self._queues.get(lane, ()) if b.due is not None]
+        if dues:
+            self._due[lane] = min(dues)
+        else:
+            self._due.pop(lane, None)
 
     def views(self, capacity: Callable[[Lane], int]) -> Iterator[Waiting]:
         """What each queue looks like to the policy; ``capacity`` gives a lane's largest batch."""
         for lane, queue in self._queues.items():
-            yield Waiting(lane, len(queue), queue[0].arrived, queue[-1].arrived, capacity(lane))
+            yield Waiting(lane, len(queue), queue[0].arrived, queue[-1].arrived, capacity(lane),
+                          self._due.get(lane))
 
     def remove(self, unwanted: Callable[[T], bool]) -> list[T]:
         """Remove and return the items ``unwanted`` picks, wherever they wait."""
@@ -69,12 +84,14 @@ class BoardingBuffer(Generic[T]):
                     self._queues[lane] = kept
                 else:
                     del self._queues[lane]
+                self._refresh_due(lane)
         return removed
 
     def drain(self) -> list[T]:
         """Remove and return everything, oldest first within each queue."""
         items = [boarded.item for queue in self._queues.values() for boarded in queue]
         self._queues.clear()
+        self._due.clear()
         return items
 
     def lanes(self) -> list[Lane]:

@@ -19,10 +19,21 @@ instead when a lower priority's batch would otherwise take the free slot. A norm
 whose oldest request has waited ``aging_s`` goes ahead of every other normal and low queue
 (oldest first among such), so that neither starves the other; only high-priority work, bounded
 by its own share of the backlog, can hold them back.
+
+Deadlines (a request's own, or its arrival plus the SLO, ``FERRY_SLO_MS``): no batch waits past
+the latest moment that still answers its most urgent request in time, ``due - t(n + 1) - guard``
+(it leaves then, reason ``deadline``). And when greedy batching would not hold the SLO, because at
+the arrival rate the batch a free slot would take at once makes two calls longer than
+``hold_share`` of the SLO, a model with a batch already at the backend holds its free slot for
+passengers until that latest moment (deferred batching, as Clockwork and Symphony do): the other
+instances keep the backend busy, and the batch that leaves is larger, so each call serves more.
+While it holds, ``max_wait_s`` does not bound the wait; the deadline does. A model with nothing at
+the backend never holds: no GPU idles while work waits.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +41,8 @@ from typing import NamedTuple
 
 from ferry.priority import Priority
 
+HOLD_SHARE = 0.7  # hold for the deadline when greedy's two calls take more of the SLO than this
+GUARD_S = 0.010  # what a batch leaves for writing results and waking the client after its call
 RANKS = {Priority.HIGH: 3, Priority.NORMAL: 1, Priority.LOW: 0}
 AGED_RANK = 2  # an aged normal or low queue: behind high, ahead of every other
 
@@ -52,6 +65,7 @@ class Reason(StrEnum):
     WAIT = "wait"  # its first request waited max_wait_s
     ADAPTIVE = "adaptive"  # a backend slot was free and nobody else was coming soon
     PRIORITY = "priority"  # waiting longer would have given its free slot to lower priority
+    DEADLINE = "deadline"  # waiting longer would answer its most urgent request too late
     DRAIN = "drain"  # the batcher is stopping
 
 
@@ -64,6 +78,8 @@ class Waiting:
     oldest: float  # arrival time of the first of them, on the caller's clock
     newest: float  # arrival time of the last of them
     capacity: int  # the largest batch the lane takes (the model's max_batch_size; 1 for suspects)
+    due: float | None = None  # the earliest time one of them should be answered (its deadline,
+    # or its arrival plus the SLO), on the caller's clock; None: no deadline and no SLO
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,19 @@ class Backend:
     free: int  # batches that may start now (instances not busy with this batcher's batches)
     rate: float = 0.0  # arrivals per second for the model
     fixed_s: float = 0.0  # the fixed part of one call's time (what a shared call saves)
+    per_item_s: float = 0.0  # what each request adds to a call's time
+    slots: int = 1  # batches of the model that may be at the backend at once
+
+    def call_s(self, size: float) -> float:
+        """The fitted time of a call of ``size`` requests (0 while no call was seen)."""
+        return self.fixed_s + self.per_item_s * size
+
+    def greedy_batch(self) -> float:
+        """The batch a free slot takes at once, in the steady state of greedy batching at the
+        arrival rate: B = rate · t(B) / slots, so B = rate · fixed / (slots - rate · per_item);
+        infinite when the slots cannot keep up at any batch size."""
+        spare = self.slots - self.rate * self.per_item_s
+        return self.rate * self.fixed_s / spare if spare > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -98,6 +127,8 @@ class BatchPolicy:
     max_wait_s: float
     adaptive: bool = True
     aging_s: float = 2.0
+    hold_share: float = HOLD_SHARE
+    guard_s: float = GUARD_S
 
     def urgency(self, queue: Waiting, now: float) -> tuple[int, float]:
         """Sort key, most urgent first: high, then aged queues, then by priority; oldest first
@@ -163,13 +194,36 @@ class BatchPolicy:
         departures = [Departure(queue.lane, limit, Reason.FULL)] * full
         if not rest:
             return departures
+        latest = self.latest(queue, backend, rest)
         if draining:
             departures.append(Departure(queue.lane, rest, Reason.DRAIN))
+        elif latest is not None and now >= latest:
+            departures.append(Departure(queue.lane, rest, Reason.DEADLINE))
+        elif free > full and self._holds(queue, backend, busy=backend.slots - free + full):
+            pass  # another batch keeps the backend busy: this one waits for more, in time
         elif now >= self.due_at(queue):
             departures.append(Departure(queue.lane, rest, Reason.WAIT))
         elif free > full and self._nobody_coming(rest, queue.newest, now, backend):
             departures.append(Departure(queue.lane, rest, Reason.ADAPTIVE))
         return departures
+
+    def latest(self, queue: Waiting, backend: Backend, aboard: int) -> float | None:
+        """The last moment a batch of ``aboard`` (and one more passenger) may leave and still
+        answer the queue's most urgent request by its due time; None: nothing is due."""
+        if queue.due is None:
+            return None
+        return queue.due - backend.call_s(min(aboard + 1, self.limit(queue.capacity))) \
+            - self.guard_s
+
+    def _holds(self, queue: Waiting, backend: Backend, *, busy: int) -> bool:
+        """Whether a free slot waits for more passengers, up to the deadline: only while another
+        batch of the model is at the backend (``busy``), and only when greedy batching would not
+        hold the SLO at this arrival rate."""
+        if queue.due is None or busy <= 0 or backend.rate <= 0 or backend.call_s(1) <= 0:
+            return False
+        greedy = min(backend.greedy_batch(), float(self.limit(queue.capacity)))
+        span = queue.due - queue.oldest
+        return 2 * backend.call_s(greedy) > self.hold_share * span
 
     def _nobody_coming(self, aboard: int, last: float, now: float, backend: Backend) -> bool:
         """The next passenger is not expected within what waiting for them could save."""
@@ -184,6 +238,12 @@ class BatchPolicy:
         """Seconds until ``queue``'s remainder may leave: at its due time, or, while a slot is
         free, when its next passenger is overdue."""
         at = self.due_at(queue)
+        latest = self.latest(queue, backend, queue.count % self.limit(queue.capacity))
+        if latest is not None and free > 0 and self._holds(queue, backend,
+                                                           busy=backend.slots - free):
+            return max(0.0, latest - now)
+        if latest is not None:
+            at = min(at, latest)
         if self.adaptive and free > 0 and backend.rate > 0:
             at = min(at, queue.newest + 1.0 / backend.rate)
         return max(0.0, at - now)

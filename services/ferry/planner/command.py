@@ -182,7 +182,8 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
         ("batchers", f"{d.batchers}, each FERRY_MAX_INFLIGHT_BATCHES={d.window}"),
         ("partitions", f"{s.partitions}"),
         ("gateways", f"{s.gateways}"),
-        ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"),
+        ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"
+                                 + (f", FERRY_SLO_MS={d.slo_s * 1e3:.0f}" if d.slo_s else "")),
         (f"predicted at {t.qps:,.0f}/s", _outcome(s.at_target)),
         (f"predicted at {t.design_qps:,.0f}/s (+{t.headroom:.0%})", _outcome(s.at_design)),
         ("capacity at full batches", f"{s.capacity:,.0f}/s (the target is {load:.0%} of it)"),

@@ -113,26 +113,34 @@ def _search(cost: CostModel, target: Target, search_arrivals: list[float], batch
     p99) that meets the target on the search's run, and how many candidates were simulated."""
     best: tuple[int, float, Deployment] | None = None
     tried = 0
-    for max_batch in sorted({min(b, target.max_batch_limit) for b in target.batch_choices}):
-        if cost.time(max_batch) >= target.p99_s:
-            continue  # one full batch alone already takes the whole budget
-        for wait_s in target.wait_choices_s:
-            base = Deployment(instances=1, max_batch=max_batch, max_wait_s=wait_s,
-                              batchers=batchers, overhead_s=target.overhead_s)
-            found, count = _fewest(cost, base, target, search_arrivals)
-            tried += count
-            if found is None:
-                continue
-            p99 = found[1].p99_s
-            progress(f"max batch {max_batch}, max wait {wait_s * 1e3:.0f} ms: "
-                     f"{found[0].instances} instances (p99 {p99 * 1e3:.0f} ms)")
-            key = (found[0].instances, p99)
-            if best is None or key < best[:2]:
-                best = (found[0].instances, p99, found[0])
+    for base in _candidates(target, cost, batchers):
+        found, count = _fewest(cost, base, target, search_arrivals)
+        tried += count
+        if found is None:
+            continue
+        p99 = found[1].p99_s
+        slo = f", SLO {base.slo_s * 1e3:.0f} ms" if base.slo_s else ""
+        progress(f"max batch {base.max_batch}, max wait {base.max_wait_s * 1e3:.0f} ms{slo}: "
+                 f"{found[0].instances} instances (p99 {p99 * 1e3:.0f} ms)")
+        key = (found[0].instances, p99)
+        if best is None or key < best[:2]:
+            best = (found[0].instances, p99, found[0])
     if best is None:
         raise ConfigError(f"no deployment of up to {target.max_instances} instances meets p99 "
                           f"{target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
     return best[2], tried
+
+
+def _candidates(target: Target, cost: CostModel, batchers: int) -> list[Deployment]:
+    """The grid: each max batch (whose full batch fits the budget) and max wait, without and
+    with the SLO policy told the target (``FERRY_SLO_MS``: the p99 less Ferry's overhead)."""
+    slo_s = target.p99_s - target.overhead_s
+    return [Deployment(instances=1, max_batch=max_batch, max_wait_s=wait_s, batchers=batchers,
+                       overhead_s=target.overhead_s, slo_s=slo)
+            for max_batch in sorted({min(b, target.max_batch_limit) for b in target.batch_choices})
+            if cost.time(max_batch) < target.p99_s
+            for wait_s in target.wait_choices_s
+            for slo in ((0.0, slo_s) if slo_s > 0 else (0.0,))]
 
 
 def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Arrivals

@@ -46,12 +46,13 @@ class Deployment:
     adaptive: bool = True
     overhead_s: float = 0.0
     max_backlog: int = 0  # 0: no admission limit
+    slo_s: float = 0.0  # the batcher's SLO (FERRY_SLO_MS): 0, none
 
     def __post_init__(self) -> None:
         if self.instances < 1 or self.batchers < 1 or self.max_batch < 1:
             raise ConfigError("instances, batchers and max_batch must be at least 1")
-        if self.max_wait_s < 0 or self.overhead_s < 0:
-            raise ConfigError("max_wait and overhead must be >= 0")
+        if self.max_wait_s < 0 or self.overhead_s < 0 or self.slo_s < 0:
+            raise ConfigError("max_wait, overhead and slo must be >= 0")
 
     @property
     def window(self) -> int:
@@ -192,8 +193,11 @@ class Simulation:
         if free <= 0 or not batcher.queue:
             return  # nothing can leave: the next return or arrival asks again
         queue = batcher.queue
-        waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch)
-        backend = Backend(free=free, rate=batcher.rate.at(now), fixed_s=batcher.cost.fixed_s)
+        slo = self.deployment.slo_s
+        waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch,
+                          due=queue[0] + slo if slo else None)
+        backend = Backend(free=free, rate=batcher.rate.at(now), fixed_s=batcher.cost.fixed_s,
+                          per_item_s=batcher.cost.per_item_s, slots=batcher.window.allowed)
         plan = self.policy.plan([waiting], now, {LANE.model: backend})
         for departure in plan.flush:
             riders = [queue.popleft() for _ in range(departure.size)]
