@@ -135,7 +135,8 @@ async def search(probe: Callable[[float], Awaitable[Measurement]], result: Goodp
 
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http")
 SYSTEMS = ("triton", "ferry")
-SLO_SYSTEM, SLO_VARIANT = "ferry-slo", "slo"
+SLO_SYSTEM, SLO_VARIANT, LADDER_VARIANT = "ferry-slo", "slo", "ladder"
+LADDER = (0.45, 0.50, 0.55, 0.60, 0.65)  # shares of the capacity run at the tight SLO
 LABELS = {"triton": "Triton alone", "ferry": "Ferry", SLO_SYSTEM: "Ferry told the SLO"}
 TIGHT_SLO_MS = 200.0  # slow backend: where greedy batching must keep its batches small
 PAYLOAD_BYTES = 2048  # as the sweep's generator sends
@@ -191,12 +192,28 @@ class GoodputBench:
                 await self._search(scenario, system, protocol="grpc",
                                    url=self.targets("grpc")[system], slo=slo,
                                    variant=SLO_VARIANT)
+                if slo != table:
+                    await self._ladder(scenario, system, self.targets("grpc")[system], slo)
             self.stack.restart_batcher(slo_ms=slo)
             try:
                 await self._search(scenario, SLO_SYSTEM, protocol="grpc", url=url, slo=slo,
                                    variant=SLO_VARIANT)
+                if slo != table:
+                    await self._ladder(scenario, SLO_SYSTEM, url, slo)
             finally:
                 self.stack.restart_batcher(slo_ms=0.0)
+
+    async def _ladder(self, scenario: Scenario, system: str, url: str, slo: float) -> None:
+        """The same fixed rates for every system (``LADDER`` shares of the capacity): a
+        finer comparison than the searches' 20% brackets."""
+        ceiling = scenario.backend.batched_capacity(scenario.instances)
+        result = Goodput(scenario.name, system, "grpc", slo, round(ceiling),
+                         variant=LADDER_VARIANT)
+        model = scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
+        for share in LADDER[:1] if self.quick else LADDER:
+            result.probes.append(await self.probe(model, system, "grpc", url,
+                                                  float(round(share * ceiling))))
+        self.results.append(result)
 
     async def _search(self, scenario: Scenario, system: str, *, protocol: Protocol, url: str,
                       slo: float, variant: str = "") -> None:
@@ -275,9 +292,9 @@ def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> lis
 def told_the_slo_table(results: list[Goodput], scenarios: list[Scenario]) -> list[str]:
     """Ferry with ``FERRY_SLO_MS`` beside Triton alone and plain Ferry, over gRPC, at the
     table's SLO and a tight one (nothing when the run made no such search)."""
-    told = [r for r in results if r.system == SLO_SYSTEM]
+    told = [r for r in results if r.system == SLO_SYSTEM and r.variant == SLO_VARIANT]
     if not told:
-        return []
+        return _ladder_table(results)
     lines = ["", f"Told the SLO: Ferry's batcher restarted with `FERRY_SLO_MS` set to the SLO "
              f"(deadline-aware batching, docs/architecture.md), over gRPC, on the slow backend "
              f"with several instances, at the table's SLO and at {TIGHT_SLO_MS:g} ms (where "
@@ -288,13 +305,35 @@ def told_the_slo_table(results: list[Goodput], scenarios: list[Scenario]) -> lis
     for r in told:
         s = by_name.get(r.scenario)
         same = {o.system: o for o in results if o.scenario == r.scenario and o.protocol == "grpc"
-                and o.slo_ms == r.slo_ms and o.system != SLO_SYSTEM}
+                and o.slo_ms == r.slo_ms and o.system != SLO_SYSTEM
+                and o.variant != LADDER_VARIANT}
         triton, ferry = same.get("triton"), same.get("ferry")
         if s is None or triton is None or ferry is None:
             continue
         lines.append(f"| {s.backend.label} | {s.instances} | {r.slo_ms:,.0f} ms | "
                      f"{_rate(triton)} | {_rate(ferry)} | {_rate(r)} | {_ms(r.at)} | "
                      f"{_ratio(r, triton)} | {_ratio(r, ferry)} |")
+    return lines + _ladder_table(results)
+
+
+def _ladder_table(results: list[Goodput]) -> list[str]:
+    """p99 at the same fixed rates for each system, at the tight SLO."""
+    ladders = {r.system: r for r in results if r.variant == LADDER_VARIANT}
+    if len(ladders) < len(LABELS):
+        return []
+    order = [ladders[name] for name in LABELS]
+    slo = order[0].slo_ms
+    lines = ["", f"The same rates for each system, SLO {slo:,.0f} ms (p99 ms, served/s; ✓ under "
+             "the SLO with 80% served):", "",
+             "| asked/s | " + " | ".join(LABELS.values()) + " |", "|---|---|---|---|"]
+    for index, first in enumerate(order[0].probes):
+        cells = []
+        for system in order:
+            probe = system.probes[index] if index < len(system.probes) else None
+            cells.append("" if probe is None or not probe.ok else
+                         f"{probe.p99_ms:,.1f} ({probe.throughput:,.0f}/s) "
+                         f"{'✓' if good(probe, slo) else '✗'}")
+        lines.append(f"| {first.rate:,.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -317,7 +356,8 @@ def _ms(m: Measurement | None) -> str:
 
 
 def _runs(r: Goodput, s: Scenario) -> str:
-    slo = f" (SLO {r.slo_ms:,.0f} ms)" if r.variant else ""
+    slo = f" (SLO {r.slo_ms:,.0f} ms{', fixed rates' if r.variant == LADDER_VARIANT else ''})" \
+        if r.variant else ""
     head = (f"- {s.backend.label}, {s.instances} inst., {LABELS[r.system]} over {r.protocol}"
             f"{slo}: ")
     runs, said = [], set()

@@ -107,7 +107,7 @@ async def test_with_an_slo_a_batch_leaves_in_time_for_it_not_at_max_wait(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
     """Max wait 3 s, adaptive flush off: the SLO (600 ms) alone sends the lone request, about
-    10 ms before its due time (no call was timed yet: t(B) unknown)."""
+    90 ms (15% of the SLO) before its due time (no call was timed yet: t(B) unknown)."""
     url = triton_server.grpc_url
     before = batch_executions(url, "sim")
     settings = batcher_settings(redis_url, url, max_wait_ms=3000, adaptive_flush=False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -153,3 +154,17 @@ def test_window_follows_the_instance_count() -> None:
     assert window.allowed == 1  # a halved window is not reopened by a resize
     window.resize(1)
     assert window.allowed == 1
+
+
+def test_batch_cost_tracks_how_late_nine_calls_in_ten_end() -> None:
+    """Calls 0-10 ms past a steady t(B): the fit takes in their mean, so they run -5 to +5 ms
+    past it, and late_s settles near the 90th percentile of that, 4 ms."""
+    cost = BatchCost()
+    rng = random.Random(3)
+    for i in range(3000):
+        batch = 1 + i % 64
+        cost.add(batch, 0.050 + 0.002 * batch + (rng.uniform(0.0, 0.010) if i >= 200 else 0.0))
+    assert cost.late_s == pytest.approx(0.004, abs=0.0015)
+    fresh = BatchCost()
+    fresh.add(8, 0.5)
+    assert fresh.late_s == 0.0  # not before the fit has settled

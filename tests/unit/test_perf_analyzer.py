@@ -216,6 +216,18 @@ def test_told_the_slo_rows_sit_beside_triton_alone_and_plain_ferry_at_the_same_s
     assert not any("Told the SLO" in line for line in section(rows[:2], [scenario], "how"))
 
 
+def test_the_fixed_rate_table_puts_each_systems_p99_side_by_side() -> None:
+    def ladder(system: str, p99s: tuple[float, float]) -> Goodput:
+        return Goodput("slow_2i", system, "grpc", 200.0, 719.0, 0.0, None,
+                       [_m(324, p99s[0]), _m(360, p99s[1])], variant="ladder")
+    rows = [ladder("triton", (150.0, 230.0)), ladder("ferry", (190.0, 260.0)),
+            ladder("ferry-slo", (170.0, 195.0))]
+    lines = section(rows, [Scenario(SLOW, 2)], "how")
+    assert "| asked/s | Triton alone | Ferry | Ferry told the SLO |" in lines
+    assert ("| 360 | 230.0 (360/s) ✗ | 260.0 (360/s) ✗ | 195.0 (360/s) ✓ |") in lines
+    assert any("Ferry told the SLO over grpc (SLO 200 ms, fixed rates)" in line for line in lines)
+
+
 def test_the_section_replaces_its_old_self_and_nothing_else() -> None:
     report = "\n".join(["# Report", "", "## Targets", "t", "", HEADING, "", "old", "",
                         "## Figures", "f"]) + "\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 
 from ferry.batcher.executor import BatchExecutor, Outcome, Timing
 from ferry.batcher.gate import BackendGate
@@ -98,15 +100,25 @@ class Dispatcher:
             state.inflight += 1
         if batches_log.isEnabledFor(logging.DEBUG):
             batches_log.debug("batch at=%.4f model=%s priority=%s size=%d reason=%s gap_ms=%.1f "
-                              "left=%d inflight=%d slots=%d", now, lane.model,
+                              "left=%d inflight=%d slots=%d due_in_ms=%.1f", now, lane.model,
                               lane.priority.label, len(deliveries), reason.value,
                               (now - since) * 1000 if since is not None else -1.0,
                               len(self._buffer), state.inflight if state else 0,
-                              state.slots if state else 0)
+                              state.slots if state else 0, self._due_in_ms(deliveries))
         self.metrics.flushes.labels(lane.model, reason.value).inc()
         self.shared.room_freed.set()
         self.metrics.inflight.set(len(self._batches) - len(self._settling))
         task.add_done_callback(self._batch_done)
+
+    def _due_in_ms(self, deliveries: list[Delivery]) -> float:
+        """Milliseconds until the batch's most urgent task is due (its deadline or its
+        submission plus the SLO); nan when none is due (for the batch log)."""
+        slo = self.settings.slo_ms
+        dues: list[float] = [d.task.deadline_ms for d in deliveries
+                             if d.task and d.task.deadline_ms]
+        if slo:
+            dues += [d.task.enqueued_at_ms + slo for d in deliveries if d.task]
+        return min(dues) - time.time() * 1000 if dues else math.nan
 
     async def _run_batch(self, model: str, deliveries: list[Delivery],
                          recorder: BatchTrace | None = None) -> None:

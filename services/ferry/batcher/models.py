@@ -75,7 +75,8 @@ class ModelState:
     def backend(self, now: float, holding: bool) -> Backend:
         free = 0 if holding else max(0, self.slots - self.inflight)
         return Backend(free=free, rate=self.rate.at(now), fixed_s=self.cost.fixed_s,
-                       per_item_s=self.cost.per_item_s, slots=self.slots)
+                       per_item_s=self.cost.per_item_s, slots=self.slots,
+                       late_s=self.cost.late_s)
 
 
 class ModelBook:

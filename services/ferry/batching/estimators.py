@@ -3,6 +3,8 @@
 ``ArrivalRate``: requests per second, an exponentially decaying count (it falls when nobody comes).
 ``BatchCost``: a model's call time t(B) = fixed + per_item · B, fitted by exponentially weighted
 least squares over recent calls; the fixed part is what waiting for one more passenger can save.
+It also tracks how late calls run past the fit (their 90th percentile, by stochastic
+approximation), the margin a batch held for its deadline leaves.
 ``Window``: how many batches of a model may be at Triton at once, at most its instances. Halved
 when a call takes far longer than the fitted t(B) (Triton is queueing it: other clients share it,
 or its instances are saturated), grown back by one per window of calls on time (AIMD). A smaller
@@ -34,11 +36,15 @@ class ArrivalRate:
         return self._rate * math.exp(-max(0.0, now - self._at) / self.tau_s)
 
 
+LATE_STEP_S = 0.0002  # the late_s tracker's step: up 9 steps on a call past it, down 1 otherwise
+
+
 @dataclass
 class BatchCost:
     """t(B) = fixed + per_item · B, weighted toward the last ``1 / weight`` calls."""
 
     weight: float = 0.05
+    late_s: float = 0.0  # 90% of calls end within this of the fit (once settled)
     _n: float = 0.0
     _b: float = 0.0
     _t: float = 0.0
@@ -46,6 +52,9 @@ class BatchCost:
     _bt: float = 0.0
 
     def add(self, batch: int, seconds: float) -> None:
+        if self.settled:  # how far calls run past the fit: its 90th percentile, tracked
+            late = seconds - self.time_at(batch) > self.late_s
+            self.late_s = max(0.0, self.late_s + LATE_STEP_S * (9.0 if late else -1.0))
         keep = 1.0 - self.weight if self._n else 0.0
         self._n = self._n * keep + 1.0
         self._b = self._b * keep + batch

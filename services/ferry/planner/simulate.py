@@ -197,7 +197,8 @@ class Simulation:
         waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch,
                           due=queue[0] + slo if slo else None)
         backend = Backend(free=free, rate=batcher.rate.at(now), fixed_s=batcher.cost.fixed_s,
-                          per_item_s=batcher.cost.per_item_s, slots=batcher.window.allowed)
+                          per_item_s=batcher.cost.per_item_s, slots=batcher.window.allowed,
+                          late_s=batcher.cost.late_s)
         plan = self.policy.plan([waiting], now, {LANE.model: backend})
         for departure in plan.flush:
             riders = [queue.popleft() for _ in range(departure.size)]
