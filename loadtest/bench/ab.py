@@ -90,7 +90,8 @@ def main() -> None:
     results: dict[tuple[str, float], list[Row]] = {}
     try:
         for round_ in range(args.rounds):
-            for name, tree in trees.items():
+            order = list(trees.items())  # a first in even rounds, b first in odd: no order bias
+            for name, tree in order if round_ % 2 == 0 else order[::-1]:
                 rows = measure(tree, state, triton=f"{LOOPBACK}:{ports.grpc}",
                                redis_url=redis_url, redis_pid=redis_proc.pid or 0,
                                model=scenario.name, rates=rates, seconds=args.seconds,
@@ -105,6 +106,8 @@ def main() -> None:
         print(f"{rate:6.0f}/s {name} ({trees[name]}): p50 {med[0]:6.2f} p99 {med[1]:6.2f} ms  "
               f"cpu {med[2]:5.0f} us = gateway {med[3]:4.0f} + batcher {med[4]:4.0f} + "
               f"redis {med[5]:4.0f}")
+        print(f"{'':8} rounds: p99 " + " ".join(f"{r[1]:.1f}" for r in runs)
+              + " ms; cpu " + " ".join(f"{r[2]:.0f}" for r in runs) + " us")
 
 
 if __name__ == "__main__":
