@@ -96,6 +96,7 @@ class RunRecord:
     triton: dict[str, float]
     batches: BatchSummary
     depth: list[tuple[float, int]]  # (seconds from the load's start, unfinished tasks)
+    failures: dict[str, int] = field(default_factory=dict)  # Ferry's answers other than SUCCESS
 
     @property
     def ratio(self) -> float:
@@ -148,14 +149,20 @@ async def one_run(index: int, scenario: Scenario, state: Path, *, rate: float, s
         with DepthSampler(stack) as sampler:
             ferry = await run("ferry-2req", stack.gateway_url, scenario.model("ferry-2req"), rate,
                               count, seed=100 + index)
+        if ferry.successes < ferry.count:  # what the queue holds, for the record
+            log.warning("run %d: %d of %d tasks unanswered; Ferry's streams: %s", index,
+                        ferry.count - ferry.successes, ferry.count, stack.queue_state())
         stack.wait_idle(30)
         triton = await run("triton", stack.triton_grpc, scenario.model("triton-dyn0"), rate,
                            count, seed=100 + index)
     finally:
         stack.stop()
     batches = parse_batches((folder / "logs" / "batcher.log").read_text())
+    failures = {k: v for k, v in ferry.statuses.items() if k != "SUCCESS" and v}
+    if failures:
+        log.warning("run %d: Ferry's answers other than SUCCESS: %s", index, failures)
     return RunRecord(index, figures(ferry), figures(triton), BatchSummary.of(batches),
-                     sampler.samples)
+                     sampler.samples, failures)
 
 
 HEADING = "## Keeping up at 78% of capacity (ten fresh stacks)"

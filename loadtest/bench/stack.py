@@ -102,6 +102,22 @@ class BenchStack:
         finally:
             client.close()
 
+    def queue_state(self) -> dict[str, int]:
+        """Entries in Ferry's streams (every priority), and those read but not acknowledged."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            streams = [key.decode() for key in client.scan_iter(match="ferry:{p*}:tasks*")]
+            queued = sum(int(client.xlen(s)) for s in streams)
+            pending = 0
+            for stream in streams:
+                try:
+                    pending += int(client.xpending(stream, keys.CONSUMER_GROUP)["pending"])
+                except redis.ResponseError:  # no group on it yet
+                    continue
+            return {"queued": queued, "pending": pending}
+        finally:
+            client.close()
+
     def wait_idle(self, timeout_s: float = 60.0) -> bool:
         """Wait until Ferry has no unfinished task (after a run that overloaded it)."""
         deadline = time.monotonic() + timeout_s

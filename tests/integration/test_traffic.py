@@ -155,15 +155,19 @@ async def test_higher_priorities_board_and_leave_first(
     assert records[0]["priority"] == "low"
 
 
+READ_S = 0.005  # a read of Redis by the batcher, with room to spare
+
+
 async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
     redis_url: str, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """While a low-priority backlog drains one batch at a time (sim_overload: one instance,
     batches of 8, t(B) = 50 + 2·B ms), a high-priority task admitted at any moment leaves in the
     next batch: no more than one low batch (the one at Triton) finishes between its admission
-    and its own finish. High priority is asleep each time (awake for 0.1 s after its bell, not
-    2 s) and every task rings (``BELL_MS`` 1 ms): only its doorbell, an entry in the normal
-    stream, says it has work."""
+    and its own finish (two when the one at Triton finished within 5 ms of its admission,
+    before the batcher could have read it). High priority is asleep each time (awake for 0.1 s
+    after its bell, not 2 s) and every task rings (``BELL_MS`` 1 ms): only its doorbell, an
+    entry in the normal stream, says it has work."""
     monkeypatch.setattr("ferry.queue.redis_streams.AWAKE_S", 0.1)
     monkeypatch.setattr("ferry.keys.BELL_MS", 1)
     url = triton_server.grpc_url
@@ -183,8 +187,12 @@ async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
         low_done = [r["finished_at"] for r in await stack.results(lows, wait=30)]
         for task_id, admitted in highs:
             finished = (await stack.result(task_id))["finished_at"]
-            overtaking = [t for t in low_done if admitted < t < finished]
-            assert len(overtaking) <= 8, (task_id, sorted(set(overtaking)), admitted, finished)
+            overtaking = sorted(t for t in low_done if admitted < t < finished)
+            # A slot that frees within READ_S of its admission may go to a batch formed before
+            # the batcher could read it (one Redis round trip): that batch is not "after" it.
+            batches = 2 if overtaking and overtaking[0] - admitted < READ_S else 1
+            assert len(overtaking) <= 8 * batches, (task_id, sorted(set(overtaking)), admitted,
+                                                    finished)
 
 
 async def poison_until_open(stack: Stack, calls: int) -> None:
