@@ -209,7 +209,7 @@ class GoodputBench:
         ceiling = scenario.backend.batched_capacity(scenario.instances)
         result = Goodput(scenario.name, system, "grpc", slo, round(ceiling),
                          variant=LADDER_VARIANT)
-        model = scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
+        model = _model(scenario, system)
         for share in LADDER[:1] if self.quick else LADDER:
             result.probes.append(await self.probe(model, system, "grpc", url,
                                                   float(round(share * ceiling))))
@@ -219,7 +219,7 @@ class GoodputBench:
                       slo: float, variant: str = "") -> None:
         result = Goodput(scenario.name, system, protocol, slo, variant=variant,
                          ceiling=round(scenario.backend.batched_capacity(scenario.instances)))
-        model = scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
+        model = _model(scenario, system)
         await search(partial(self.probe, model, system, protocol, url), result,
                      max_probes=2 if self.quick else MAX_PROBES)
         self.results.append(result)
@@ -287,6 +287,12 @@ def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> lis
     lines += ["", "Every run (asked rate → achieved, p99; ✓ good, ✗ not):", ""]
     lines += [_runs(r, titles[r.scenario]) for r in results if r.scenario in titles]
     return lines
+
+
+def _model(scenario: Scenario, system: str) -> str:
+    """The model a system is driven on: Triton's own batching (delay 0) for Triton alone, the
+    unbatched one behind Ferry (Ferry batches)."""
+    return scenario.model("triton-dyn0" if system == "triton" else "ferry-1req")
 
 
 def told_the_slo_table(results: list[Goodput], scenarios: list[Scenario]) -> list[str]:

@@ -73,10 +73,14 @@ class BenchStack:
         return self.gateway_url.removeprefix("http://")
 
     def _service(self, name: str, env: dict[str, str]) -> None:
+        self.processes.append(self._launch(name, env))
+
+    def _launch(self, name: str, env: dict[str, str]) -> ManagedProcess:
+        """``ferry <name>`` started with ``env``, its output in logs/<name>.log."""
         proc = ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
                               log_path=self.state / "logs" / f"{name}.log")
         proc.start()
-        self.processes.append(proc)
+        return proc
 
     def restart_batcher(self, *, slo_ms: float) -> None:
         """Stop the batcher and start it again with ``FERRY_SLO_MS`` set to ``slo_ms`` (the
@@ -85,10 +89,7 @@ class BenchStack:
         index = next(i for i, p in enumerate(self.processes) if p.name == "batcher")
         self.processes[index].stop(grace_s=20)
         self.batcher_settings = replace(self.batcher_settings, slo_ms=slo_ms)
-        proc = ManagedProcess("batcher", [sys.executable, "-m", "ferry", "batcher"],
-                              env=env_with(to_env(self.batcher_settings, BatcherSettings)),
-                              log_path=self.state / "logs" / "batcher.log")
-        proc.start()
+        proc = self._launch("batcher", to_env(self.batcher_settings, BatcherSettings))
         self.processes[index] = proc
         ready = self.batcher_metrics.removesuffix("/metrics") + "/readyz"
         proc.wait_ready(lambda: http_ok(ready), 60)
@@ -106,7 +107,7 @@ class BenchStack:
         """Entries in Ferry's streams (every priority), and those read but not acknowledged."""
         client = redis.Redis.from_url(self.redis_url)
         try:
-            streams = [key.decode() for key in client.scan_iter(match="ferry:{p*}:tasks*")]
+            streams = [s for p in range(self.partitions) for s in keys.partition_streams(p)]
             queued = sum(int(client.xlen(s)) for s in streams)
             pending = 0
             for stream in streams:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.batching.fate import Attempt, Failure, Fate, after_failure, before_inference, is_expired
+from ferry.batching.fate import (
+    Attempt,
+    Failure,
+    Fate,
+    after_failure,
+    before_inference,
+    due_ms,
+    is_expired,
+)
 from ferry.tasks.record import Status
 
 
@@ -82,3 +90,11 @@ def test_a_task_whose_deadline_would_pass_during_the_call_expires_now() -> None:
     assert verdict is not None and verdict[0] is Status.EXPIRED
     assert "during inference" in verdict[1] and "66 ms" in verdict[1] and "50 ms" in verdict[1]
     assert before_inference(deadline_ms=1_100, now_ms=1_000, call_ms=66) is None
+
+
+def test_a_task_is_due_by_its_deadline_or_its_submission_plus_the_slo_the_earlier() -> None:
+    assert due_ms(deadline_ms=0, enqueued_at_ms=1_000, slo_ms=0) is None
+    assert due_ms(deadline_ms=5_000, enqueued_at_ms=1_000, slo_ms=0) == 5_000
+    assert due_ms(deadline_ms=0, enqueued_at_ms=1_000, slo_ms=200) == 1_200
+    assert due_ms(deadline_ms=5_000, enqueued_at_ms=1_000, slo_ms=200) == 1_200
+    assert due_ms(deadline_ms=1_100, enqueued_at_ms=1_000, slo_ms=200) == 1_100

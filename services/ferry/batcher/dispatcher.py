@@ -111,13 +111,12 @@ class Dispatcher:
         task.add_done_callback(self._batch_done)
 
     def _due_in_ms(self, deliveries: list[Delivery]) -> float:
-        """Milliseconds until the batch's most urgent task is due (its deadline or its
-        submission plus the SLO); nan when none is due (for the batch log)."""
-        slo = self.settings.slo_ms
-        dues: list[float] = [d.task.deadline_ms for d in deliveries
-                             if d.task and d.task.deadline_ms]
-        if slo:
-            dues += [d.task.enqueued_at_ms + slo for d in deliveries if d.task]
+        """Milliseconds until the batch's most urgent task is due; nan when none is (for the
+        batch log)."""
+        dues = [due for d in deliveries if d.task is not None
+                and (due := fate.due_ms(deadline_ms=d.task.deadline_ms,
+                                        enqueued_at_ms=d.task.enqueued_at_ms,
+                                        slo_ms=self.settings.slo_ms)) is not None]
         return min(dues) - time.time() * 1000 if dues else math.nan
 
     async def _run_batch(self, model: str, deliveries: list[Delivery],

@@ -265,15 +265,13 @@ class Reader:
             self.shared.changed.set()
 
     def _due(self, delivery: Delivery, now: float, now_ms: int) -> float | None:
-        """When the task should be answered, on the batcher's clock: its deadline or its
-        submission plus the SLO, the earlier; None when it has neither."""
+        """When the boarding task should be answered, on the batcher's clock (None: no
+        deadline and no SLO)."""
         task = delivery.task
-        if task is None:
-            return None
-        dues: list[float] = [task.deadline_ms] if task.deadline_ms else []
-        if self.settings.slo_ms:
-            dues.append(task.enqueued_at_ms + self.settings.slo_ms)
-        return now + (min(dues) - now_ms) / 1000.0 if dues else None
+        assert task is not None  # unreadable tasks never board (``_rejection``)
+        due = fate.due_ms(deadline_ms=task.deadline_ms, enqueued_at_ms=task.enqueued_at_ms,
+                          slo_ms=self.settings.slo_ms)
+        return None if due is None else now + (due - now_ms) / 1000.0
 
     def _rejection(self, delivery: Delivery) -> tuple[Status, str] | None:
         """A final status for a task that must not board (unreadable, expired, delivered too

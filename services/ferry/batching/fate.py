@@ -85,6 +85,15 @@ def before_inference(*, deadline_ms: int, now_ms: int, call_ms: int = 0, cancell
     return None
 
 
+def due_ms(*, deadline_ms: int, enqueued_at_ms: int, slo_ms: float) -> float | None:
+    """When a task should be answered, Unix ms: its deadline or its submission plus the SLO,
+    the earlier; None when it has neither (``deadline_ms`` 0, ``slo_ms`` 0)."""
+    dues = [float(deadline_ms)] if deadline_ms else []
+    if slo_ms:
+        dues.append(enqueued_at_ms + slo_ms)
+    return min(dues) if dues else None
+
+
 def is_expired(deadline_ms: int, now_ms: int) -> bool:
     """A request with a deadline (``deadline_ms`` > 0) that has passed is no longer wanted."""
     return 0 < deadline_ms <= now_ms
