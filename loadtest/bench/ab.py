@@ -33,13 +33,15 @@ from loadtest.generator import run
 Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway, batcher, redis
 
 
-def measure(tree: str, state: Path, *, triton: str, redis_url: str, redis_pid: int, model: str,
-            rates: list[float], seconds: float, seed: int) -> dict[float, Row]:
+def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
+            redis_pid: int, model: str, rates: list[float], seconds: float,
+            seed: int) -> dict[float, Row]:
     """One round of one tree: start its gateway and batcher, run each rate, stop them."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
                               grpc_port=grpc_port, default_model=model)
-    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0)
+    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0,
+                              triton_http_url=triton_http)
     extra = {"PYTHONPATH": tree}
     procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],
                                   env=env_with({**to_env(settings, type(settings)), **extra}),
@@ -79,6 +81,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=("fast", "slow"), default="fast",
                         help="the simulated backend: fast (4 + 0.25 B ms) or slow (50 + 2 B ms)")
     parser.add_argument("--instances", type=int, default=1, help="its Triton instances")
+    parser.add_argument("--infer-over", choices=("http", "grpc"), default="http",
+                        help="the batcher's infer calls: over Triton's HTTP (as ferry up sets it; "
+                             "a tree older than FERRY_TRITON_HTTP_URL ignores it) or gRPC")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
@@ -93,6 +98,8 @@ def main() -> None:
             order = list(trees.items())  # a first in even rounds, b first in odd: no order bias
             for name, tree in order if round_ % 2 == 0 else order[::-1]:
                 rows = measure(tree, state, triton=f"{LOOPBACK}:{ports.grpc}",
+                               triton_http=(f"{LOOPBACK}:{ports.http}"
+                                            if args.infer_over == "http" else ""),
                                redis_url=redis_url, redis_pid=redis_proc.pid or 0,
                                model=scenario.name, rates=rates, seconds=args.seconds,
                                seed=11 + round_)

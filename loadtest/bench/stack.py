@@ -1,7 +1,8 @@
 """The processes a benchmark run measures: one Triton for every system, and Ferry in front of it.
 
-Ferry runs as ``ferry up`` runs it (a gateway process per core, one batcher, a private Redis), with
-its default settings, so the figures are those of the default configuration.
+Ferry runs as ``ferry up`` runs it (a gateway process per core, one batcher, a private Redis, infer
+calls over the HTTP endpoint of the Triton it started), with its default settings, so the figures
+are those of the default configuration.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class BenchStack:
                                   default_model=default_model)
         self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
+                                  triton_http_url=self.triton_http,  # as ferry up sets it
                                   metrics_port=free_port(), log_level=self.batcher_log_level)
         self.batcher_settings = batcher
         self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"

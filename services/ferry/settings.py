@@ -205,6 +205,10 @@ class BatcherSettings(CommonSettings):
     backoff_base_ms: float = setting(100.0, "first retry delay; doubles on each attempt")
     backoff_max_ms: float = setting(2000.0, "longest retry delay")
     infer_timeout_s: float = setting(30.0, "deadline of one Triton infer call")
+    triton_http_url: str = setting("", "Triton's HTTP address, host:port: when set, infer calls "
+                                   "go there (HTTP/1.1, binary tensors, about a quarter of "
+                                   "gRPC's CPU per call) and the rest stays on gRPC; over TLS "
+                                   "with triton_ssl; empty: every call over gRPC")
     claim_idle_ms: int = setting(30000, "a pending task idle this long is reclaimed by a batcher")
     claim_interval_ms: int = setting(5000, "how often a batcher looks for such tasks")
     max_deliveries: int = setting(5, "deliveries of one task (crashes included) before dead-letter")

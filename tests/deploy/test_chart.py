@@ -270,3 +270,28 @@ def test_the_notes_say_how_to_reach_the_grpc_port(setting: str, shown: bool) -> 
     for line in ("kubectl -n ferry port-forward svc/ferry-gateway 8001:8001",
                  "perf_analyzer -i grpc -u 127.0.0.1:8001"):
         assert (line in notes) is shown, notes
+
+
+def _batcher_env(manifest: str) -> dict[str, Any]:
+    batcher = by_kind(manifest)[("StatefulSet", "ferry-batcher")]
+    return {e["name"]: e.get("value") for e in
+            batcher["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ((), "ferry-triton:8000"),
+    (("--set", "batcher.inferOverHttp=false"), ""),
+    (("--set", "triton.enabled=false", "--set", "triton.externalUrl=t.example:8001",
+      "--set", "triton.externalHttpUrl=t.example:8000"), "t.example:8000"),
+    (("--set", "triton.enabled=false", "--set", "triton.externalUrl=t.example:8001"), ""),
+])
+def test_the_batchers_infer_calls_go_to_tritons_http_port_where_the_chart_knows_it(
+        extra: tuple[str, ...], expected: str) -> None:
+    manifest = render("values.yaml", *extra)
+    env = _batcher_env(manifest)
+    assert env["FERRY_TRITON_HTTP_URL"] == expected
+    assert env["FERRY_TRITON_URL"].endswith(":8001")
+    if "triton.enabled=false" not in extra:  # the chart's Triton lets the batcher reach HTTP
+        policy = by_kind(manifest)[("NetworkPolicy", "ferry-triton")]
+        ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
+        assert {"grpc", "http"} <= ports

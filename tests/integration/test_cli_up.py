@@ -91,6 +91,7 @@ def test_ferry_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) 
     with ferry_up(state=state) as (proc, lines, base):
         banner = "".join(lines)
         assert f"{base}/v1/inference" in banner and "curl" in banner
+        assert "infer calls over HTTP 127.0.0.1:" in banner  # the Triton it started: cheaper
         with httpx.Client(base_url=base, timeout=30) as client:
             assert client.get("/readyz").status_code == 200
             accepted = client.post("/v1/inference", content=sample_image().read_bytes(),
@@ -112,7 +113,7 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
     state = tmp_path / "stack"
     with ferry_up("--redis-url", redis_url, "--triton-url", triton_server.grpc_url,
                   "--default-model", "sim", state=state) as (proc, lines, base):
-        assert f"triton (gRPC)  {triton_server.grpc_url}" in "".join(lines)
+        assert f"triton         gRPC {triton_server.grpc_url}\n" in "".join(lines)
         with httpx.Client(base_url=base, timeout=30) as client:
             accepted = client.post("/v1/inference", json={"input": "hello"})
             result = client.get(accepted.json()["status_url"], params={"wait": 20}).json()

@@ -118,9 +118,10 @@ class Batcher:
         await self._serve_status()
         self._loops = self._start_loops()
         s = self.settings
-        log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms",
-                 self.parts.consumer, ",".join(map(str, self.partitions)), s.max_batch,
-                 s.max_wait_ms)
+        log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms; infer calls "
+                 "over %s", self.parts.consumer, ",".join(map(str, self.partitions)), s.max_batch,
+                 s.max_wait_ms, f"HTTP {s.triton_http_url}" if s.triton_http_url
+                 else f"gRPC {s.triton_url}")
 
     def _start_loops(self) -> list[asyncio.Task[None]]:
         """Every loop as a referenced task; those that may board work are the feeders."""

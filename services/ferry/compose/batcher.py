@@ -61,6 +61,7 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                          lambda: None, timeout_s=settings.redis_socket_timeout_s)
     return BatcherParts(
         settings=settings, consumer=consumer, cancels=cancels,
-        backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s),
+        backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s,
+                                          http_url=settings.triton_http_url),
         hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics(),
         tracing=Tracing("ferry-batcher"))

@@ -66,11 +66,14 @@ class LocalStack:
                                    f"{option}")
         repository = Path(s.model_repository) if s.model_repository else bundled_repository()
         redis_url = s.redis_url or self._start_redis()
-        triton_url = s.triton_url or self._start_triton(repository)
+        triton_url, triton_http_url = s.triton_url, s.triton_http_url
+        if not triton_url:  # Triton started here: infer calls over its HTTP, the cheaper plane
+            triton_url, started_http = self._start_triton(repository)
+            triton_http_url = triton_http_url or started_http
         default_model = self._default_model(repository)
         resolved = dataclasses.replace(
-            s, redis_url=redis_url, triton_url=triton_url, default_model=default_model,
-            metrics_port=s.metrics_port or free_port())
+            s, redis_url=redis_url, triton_url=triton_url, triton_http_url=triton_http_url,
+            default_model=default_model, metrics_port=s.metrics_port or free_port())
         self._start_service("batcher", to_env(resolved, BatcherSettings))
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
         gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,
@@ -90,12 +93,13 @@ class LocalStack:
         self.processes.append(proc)
         return url
 
-    def _start_triton(self, repository: Path) -> str:
+    def _start_triton(self, repository: Path) -> tuple[str, str]:
+        """Start tritonserver; its gRPC and HTTP addresses."""
         print(f"starting tritonserver on {repository} ...", flush=True)
         proc, ports = start_triton(repository.resolve(), self.state / "triton",
                                    interrupted=self._stop.is_set)
         self.processes.append(proc)
-        return f"{LOOPBACK}:{ports.grpc}"
+        return f"{LOOPBACK}:{ports.grpc}", f"{LOOPBACK}:{ports.http}"
 
     def _start_service(self, name: str, env: dict[str, str]) -> ManagedProcess:
         print(f"starting {name} ...", flush=True)
@@ -133,7 +137,8 @@ class LocalStack:
             f"{f'{s.host}:{s.grpc_port}' if s.grpc_port else 'off'}",
             f"  default model  {s.default_model}",
             f"  redis          {s.redis_url}",
-            f"  triton (gRPC)  {s.triton_url}",
+            f"  triton         gRPC {s.triton_url}"
+            + (f", infer calls over HTTP {s.triton_http_url}" if s.triton_http_url else ""),
             f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",
             f"  logs           {self.logs}",
             "",

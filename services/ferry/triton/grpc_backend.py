@@ -9,7 +9,7 @@ millisecond more per batch of 64. gRPC errors become Ferry's errors here, and on
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,8 +21,9 @@ from ferry.errors import PermanentBackendError, UnknownModelError
 from ferry.tensors import Tensor
 from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
 from ferry.triton.grpc_errors import translate
+from ferry.triton.http_infer import HttpInferClient, bytes_batch_body, tensor_body
 from ferry.triton.http_json import triton_json
-from ferry.triton.oip import InferredTensors, infer_tensors, model_infer_request
+from ferry.triton.oip import InferredTensors, infer_tensors, model_infer_request, reply_tensors
 from ferry.triton.tensors import Rows, output_rows, pack_bytes
 
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
@@ -51,14 +52,21 @@ def response_rows(spec: ModelSpec, response: service_pb2.ModelInferResponse,
                   batch: int) -> list[Rows]:
     """Per-request rows of every output the model declared, in input order."""
     raws = response.raw_output_contents
-    found = {out.name: (out, raws[i]) for i, out in enumerate(response.outputs) if i < len(raws)}
+    return split_rows(spec, {out.name: (out.datatype, out.shape, raws[i])
+                             for i, out in enumerate(response.outputs) if i < len(raws)}, batch)
+
+
+def split_rows(spec: ModelSpec, found: Mapping[str, tuple[str, Sequence[int], bytes]],
+               batch: int) -> list[Rows]:
+    """Per-request rows of every output the model declared (``found``: datatype, shape and raw
+    contents by output name, from either protocol), in input order."""
     missing = [name for name in spec.outputs if name not in found]
     if missing:
         raise PermanentBackendError(f"infer {spec.name!r}: outputs {missing} missing")
     rows: list[Rows] = [{} for _ in range(batch)]
     for name in spec.outputs:
-        out, raw = found[name]
-        for row, value in zip(rows, output_rows(name, out.datatype, out.shape, raw, batch),
+        datatype, shape, raw = found[name]
+        for row, value in zip(rows, output_rows(name, datatype, shape, raw, batch),
                               strict=True):
             row[name] = value
     return rows
@@ -86,11 +94,13 @@ class TlsFiles:
 
 
 class TritonGrpcBackend:
-    """Whole batches to Triton, one gRPC infer call each; model specs cached for ``spec_ttl_s``."""
+    """Whole batches to Triton, one infer call each (over gRPC, or over HTTP when given an
+    ``HttpInferClient``: the data plane); model specs cached for ``spec_ttl_s``."""
 
     def __init__(self, url: str, *, infer_timeout_s: float = 30.0, control_timeout_s: float = 5.0,
                  spec_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None, http: HttpInferClient | None = None) -> None:
+        self.http = http
         self.url = url
         self.tls = tls
         self.infer_timeout_s = infer_timeout_s
@@ -117,6 +127,8 @@ class TritonGrpcBackend:
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
         if self._channel is not None:
             await self._channel.close()
             self._channel = self._stub = None
@@ -201,6 +213,8 @@ class TritonGrpcBackend:
 
     async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
         """One infer call for the whole batch; per-request output rows in input order."""
+        if self.http is not None:
+            return await self._infer_http(self.http, spec, payloads)
         try:
             response = await self.stub.ModelInfer(infer_request(spec, payloads),
                                                   timeout=self.infer_timeout_s)
@@ -212,9 +226,24 @@ class TritonGrpcBackend:
         return Inferred(response_rows(spec, response, len(payloads)),
                         response.model_version or spec.version)
 
+    async def _infer_http(self, http: HttpInferClient, spec: ModelSpec,
+                          payloads: Sequence[bytes]) -> Inferred:
+        body = bytes_batch_body(spec.input_name, pack_bytes(payloads), len(payloads),
+                                spec.outputs)
+        try:
+            reply = await http.infer(spec.name, "", body)
+        except UnknownModelError:
+            self._specs.pop(spec.name, None)
+            raise
+        found = {out.name: (out.datatype, out.shape, out.raw) for out in reply.outputs}
+        return Inferred(split_rows(spec, found, len(payloads)), reply.model_version or spec.version)
+
     async def infer_tensors(self, model: str, version: str, inputs: Sequence[Tensor],
                             outputs: Sequence[str] = (), request_id: str = "") -> InferredTensors:
         """One infer call with the batch's tensors (already joined along the batch dimension);
         every output asked for (none: all), its errors translated as ``infer``'s are."""
+        if self.http is not None:
+            reply = await self.http.infer(model, version, tensor_body(inputs, outputs, request_id))
+            return reply_tensors(reply, f"infer {model!r}")
         request = model_infer_request(model, version, inputs, outputs, request_id)
         return await infer_tensors(self.stub, request, self.infer_timeout_s)

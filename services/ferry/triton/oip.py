@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from ferry.errors import PermanentBackendError
 from ferry.tensors import Tensor, TensorError, checked
 from ferry.triton.grpc_errors import translate
+from ferry.triton.http_infer import InferReply
 
 
 def add_raw_tensors(entries: Any, raw_contents: Any, tensors: Sequence[Tensor]) -> None:
@@ -55,15 +56,29 @@ class InferredTensors:
 def output_tensors(response: service_pb2.ModelInferResponse) -> InferredTensors:
     """The response's outputs as tensors, each checked against its shape."""
     raws = response.raw_output_contents
+    what = f"infer {response.model_name!r}"
     if len(raws) != len(response.outputs):
-        raise PermanentBackendError(f"infer {response.model_name!r}: {len(response.outputs)} "
-                                    f"outputs with {len(raws)} raw contents")
+        raise PermanentBackendError(f"{what}: {len(response.outputs)} outputs with {len(raws)} "
+                                    "raw contents")
+    return _checked([(out.name, out.datatype, out.shape, raw)
+                     for out, raw in zip(response.outputs, raws, strict=True)],
+                    response.model_version, what)
+
+
+def reply_tensors(reply: InferReply, what: str) -> InferredTensors:
+    """An HTTP infer reply's outputs as tensors, each checked against its shape."""
+    return _checked([(out.name, out.datatype, out.shape, out.raw) for out in reply.outputs],
+                    reply.model_version, what)
+
+
+def _checked(outputs: Sequence[tuple[str, str, Sequence[int], bytes]], version: str,
+             what: str) -> InferredTensors:
     try:
-        tensors = tuple(checked(out.name, out.datatype, out.shape, raw)
-                        for out, raw in zip(response.outputs, raws, strict=True))
+        tensors = tuple(checked(name, datatype, shape, raw)
+                        for name, datatype, shape, raw in outputs)
     except TensorError as exc:
-        raise PermanentBackendError(f"infer {response.model_name!r}: {exc}") from exc
-    return InferredTensors(tensors, response.model_version)
+        raise PermanentBackendError(f"{what}: {exc}") from exc
+    return InferredTensors(tensors, version)
 
 
 async def infer_tensors(stub: service_pb2_grpc.GRPCInferenceServiceStub,

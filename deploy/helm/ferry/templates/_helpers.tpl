@@ -49,6 +49,14 @@ checkov.io/skip2: CKV_K8S_15=IfNotPresent by default (pullPolicy is a value); wi
 {{- else -}}{{ required "triton.externalUrl is required when triton.enabled is false" .Values.triton.externalUrl }}{{- end -}}
 {{- end -}}
 
+{{- /* Triton's HTTP address for the batcher's infer calls; empty: over gRPC */ -}}
+{{- define "ferry.tritonHttpUrl" -}}
+{{- if .Values.batcher.inferOverHttp -}}
+{{- if .Values.triton.enabled -}}{{ include "ferry.fullname" . }}-triton:8000
+{{- else -}}{{ .Values.triton.externalHttpUrl }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "ferry.authSecret" -}}
 {{- .Values.auth.existingSecret | default (printf "%s-auth" (include "ferry.fullname" .)) -}}
 {{- end -}}
