@@ -14,6 +14,7 @@ from typing import Any
 from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
 from ferry.planner.costs import CostModel
+from ferry.planner.cpu import BENCH_CPU, CpuCost
 from ferry.planner.profile import DEFAULT_SIZES, from_statistics, live_statistics, sweep
 from ferry.planner.search import (
     BATCHER_TASKS_PER_S,
@@ -24,6 +25,9 @@ from ferry.planner.search import (
     size,
 )
 from ferry.planner.simulate import Deployment, Outcome, simulate
+
+OVERHEAD_S = 0.003  # Ferry's latency per task, its CPU included (make bench: 4-5 ms at 50/s)
+OVERHEAD_WITH_CPU_S = 0.0015  # ... besides its processes' CPU, which the simulation queues
 
 
 def add_parser(commands: Any) -> None:
@@ -43,19 +47,8 @@ def add_parser(commands: Any) -> None:
     fit.add_argument("--out", type=Path, help="write the fit as JSON here (for --fit)")
     fit.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    sizing = actions.add_parser("size", help="the cheapest deployment for a load and a p99")
-    sizing.add_argument("--qps", type=float, required=True)
-    sizing.add_argument("--p99-ms", type=float, required=True)
-    _cost_arguments(sizing)
-    sizing.add_argument("--headroom", type=float, default=0.2,
-                        help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
-    sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
-    sizing.add_argument("--max-queue-wait-s", type=float, default=10.0,
-                        help="Ferry's admission (FERRY_MAX_QUEUE_WAIT_S): arrivals past what "
-                        "the instances serve in this time are refused (0: no limit)")
-    sizing.add_argument("--gateway-tasks-per-s", type=float, default=GATEWAY_TASKS_PER_S)
-    sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S)
-    sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _size_arguments(actions.add_parser("size", help="the cheapest deployment for a load and "
+                                       "a p99"))
 
     curve = actions.add_parser("curve", help="draw p99 against QPS for a few configurations")
     _cost_arguments(curve)
@@ -67,6 +60,28 @@ def add_parser(commands: Any) -> None:
     curve.add_argument("--json", action="store_true", help="also print the points as JSON")
 
 
+def _size_arguments(sizing: argparse.ArgumentParser) -> None:
+    sizing.add_argument("--qps", type=float, required=True)
+    sizing.add_argument("--p99-ms", type=float, required=True)
+    _cost_arguments(sizing)
+    sizing.add_argument("--headroom", type=float, default=0.2,
+                        help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
+    sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
+    sizing.add_argument("--max-queue-wait-s", type=float, default=10.0,
+                        help="Ferry's admission (FERRY_MAX_QUEUE_WAIT_S): arrivals past what "
+                        "the instances serve in this time are refused (0: no limit)")
+    sizing.add_argument("--cpu-costs", type=Path, help="Ferry's CPU per task and per batch of "
+                        "each process (JSON: gateway_task_us, gateway_batch_us, batcher_task_us, "
+                        "batcher_batch_us, redis_task_us, redis_batch_us); default: make bench's")
+    sizing.add_argument("--no-cpu", action="store_true", help="leave Ferry's CPU out of the "
+                        "simulation (a fixed overhead per task) and size processes by tasks/s")
+    sizing.add_argument("--gateway-tasks-per-s", type=float, default=GATEWAY_TASKS_PER_S,
+                        help="with --no-cpu: tasks/s one gateway process serves")
+    sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S,
+                        help="with --no-cpu: tasks/s one batcher serves")
+    sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
 def _cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fit", type=Path, help="a fit file from ferry plan fit --out")
     parser.add_argument("--t-fixed-ms", type=float, help="t(B)'s fixed part, ms")
@@ -74,8 +89,10 @@ def _cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jitter-ms", type=float, default=0.0, help="spread of a call, ms")
     parser.add_argument("--arrivals", choices=arrival_kinds.KINDS, default="poisson")
     parser.add_argument("--trace", type=Path, help="arrival times, one per line (seconds)")
-    parser.add_argument("--overhead-ms", type=float, default=3.0,
-                        help="Ferry's own latency per task (gateway, Redis, wake-ups)")
+    parser.add_argument("--overhead-ms", type=float,
+                        help="Ferry's own latency per task besides its processes' CPU (network "
+                        "hops, wake-ups); default 1.5 ms, or 3 ms where its CPU is not "
+                        "simulated (--no-cpu, curve)")
     parser.add_argument("--seconds", type=float, default=60.0, help="simulated time per run")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -154,10 +171,24 @@ def arrivals_of(args: argparse.Namespace) -> Arrivals:
     return partial(arrival_kinds.generate, args.arrivals)
 
 
+def cpu_of(args: argparse.Namespace) -> CpuCost | None:
+    if args.no_cpu:
+        if args.cpu_costs:
+            raise ConfigError("--cpu-costs and --no-cpu exclude each other")
+        return None
+    return CpuCost.load(args.cpu_costs) if args.cpu_costs else BENCH_CPU
+
+
+def overhead_of(args: argparse.Namespace, cpu: CpuCost | None) -> float:
+    if args.overhead_ms is not None:
+        return float(args.overhead_ms) / 1e3
+    return OVERHEAD_WITH_CPU_S if cpu is not None else OVERHEAD_S
+
+
 def _size(args: argparse.Namespace) -> int:
-    cost = cost_of(args)
+    cost, cpu = cost_of(args), cpu_of(args)
     target = Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
-                    max_batch_limit=args.max_batch, overhead_s=args.overhead_ms / 1e3,
+                    max_batch_limit=args.max_batch, overhead_s=overhead_of(args, cpu), cpu=cpu,
                     max_queue_wait_s=args.max_queue_wait_s,
                     gateway_tasks_per_s=args.gateway_tasks_per_s,
                     batcher_tasks_per_s=args.batcher_tasks_per_s,
@@ -181,11 +212,15 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
         ("GPU instances (Triton model instances)", f"{d.instances}"),
         ("batchers", f"{d.batchers}, each FERRY_MAX_INFLIGHT_BATCHES={d.window}"),
         ("partitions", f"{s.partitions}"),
-        ("gateways", f"{s.gateways}"),
+        ("gateways", f"{s.gateways} processes (one per core)"),
+        ("Redis", "one server" if s.redis_shards == 1
+         else f"a Redis Cluster of {s.redis_shards} masters"),
         ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"
                                  + (f", FERRY_SLO_MS={d.slo_s * 1e3:.0f}" if d.slo_s else "")),
         (f"predicted at {t.qps:,.0f}/s", _outcome(s.at_target)),
         (f"predicted at {t.design_qps:,.0f}/s (+{t.headroom:.0%})", _outcome(s.at_design)),
+        *([("CPU busy there (busiest process)", _cpu_busy(s.at_design))]
+          if s.at_design.cpu_busy else []),
         ("capacity at full batches", f"{s.capacity:,.0f}/s (the target is {load:.0%} of it)"),
         ("back of the envelope",
          f"{s.envelope_instances} instances ({t.max_batch_limit} / "
@@ -195,9 +230,15 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
     width = max(len(name) for name, _ in rows)
     head = (f"Ferry plan: {t.qps:,.0f}/s with p99 < {_ms(t.p99_s)}, t(B) = "
             f"{cost.fixed_s * 1e3:g} + {cost.per_item_s * 1e3:g}·B ms, {arrivals} arrivals, "
-            f"Ferry overhead {_ms(t.overhead_s)} ({s.candidates} simulated configurations)")
+            f"Ferry overhead {_ms(t.overhead_s)}"
+            + (" + its processes' CPU" if t.cpu is not None else "")
+            + f" ({s.candidates} simulated configurations)")
     return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
                      + ["", why(s)])
+
+
+def _cpu_busy(o: Outcome) -> str:
+    return ", ".join(f"{name} {share:.0%}" for name, share in o.cpu_busy.items())
 
 
 def _outcome(o: Outcome) -> str:
@@ -229,9 +270,11 @@ def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
         "target": {"qps": s.target.qps, "p99_ms": s.target.p99_s * 1e3,
                    "headroom": s.target.headroom, "arrivals": arrivals},
         "cost": s.cost.to_json(),
+        "cpu": s.target.cpu.to_json() if s.target.cpu is not None else None,
         "deployment": {"gpu_instances": d.instances, "batchers": d.batchers,
                        "inflight_per_batcher": d.window, "partitions": s.partitions,
-                       "gateways": s.gateways, "max_batch": d.max_batch,
+                       "gateways": s.gateways, "redis_shards": s.redis_shards,
+                       "max_batch": d.max_batch,
                        "max_wait_ms": d.max_wait_s * 1e3, "overhead_ms": d.overhead_s * 1e3,
                        "max_backlog": d.max_backlog},
         "at_target": outcome_json(s.at_target),
@@ -247,7 +290,7 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
     return {"p50_ms": o.p50_s * 1e3, "p90_ms": o.p90_s * 1e3, "p99_ms": o.p99_s * 1e3,
             "p999_ms": o.p999_s * 1e3, "mean_ms": o.mean_s * 1e3, "gpu_busy": o.utilisation,
             "mean_batch": o.mean_batch, "served": o.served, "refused": o.refused,
-            "flushes": o.flushes}
+            "flushes": o.flushes, "cpu_busy": o.cpu_busy}
 
 
 # -- curve --------------------------------------------------------------------------------------
@@ -284,7 +327,7 @@ def _curve(args: argparse.Namespace) -> int:
     dump: list[dict[str, Any]] = []
     for given in parse_configs(args.configs):
         config = Deployment(given.instances, given.max_batch, given.max_wait_s,
-                            overhead_s=args.overhead_ms / 1e3)
+                            overhead_s=overhead_of(args, None))
         series = curve_points(cost, config, make, points=args.points, seconds=args.seconds,
                               seed=args.seed)
         label = (f"{config.instances} instance{'s' if config.instances > 1 else ''}, batch "

@@ -74,10 +74,15 @@ class CostModel:
 
     @classmethod
     def load(cls, path: Path) -> CostModel:
-        try:
-            return cls.from_json(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read fit file {path}: {exc}") from exc
+        return cls.from_json(read_json(path, "fit file"))
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file's contents; a ConfigError naming ``what`` if it cannot be read."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc}") from exc
 
 
 def fit(points: Iterable[tuple[int, float, float]], *, source: str, model: str = "") -> CostModel:

@@ -1,10 +1,12 @@
 """Sizing: the cheapest deployment (fewest GPU instances) whose simulated p99 meets the target at
 the target load plus headroom, over a small grid of batching settings.
 
-Gateways and batchers are sized by CPU (tasks per second one process serves, measured by
-``make bench``); partitions so that every batcher owns at least one. Then, for each (max batch,
-max wait), a binary search over instance counts from the back-of-envelope bound upward (p99 falls
-as instances are added), each candidate simulated with Ferry's own policy.
+Gateway processes, batchers and Redis shards are sized by CPU: with Ferry's measured CPU costs
+(``ferry.planner.cpu``, from ``make bench``) so that none is planned busier than 60% at the design
+load, and every candidate is simulated with them as servers; without, by a fixed number of
+tasks per second per process. Partitions so that every batcher owns at least one. Then, for each
+(max batch, max wait), a binary search over instance counts from the back-of-envelope bound
+upward (p99 falls as instances are added), each candidate simulated with Ferry's own policy.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
+from ferry.planner.cpu import CpuCost
 from ferry.planner.simulate import Deployment, Outcome, simulate
 
 Arrivals = Callable[[float, float, int], list[float]]  # (qps, seconds, seed) -> times
@@ -43,6 +46,7 @@ class Target:
     check_seconds: float = 60.0  # simulated time for the answer's figures
     seed: int = 0
     max_instances: int = 4096
+    cpu: CpuCost | None = None  # Ferry's CPU costs (None: processes sized by tasks per second)
 
     @property
     def design_qps(self) -> float:
@@ -56,6 +60,7 @@ class Sizing:
     deployment: Deployment
     gateways: int
     partitions: int
+    redis_shards: int
     at_target: Outcome
     at_design: Outcome
     envelope_instances: int
@@ -88,9 +93,11 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     ``max_instances`` does."""
     if target.qps <= 0 or target.p99_s <= 0:
         raise ConfigError("the target needs a positive QPS and p99")
-    batchers = processes(target.design_qps, target.batcher_tasks_per_s)
+    batchers, gateways, shards = _processes(target)
+    base = Deployment(instances=1, batchers=batchers, overhead_s=target.overhead_s,
+                      cpu=target.cpu, gateways=gateways, redis_shards=shards)
     best, tried = _search(cost, target, arrivals(target.design_qps, target.search_seconds,
-                                                 target.seed), batchers, progress)
+                                                 target.seed), base, progress)
     chosen, at_design, checks = _confirmed(cost, best, target, arrivals)
     at_target = simulate(cost, chosen, arrivals(target.qps, target.check_seconds,
                                                 target.seed + 1), seed=target.seed + 1)
@@ -100,20 +107,30 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
                             target)
     envelope_run = simulate(cost, naive, arrivals(target.qps, target.check_seconds,
                                                   target.seed + 1), seed=target.seed + 1)
-    return Sizing(target=target, cost=cost, deployment=chosen,
-                  gateways=processes(target.design_qps, target.gateway_tasks_per_s),
-                  partitions=partitions_for(batchers), at_target=at_target,
+    return Sizing(target=target, cost=cost, deployment=chosen, gateways=gateways,
+                  partitions=partitions_for(batchers), redis_shards=shards, at_target=at_target,
                   at_design=at_design, envelope_instances=plain,
                   envelope_at_target=envelope_run, candidates=tried + 3)
 
 
-def _search(cost: CostModel, target: Target, search_arrivals: list[float], batchers: int,
+def _processes(target: Target) -> tuple[int, int, int]:
+    """Batchers, gateway processes and Redis shards for the design load: by CPU cost at batches
+    half the model's largest (a conservative mean under load), or by tasks per second."""
+    if target.cpu is None:
+        return (processes(target.design_qps, target.batcher_tasks_per_s),
+                processes(target.design_qps, target.gateway_tasks_per_s), 1)
+    cpu, qps, half = target.cpu, target.design_qps, target.max_batch_limit / 2
+    return (cpu.processes("batcher", qps, half), cpu.processes("gateway", qps, half),
+            cpu.processes("redis", qps, half))
+
+
+def _search(cost: CostModel, target: Target, search_arrivals: list[float], first: Deployment,
             progress: Callable[[str], None]) -> tuple[Deployment, int]:
     """Over the grid of (max batch, max wait): the deployment of fewest instances (then lowest
     p99) that meets the target on the search's run, and how many candidates were simulated."""
     best: tuple[int, float, Deployment] | None = None
     tried = 0
-    for base in _candidates(target, cost, batchers):
+    for base in _candidates(target, cost, first):
         found, count = _fewest(cost, base, target, search_arrivals)
         tried += count
         if found is None:
@@ -131,12 +148,11 @@ def _search(cost: CostModel, target: Target, search_arrivals: list[float], batch
     return best[2], tried
 
 
-def _candidates(target: Target, cost: CostModel, batchers: int) -> list[Deployment]:
+def _candidates(target: Target, cost: CostModel, first: Deployment) -> list[Deployment]:
     """The grid: each max batch (whose full batch fits the budget) and max wait, without and
     with the SLO policy told the target (``FERRY_SLO_MS``: the p99 less Ferry's overhead)."""
     slo_s = target.p99_s - target.overhead_s
-    return [Deployment(instances=1, max_batch=max_batch, max_wait_s=wait_s, batchers=batchers,
-                       overhead_s=target.overhead_s, slo_s=slo)
+    return [replace(first, max_batch=max_batch, max_wait_s=wait_s, slo_s=slo)
             for max_batch in sorted({min(b, target.max_batch_limit) for b in target.batch_choices})
             if cost.time(max_batch) < target.p99_s
             for wait_s in target.wait_choices_s

@@ -11,13 +11,21 @@ partitions spread them. Admission: above ``max_backlog`` unfinished tasks, arriv
 (429), as the gateway does. A task's latency is its time to its result, plus ``overhead_s``
 (Ferry's own hops: gateway, Redis, wake-up).
 
-What it leaves out: CPU limits of gateways and batchers (sized separately), Redis, network
-jitter, and priorities (one lane). The batcher's read parking only delays reads until a batch
-could leave, which changes no batch; it is not modelled.
+With a ``CpuCost`` (``Deployment.cpu``), Ferry's processes are servers too, each doing one thing
+at a time: a task is admitted by a gateway worker and Redis and read by its batcher before it
+boards; a batch leaves for Triton once its batcher has sent it, and is answered once its batcher
+and Redis have settled it and each task's gateway worker has answered it. So a deployment
+saturates by CPU as well as by GPU, and the batcher's work between two calls delays the next.
+Without one, that work is a fixed ``overhead_s`` per task.
+
+What it leaves out: other processes on the same cores, network jitter, and priorities (one
+lane). The batcher's read parking only delays reads until a batch could leave, which changes no
+batch; it is not modelled.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -29,9 +37,10 @@ from ferry.batching.estimators import ArrivalRate, BatchCost, Window
 from ferry.batching.policy import Backend, BatchPolicy, Lane, Waiting
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
+from ferry.planner.cpu import CpuCost
 
 LANE = Lane("model")
-_DONE, _WAKE = 0, 1
+_DONE, _WAKE, _BOARD, _REACH = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -47,10 +56,19 @@ class Deployment:
     overhead_s: float = 0.0
     max_backlog: int = 0  # 0: no admission limit
     slo_s: float = 0.0  # the batcher's SLO (FERRY_SLO_MS): 0, none
+    cpu: CpuCost | None = None  # Ferry's processes as servers (None: only overhead_s)
+    gateways: int = 1  # with cpu: gateway worker processes (a gateway runs one per core)
+    redis_shards: int = 1  # with cpu: Redis servers the partitions are spread over
+    slowdown: float = 1.0  # with cpu: how much longer each piece of work takes than its CPU
+    # time (cores shared with other busy processes; 1: a core each)
 
     def __post_init__(self) -> None:
-        if self.instances < 1 or self.batchers < 1 or self.max_batch < 1:
-            raise ConfigError("instances, batchers and max_batch must be at least 1")
+        if min(self.instances, self.batchers, self.max_batch, self.gateways,
+               self.redis_shards) < 1:
+            raise ConfigError("instances, batchers, gateways, Redis shards and max_batch must "
+                              "be at least 1")
+        if self.slowdown < 1:
+            raise ConfigError("slowdown must be at least 1")
         if self.max_wait_s < 0 or self.overhead_s < 0 or self.slo_s < 0:
             raise ConfigError("max_wait, overhead and slo must be >= 0")
 
@@ -77,17 +95,68 @@ class Outcome:
     flushes: dict[str, int] = field(default_factory=dict)
     unfinished: int = 0  # still queued or at Triton when arrivals stopped (counted, not lost)
     finished_s: float = 0.0  # when the last task was answered (the simulated clock)
+    cpu_busy: dict[str, float] = field(default_factory=dict)  # busiest server of each process
+
 
     @property
     def throughput(self) -> float:
         return self.served / self.seconds if self.seconds > 0 else 0.0
 
 
+class _Server:
+    """A process that does one piece of work at a time. Work is booked when the simulation
+    knows of it, which may be ahead of when it can start (a task's later steps are booked when
+    it arrives); each piece takes the first idle stretch at or after its start that holds it, so
+    work booked early never holds up work that is ready sooner."""
+
+    PRUNE = 4096  # booked stretches kept before the oldest are dropped
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.busy_s = 0.0
+
+    def run(self, at: float, seconds: float) -> float:
+        """Work of ``seconds`` that may start at ``at``: when it is done."""
+        self.busy_s += seconds
+        starts, ends = self.starts, self.ends
+        index = bisect.bisect_right(ends, at)
+        start = at
+        while index < len(starts) and starts[index] < start + seconds:
+            start = max(start, ends[index])
+            index += 1
+        end = start + seconds
+        self._book(index, start, end)
+        if len(starts) > 2 * self.PRUNE:
+            del starts[:self.PRUNE], ends[:self.PRUNE]
+        return end
+
+    def _book(self, index: int, start: float, end: float) -> None:
+        """Book [start, end) before stretch ``index``, joined to the stretches it touches (so
+        that a saturated server is one long stretch, not thousands)."""
+        starts, ends = self.starts, self.ends
+        after_previous = index > 0 and ends[index - 1] >= start
+        before_next = index < len(starts) and starts[index] <= end
+        if after_previous and before_next:
+            ends[index - 1] = ends[index]
+            del starts[index], ends[index]
+        elif after_previous:
+            ends[index - 1] = end
+        elif before_next:
+            starts[index] = start
+        else:
+            starts.insert(index, start)
+            ends.insert(index, end)
+
+
 @dataclass
 class _Batcher:
     index: int
     window: Window
+    server: _Server = field(default_factory=_Server)
+    batch_work_until: float = 0.0  # when its work on a batch (send, settle) is done
     queue: deque[float] = field(default_factory=deque)
+    workers: deque[int] = field(default_factory=deque)  # each boarded task's gateway worker
     rate: ArrivalRate = field(default_factory=ArrivalRate)
     cost: BatchCost = field(default_factory=BatchCost)
     in_flight: int = 0
@@ -99,6 +168,14 @@ class _Batch:
     batcher: _Batcher
     arrivals: list[float]
     sent_at: float
+    workers: list[int] = field(default_factory=list)  # each task's gateway worker (with CPU)
+
+
+@dataclass
+class _Boarding:
+    batcher: _Batcher
+    arrival: float
+    worker: int
 
 
 class Simulation:
@@ -116,7 +193,12 @@ class Simulation:
                          for i in range(deployment.batchers)]
         self.free = deployment.instances
         self.at_triton: deque[_Batch] = deque()  # waiting for an instance
-        self.events: list[tuple[float, int, int, _Batch | _Batcher]] = []
+        self.events: list[tuple[float, int, int, _Batch | _Batcher | _Boarding]] = []
+        self.cpu = deployment.cpu
+        if self.cpu is not None and deployment.slowdown != 1:
+            self.cpu = self.cpu.scaled(deployment.slowdown)
+        self.gateways = [_Server() for _ in range(deployment.gateways if self.cpu else 0)]
+        self.redis = [_Server() for _ in range(deployment.redis_shards)]
         self.seq = 0
         self.latencies: list[float] = []
         self.flushes: Counter[str] = Counter()
@@ -153,7 +235,21 @@ class Simulation:
             return
         self.backlog += 1
         batcher = self.batchers[self.rng.randrange(len(self.batchers))]
-        batcher.queue.append(now)
+        if self.cpu is None:
+            self._board(_Boarding(batcher, now, 0), now)
+            return
+        worker = self.rng.randrange(len(self.gateways))  # connections spread over workers
+        cpu = self.cpu
+        read = self._shard().run(self.gateways[worker].run(now, cpu.gateway_task_s / 2),
+                              cpu.redis_task_s / 2)
+        self._push(batcher.server.run(read, cpu.batcher_task_s / 3), _BOARD,
+                   _Boarding(batcher, now, worker))
+
+    def _board(self, boarding: _Boarding, now: float) -> None:
+        """A task read by its batcher joins its queue."""
+        batcher = boarding.batcher
+        batcher.queue.append(boarding.arrival)
+        batcher.workers.append(boarding.worker)
         batcher.rate.add(now)
         self._plan(batcher, now)
 
@@ -162,6 +258,12 @@ class Simulation:
         if kind == _DONE:
             assert isinstance(item, _Batch)
             self._done(item, now)
+        elif kind == _REACH:
+            assert isinstance(item, _Batch)
+            self._reach(item, now)
+        elif kind == _BOARD:
+            assert isinstance(item, _Boarding)
+            self._board(item, now)
         else:
             assert isinstance(item, _Batcher)
             if now >= item.wake_at:
@@ -179,16 +281,39 @@ class Simulation:
                                else 0.0)
         batcher.cost.add(size, seconds)
         self.backlog -= size
-        answered = now + self.deployment.overhead_s
-        self.last_answer = answered
         warmup = self.warmup_s or 0.0
-        self.latencies.extend(answered - a for a in batch.arrivals if a >= warmup)
+        for arrival, answered in zip(batch.arrivals, self._answers(batch, now), strict=True):
+            self.last_answer = max(self.last_answer, answered)
+            if arrival >= warmup:
+                self.latencies.append(answered - arrival)
         self._plan(batcher, now)
+
+    def _shard(self) -> _Server:
+        """The Redis server of a task's partition (of a batch's, for its completion)."""
+        return self.redis[self.rng.randrange(len(self.redis))]
+
+    def _answers(self, batch: _Batch, now: float) -> list[float]:
+        """When each task of a batch Triton finished at ``now`` is answered: its batcher and
+        Redis settle the batch, then each task's gateway worker answers it."""
+        overhead, size = self.deployment.overhead_s, len(batch.arrivals)
+        if self.cpu is None:
+            return [now + overhead] * size
+        cpu = self.cpu
+        batcher = batch.batcher
+        batcher.batch_work_until = batcher.server.run(now, cpu.batcher_batch_s / 2
+                                                      + size * cpu.batcher_task_s / 3)
+        settled = self._shard().run(batcher.batch_work_until,
+                                    cpu.redis_batch_s + size * cpu.redis_task_s / 2)
+        answer_s = cpu.gateway_task_s / 2 + cpu.gateway_batch_s / size
+        return [self.gateways[w].run(settled, answer_s) + overhead for w in batch.workers]
 
     # -- the batcher's decisions ----------------------------------------------------------------
 
     def _plan(self, batcher: _Batcher, now: float) -> None:
         """Ask the policy, as the batcher's dispatcher does, while a batch may start."""
+        if batcher.batch_work_until > now:  # settling or sending a batch (one event loop):
+            self._wake(batcher, batcher.batch_work_until)  # it looks once that is done
+            return
         free = batcher.window.allowed - batcher.in_flight
         if free <= 0 or not batcher.queue:
             return  # nothing can leave: the next return or arrival asks again
@@ -202,16 +327,34 @@ class Simulation:
         plan = self.policy.plan([waiting], now, {LANE.model: backend})
         for departure in plan.flush:
             riders = [queue.popleft() for _ in range(departure.size)]
+            workers = [batcher.workers.popleft() for _ in range(departure.size)]
             self.flushes[departure.reason.value] += 1
-            self._send(_Batch(batcher, riders, now), now)
-        if plan.wake_in is not None and plan.wake_in > 0 and now + plan.wake_in < batcher.wake_at:
-            batcher.wake_at = now + plan.wake_in
-            self._push(batcher.wake_at, _WAKE, batcher)
+            self._send(_Batch(batcher, riders, now, workers), now)
+        if plan.wake_in is not None and plan.wake_in > 0:
+            self._wake(batcher, now + plan.wake_in)
+
+    def _wake(self, batcher: _Batcher, at: float) -> None:
+        """The batcher asks the policy again at ``at`` (unless it already will sooner)."""
+        if at < batcher.wake_at:
+            batcher.wake_at = at
+            self._push(at, _WAKE, batcher)
 
     def _send(self, batch: _Batch, now: float) -> None:
         batch.batcher.in_flight += 1
         self.batches += 1
         self.batch_sizes += len(batch.arrivals)
+        if self.cpu is None:
+            self._reach(batch, now)
+            return
+        size, cpu = len(batch.arrivals), self.cpu
+        sent = batch.batcher.server.run(now, cpu.batcher_batch_s / 2
+                                        + size * cpu.batcher_task_s / 3)
+        batch.batcher.batch_work_until = sent
+        self._push(sent, _REACH, batch)
+
+    def _reach(self, batch: _Batch, now: float) -> None:
+        """The batch's call reaches Triton: an instance takes it, or it waits for one."""
+        batch.sent_at = now
         if self.free > 0:
             self._start(batch, now)
         else:
@@ -224,7 +367,7 @@ class Simulation:
             self.busy_s += seconds
         self._push(now + seconds, _DONE, batch)
 
-    def _push(self, at: float, kind: int, item: _Batch | _Batcher) -> None:
+    def _push(self, at: float, kind: int, item: _Batch | _Batcher | _Boarding) -> None:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, item))
 
@@ -240,7 +383,18 @@ class Simulation:
             mean_s=sum(ordered) / len(ordered) if ordered else 0.0,
             utilisation=min(1.0, self.busy_s / (self.deployment.instances * span)),
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
-            flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer)
+            flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer,
+            cpu_busy=self._cpu_busy(span))
+
+    def _cpu_busy(self, span: float) -> dict[str, float]:
+        """The busiest server of each process: the share of the run it worked (warm-up
+        included, so an approximation)."""
+        if self.cpu is None:
+            return {}
+        total = max(span, self.last_answer)
+        return {"gateway": max(s.busy_s for s in self.gateways) / total,
+                "batcher": max(b.server.busy_s for b in self.batchers) / total,
+                "redis": max(s.busy_s for s in self.redis) / total}
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
