@@ -28,7 +28,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import keepup
+from loadtest.bench import goals, keepup
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -168,6 +168,7 @@ async def bench(args: argparse.Namespace) -> int:
     state = Path(args.state).resolve()
     if args.only == "keepup":
         await keep_up(args, state)
+        goals.write(Path(args.out), state)
         log.info("wrote the keep-up section of %s", args.out)
         return 0
     chosen = scenarios(args.quick)
@@ -192,6 +193,7 @@ async def bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.only == "goodput":
         out.write_text(replace_section(out.read_text() if out.exists() else "", lines))
+        goals.write(out, state)
         log.info("wrote the goodput section of %s in %.1f min", out, elapsed)
         return 0
     header = ["# Ferry against Triton alone", "",
@@ -203,6 +205,7 @@ async def bench(args: argparse.Namespace) -> int:
                     goodput=lines if goodput.results else [])
     write(report, args, state, sweep)
     await keep_up(args, state)
+    goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
 

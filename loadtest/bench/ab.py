@@ -3,7 +3,8 @@
 Both trees run in turn (gateway and batcher processes, ``PYTHONPATH`` set to the tree's
 ``services/``) against one tritonserver and one Redis, round after round, so that the machine's
 drift hits both alike; each point reports medians over the rounds of p50, p99 and CPU per
-inference, split by process. The fast sim backend, the one-request flow, loopback only.
+inference, split by process. The fast sim backend (or the slow), the one-request flow (or
+POST then GET), loopback only.
 
     git worktree add /tmp/before <commit>
     .venv/bin/python -m loadtest.bench.ab --a /tmp/before/services --b services \\
@@ -35,7 +36,7 @@ Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway,
 
 def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
             redis_pid: int, model: str, rates: list[float], seconds: float,
-            seed: int) -> dict[float, Row]:
+            seed: int, flow: str = "ferry-1req") -> dict[float, Row]:
     """One round of one tree: start its gateway and batcher, run each rate, stop them."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
@@ -60,7 +61,7 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
         for rate in rates:
             before = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
             count = int(rate * seconds)
-            result = uvloop.run(run("ferry-1req", url, model, rate, count, seed=seed))
+            result = uvloop.run(run(flow, url, model, rate, count, seed=seed))
             after = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
             used = {k: (after[k] - before[k]) * 1e6 / count for k in before}
             rows[rate] = (result.p50_ms, result.p99_ms, sum(used.values()), used["gateway"],
@@ -84,6 +85,8 @@ def main() -> None:
     parser.add_argument("--infer-over", choices=("http", "grpc"), default="http",
                         help="the batcher's infer calls: over Triton's HTTP (as ferry up sets it; "
                              "a tree older than FERRY_TRITON_HTTP_URL ignores it) or gRPC")
+    parser.add_argument("--flow", choices=("ferry-1req", "ferry-2req"), default="ferry-1req",
+                        help="one request per task (Prefer: wait) or POST then GET ?wait=10")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
@@ -102,7 +105,7 @@ def main() -> None:
                                             if args.infer_over == "http" else ""),
                                redis_url=redis_url, redis_pid=redis_proc.pid or 0,
                                model=scenario.name, rates=rates, seconds=args.seconds,
-                               seed=11 + round_)
+                               seed=11 + round_, flow=args.flow)
                 for rate, row in rows.items():
                     results.setdefault((name, rate), []).append(row)
     finally:

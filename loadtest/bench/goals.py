@@ -1,0 +1,222 @@
+"""The goodput targets (Ferry must not cost GPUs), each beside the figure that measured it.
+
+Composed from the raw results the other parts of ``make bench`` leave in its state folder
+(``results.json``: the sweep; ``goodput.json``: perf_analyzer's searches; ``keepup/keepup.json``:
+the ten fresh stacks), after every run of any part, so that the table always shows the latest
+figure of each; a part not run yet reads "not measured".
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench.goodput import HEADING as GOODPUT_HEADING
+from loadtest.bench.goodput import replace_section
+
+HEADING = "## Goodput targets (Ferry must not cost GPUs)"
+GOODPUT_AIM = 1.0  # Ferry's goodput at the SLO over Triton alone's
+P99_WITHIN = 1.2  # at 80% of the slow backend's capacity, Ferry's p99 over Triton alone's
+BUSY_POINTS = 0.02  # the backend's busy share: Ferry's within 2 points of Triton alone's
+CPU_400_US, CPU_50_US = 700.0, 2000.0
+PRIORITY_TEST = ("tests/integration/test_traffic.py::"
+                 "test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell")
+
+
+@dataclass(frozen=True)
+class Goal:
+    target: str
+    goal: str
+    measured: str
+    met: bool | None  # None: not measured here
+    command: str
+    verdict_text: str = ""  # instead of met / missed / not measured
+
+    def row(self) -> str:
+        verdict = self.verdict_text or {True: "met", False: "**missed**",
+                                        None: "not measured"}[self.met]
+        return (f"| {self.target} | {self.goal} | {self.measured} | {verdict} | "
+                f"`{self.command}` |")
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
+def section(state: Path) -> list[str]:
+    points = _load(state / "results.json")
+    goodput = _load(state / "goodput.json")
+    keepup = _load(state / "keepup" / "keepup.json")
+    goals = [*goodput_goals(goodput), *told_goals(goodput), *slow_load_goals(points),
+             keep_up_goal(keepup), *cpu_goals(points), gap_goal(keepup), priority_goal()]
+    measured = [g for g in goals if g.met is not None]
+    met = sum(g.met is True for g in measured)
+    return [HEADING, "",
+            "Issue 17's targets, each with the figure that measured it and the command that "
+            "measures it again (every figure comes from the latest run of its part of `make "
+            f"bench`). **{met} of the {len(measured)} measured here met.**", "",
+            "| target | goal | measured | | command |", "|---|---|---|---|---|",
+            *(g.row() for g in goals)]
+
+
+def write(report: Path, state: Path) -> None:
+    """Replace (or add, before the goodput section) the targets' section of ``report``."""
+    text = report.read_text() if report.exists() else ""
+    lines = text.splitlines()
+    if HEADING not in lines and GOODPUT_HEADING in lines:
+        at = lines.index(GOODPUT_HEADING)
+        text = "\n".join([*lines[:at], HEADING, "", *lines[at:]]) + "\n"
+    report.write_text(replace_section(text, section(state), HEADING))
+
+
+# -- goodput at the SLO (perf_analyzer) -----------------------------------------------------------
+
+def _rate(entry: dict[str, Any]) -> str:
+    capped = entry["rate"] >= entry["ceiling"]
+    return f"{'≥ ' if capped else ''}{entry['rate']:,.0f}/s"
+
+
+def goodput_goals(results: Sequence[dict[str, Any]]) -> list[Goal]:
+    """Ferry's goodput over Triton alone's, for every scenario (gRPC, the protocol whose client
+    does not distort the tail; HTTP beside it)."""
+    found = {(r["scenario"], r["system"], r["protocol"]): r for r in results
+             if not r.get("variant")}
+    goals = []
+    for scenario in sorted({r["scenario"] for r in results}):
+        parts, ratios = [], {}
+        for protocol in ("grpc", "http"):
+            ferry, triton = (found.get((scenario, s, protocol)) for s in ("ferry", "triton"))
+            if ferry is None or triton is None or not triton["rate"]:
+                continue
+            ratios[protocol] = _ratio(ferry, triton)
+            parts.append(f"{protocol}: {_rate(ferry)} vs {_rate(triton)} "
+                         f"({ratios[protocol]:.2f})")
+        slo = next((r["slo_ms"] for r in results if r["scenario"] == scenario), 0)
+        goals.append(Goal(f"Goodput at the SLO, {scenario.replace('_', ' ')}",
+                          f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f} (p99 ≤ {slo:.0f} ms)",
+                          "; ".join(parts) or "not measured",
+                          ratios["grpc"] >= GOODPUT_AIM if "grpc" in ratios else None,
+                          "python -m loadtest.bench --only goodput"))
+    return goals or [Goal("Goodput at the SLO", f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f}",
+                          "not measured", None, "python -m loadtest.bench --only goodput")]
+
+
+def told_goals(results: Sequence[dict[str, Any]]) -> list[Goal]:
+    """Ferry told the SLO (``FERRY_SLO_MS``) against Triton alone, at each SLO it was searched."""
+    told = [r for r in results if r["system"] == "ferry-slo" and r.get("variant") == "slo"]
+    goals = []
+    for ferry in told:
+        triton = next((r for r in results if r["system"] == "triton"
+                       and r["scenario"] == ferry["scenario"] and r["protocol"] == "grpc"
+                       and r["slo_ms"] == ferry["slo_ms"]
+                       and r.get("variant") in ("slo", "")), None)
+        if triton is None or not triton["rate"]:
+            continue
+        ratio = _ratio(ferry, triton)
+        goals.append(Goal(f"Goodput told the SLO, {ferry['scenario'].replace('_', ' ')}, gRPC",
+                          f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f}, aim 1.1 (p99 ≤ "
+                          f"{ferry['slo_ms']:.0f} ms)",
+                          f"{_rate(ferry)} vs {_rate(triton)} ({ratio:.2f})",
+                          ratio >= GOODPUT_AIM, "python -m loadtest.bench --only goodput"))
+    return goals
+
+
+def _ratio(ferry: dict[str, Any], triton: dict[str, Any]) -> float:
+    """Both at the backend's capacity still good: even (1.0), whatever the bound's rounding."""
+    if ferry["rate"] >= ferry["ceiling"] and triton["rate"] >= triton["ceiling"]:
+        return 1.0
+    return float(ferry["rate"]) / float(triton["rate"])
+
+
+# -- the sweep: 80% of the slow backend, CPU per inference -----------------------------------------
+
+def _median_at(points: Sequence[dict[str, Any]], scenario: str, system: str,
+               rate: float, key: str) -> float | None:
+    values = [_value(p, key) for p in points if p["scenario"] == scenario
+              and p["system"] == system and abs(p["offered_rps"] - rate) < 0.5]
+    return statistics.median(values) if values else None
+
+
+def _value(point: dict[str, Any], key: str) -> float:
+    if key == "cpu":
+        return float(sum(point["cpu_us"].get(p, 0.0) for p in ("gateway", "batcher", "redis")))
+    return float(point["busy_fraction"] if key == "busy" else point["run"][key])
+
+
+def slow_load_goals(points: Sequence[dict[str, Any]]) -> list[Goal]:
+    """At the slow backend's 80% rate (the sweep's top rate there), Ferry's p99 within 1.2 times
+    Triton alone's, and the backend busy within 2 points of Triton alone's."""
+    goals = []
+    for scenario in ("slow_1i", "slow_2i"):
+        rates = [p["offered_rps"] for p in points if p["scenario"] == scenario]
+        if not rates:
+            continue
+        rate = max(rates)
+        found = [_median_at(points, scenario, system, rate, key)
+                 for system in ("ferry-2req", "triton-dyn0") for key in ("p99_ms", "busy")]
+        if any(value is None for value in found):
+            continue
+        ferry_p99, ferry_busy, triton_p99, triton_busy = (float(v or 0.0) for v in found)
+        ratio, points_apart = ferry_p99 / max(triton_p99, 1e-9), ferry_busy - triton_busy
+        goals.append(Goal(
+            f"{scenario.replace('_', ' ')} at {rate:,.0f}/s (80% of capacity), POST + GET",
+            f"p99 ≤ Triton alone's times {P99_WITHIN}; backend busy within 2 points",
+            f"p99 {ferry_p99:.0f} vs {triton_p99:.0f} ms ({ratio:.2f}); busy "
+            f"{ferry_busy:.0%} vs {triton_busy:.0%} ({points_apart * 100:+.0f} points)",
+            ratio <= P99_WITHIN and abs(points_apart) <= BUSY_POINTS, "make bench"))
+    return goals
+
+
+def cpu_goals(points: Sequence[dict[str, Any]]) -> list[Goal]:
+    """Ferry's CPU per inference (gateway + batcher + Redis) on the fast backend."""
+    goals = []
+    for rate, limit in ((400.0, CPU_400_US), (50.0, CPU_50_US)):
+        two = _median_at(points, "fast_1i", "ferry-2req", rate, "cpu")
+        one = _median_at(points, "fast_1i", "ferry-1req", rate, "cpu")
+        measured = ", ".join(f"{name}: {value:,.0f} µs" for name, value in
+                             (("POST + GET", two), ("1 request", one)) if value is not None)
+        goals.append(Goal(f"CPU per inference at {rate:,.0f}/s, fast backend",
+                          f"≤ {limit:,.0f} µs (POST + GET)", measured or "not measured",
+                          two <= limit if two is not None else None, "make bench"))
+    return goals
+
+
+# -- keeping up, the dispatch gap, priorities ------------------------------------------------------
+
+def keep_up_goal(records: Sequence[dict[str, Any]]) -> Goal:
+    ratios = [r["ferry"]["p99_ms"] / max(r["triton"]["p99_ms"], 1e-9) for r in records]
+    measured = (f"{sum(x <= P99_WITHIN for x in ratios)} of {len(ratios)} runs; p99 ratio "
+                f"median {statistics.median(ratios):.2f}, worst {max(ratios):.2f}"
+                if ratios else "not measured")
+    return Goal("Keeping up at 78% of the slow backend, 2 instances, every run",
+                f"p99 ≤ Triton alone's times {P99_WITHIN} in every run", measured,
+                all(x <= P99_WITHIN for x in ratios) if ratios else None,
+                "python -m loadtest.bench --only keepup")
+
+
+def gap_goal(records: Sequence[dict[str, Any]]) -> Goal:
+    gaps = [r["batches"]["gap_p50_ms"] for r in records]
+    worst = [r["batches"]["gap_max_ms"] for r in records]
+    measured = (f"median of the runs' p50 {statistics.median(gaps):.1f} ms (their p50s "
+                f"{min(gaps):.1f}-{max(gaps):.1f}); longest {max(worst):.0f} ms"
+                if gaps else "not measured")
+    return Goal("Dispatch gap (a call's end, work waiting, to the next batch leaving)",
+                "about 1 ms (`ferry_dispatch_gap_seconds`)", measured,
+                statistics.median(gaps) <= 1.0 if gaps else None,
+                "python -m loadtest.bench --only keepup")
+
+
+def priority_goal() -> Goal:
+    return Goal("High priority rides the next batch", "no more than one lower-priority batch "
+                "finishes between a high-priority task's admission and its own finish",
+                "a test against real Redis and Triton (it failed before the fix), in every "
+                "`make test`", None, f"make test ({PRIORITY_TEST})",
+                verdict_text="tested, not benchmarked")
