@@ -18,7 +18,7 @@ from ferry.batcher.executor import BatchExecutor, Outcome, Timing
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook
 from ferry.batcher.shared import Shared, wait
-from ferry.batching import fate
+from ferry.batching import fate, readahead
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.policy import BatchPolicy, Lane, Reason
 from ferry.queue.base import Delivery
@@ -98,6 +98,10 @@ class Dispatcher:
         state = self._states.get(lane.model)
         if state is not None:
             state.inflight += 1
+            state.freed = False
+        expected = self.models.call_time(lane.model, len(deliveries))
+        if expected > 0:  # a parked reader reads ahead just before it
+            self.shared.ends[task] = now + expected
         if batches_log.isEnabledFor(logging.DEBUG):
             batches_log.debug("batch at=%.4f model=%s priority=%s size=%d reason=%s gap_ms=%.1f "
                               "left=%d inflight=%d slots=%d due_in_ms=%.1f", now, lane.model,
@@ -141,6 +145,7 @@ class Dispatcher:
         task = asyncio.current_task()
         if task is None or task not in self._batches or task in self._settling:
             return
+        self.shared.ends.pop(task, None)
         lane = self._batches[task][0]
         state = self._states.get(lane.model)
         settling = sum(1 for t in self._settling if self._batches[t][0].model == lane.model)
@@ -151,6 +156,7 @@ class Dispatcher:
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         lane, _ = self._batches.pop(task, (Lane(""), []))
+        self.shared.ends.pop(task, None)
         if task in self._settling:
             self._settling.discard(task)
             self.metrics.inflight.set(len(self._batches) - len(self._settling))
@@ -161,12 +167,24 @@ class Dispatcher:
         """A slot of the lane's model is free: count it, and wake whoever waits for one."""
         state = self._states.get(lane.model)
         if state is not None:
+            state.freed = state.inflight >= state.slots  # what waited for it leaves at once
             state.inflight = max(0, state.inflight - 1)
         self.metrics.inflight.set(len(self._batches) - len(self._settling))
-        if self.shared.parked:
-            self.shared.slot_freed.set()  # the reader catches up; boarding wakes the dispatcher
-        else:
-            self._changed.set()
+        shared = self.shared
+        if batches_log.isEnabledFor(logging.DEBUG):
+            now = self.clock()
+            ahead = shared.read_ahead_at
+            batches_log.debug("free at=%.4f model=%s parked=%s reading_ahead=%s "
+                              "read_ahead_ms=%.1f", now, lane.model, shared.parked,
+                              shared.reading_ahead,
+                              (now - ahead) * 1000 if ahead is not None else -1.0)
+        if shared.reading_ahead:
+            return  # its boarding wakes the dispatcher, and the reader reads on
+        if shared.parked:
+            shared.slot_freed.set()  # the reader catches up; boarding wakes the dispatcher
+            if not readahead.fresh(shared.read_ahead_at, self.clock()):
+                return
+        self._changed.set()  # what was read ahead leaves now
 
     # -- cancellation ---------------------------------------------------------------------------
 

@@ -91,6 +91,15 @@ def tensor_tasks(items: Sequence[Delivery]) -> list[Task] | None:
     return [d.task for d in items if d.task is not None]
 
 
+async def _make_way() -> None:
+    """Two turns of the event loop, before a batch that Triton is done with writes its results:
+    one for the dispatcher, woken by the freed slot, to launch the next batch, and one for that
+    batch to send its call. Preparing a large batch's results takes milliseconds on the loop:
+    before them, the freed instance would idle that long."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
 @dataclass(frozen=True)
 class Timing:
     """The executor's clock, sleep and jitter: real ones, or a test's."""
@@ -180,6 +189,7 @@ class BatchExecutor:
             outcomes += await self._attempt(model, live, attempt=1)
         if inferred is not None:
             inferred()
+            await _make_way()
         await self.settle(outcomes)
 
     def unwanted(self, deliveries: Sequence[Delivery], model: str = ""

@@ -65,6 +65,7 @@ class ModelState:
     window: Window  # batches that may be at Triton at once (at most the instances)
     breaker: CircuitBreaker
     inflight: int = 0
+    freed: bool = False  # a slot freed while every one was busy, and no batch has left since
     rate: ArrivalRate = field(default_factory=ArrivalRate)
     cost: BatchCost = field(default_factory=BatchCost)
 
@@ -76,7 +77,7 @@ class ModelState:
         free = 0 if holding else max(0, self.slots - self.inflight)
         return Backend(free=free, rate=self.rate.at(now), fixed_s=self.cost.fixed_s,
                        per_item_s=self.cost.per_item_s, slots=self.slots,
-                       late_s=self.cost.late_s)
+                       late_s=self.cost.late_s, freed=self.freed)
 
 
 class ModelBook:

@@ -20,7 +20,7 @@ from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook
 from ferry.batcher.shared import Shared, wait, wait_any
 from ferry.batcher.tensor_batch import signature
-from ferry.batching import fate
+from ferry.batching import fate, readahead
 from ferry.batching.policy import Lane
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery, TaskQueue
@@ -72,6 +72,8 @@ class Reader:
         self.clock = clock
         self.per_stream = max(1, math.ceil(settings.max_batch / len(self.partitions)))
         self.read_failures = 0  # queue reads failed in a row (Redis unreachable)
+        self.read_s = readahead.READ_S_INITIAL  # a read-ahead's typical duration
+        self.ahead_reads = 0  # read-aheads since a slot last freed
 
     @property
     def quota(self) -> int:
@@ -95,19 +97,22 @@ class Reader:
         A blocking read returns as soon as one entry arrives, so reading on while the backend
         is busy costs a round trip per task and helps no batch leave sooner. Parked (also
         between polls while a priority's room is full), the reader waits for a slot to free (at
-        most ``max_wait_ms / 4``), then reads everything that has arrived, of every priority,
-        awake or not, and only then does the dispatcher plan: batches are as full and fresh as
-        if it had read all along, and a high-priority task rides the next batch.
+        most ``max_wait_ms / 4``), reading ahead, once, just before a slot is expected to free
+        (``ferry.batching.readahead``): the next batch leaves the moment it frees, with what was
+        queued moments earlier. Without a fresh read-ahead it reads everything that has arrived,
+        of every priority, awake or not, and only then does the dispatcher plan. Either way the
+        batches are as full and fresh as if it had read all along, and a high-priority task
+        rides the next batch.
         """
         shared = self.shared
         block_s = self.settings.read_block_ms / 1000.0
         freed = False  # a slot freed while parked: read every priority, then let the plan run
         while not shared.stopping.is_set():
-            caught_up = freed
+            caught_up, ahead = freed, False
             if not freed and self.models.all_busy():
-                freed = await self._park()
+                freed, ahead = await self._park_busy()
                 caught_up = True  # then read without blocking: the dispatcher waits
-            step = self._next_read(every=freed)
+            step = self._next_read(every=freed or ahead)
             freed = False
             if step is None:  # full, or Triton is down: leave it queued
                 if caught_up:
@@ -118,17 +123,61 @@ class Reader:
             if partial:  # a blocked read would not see the full priority's room free: poll
                 shared.room_freed.clear()
             block_ms = 0 if caught_up or partial else self.settings.read_block_ms
-            try:
-                deliveries = await self._read(count, block_ms, readable)
-            except REDIS_UNAVAILABLE as exc:
-                await self._read_failed(exc)
+            deliveries = await self._take(count, block_ms, readable, ahead=ahead)
+            if deliveries is None:
                 continue
-            self.read_failures = 0
-            await self.board(deliveries)
             if caught_up:
                 shared.changed.set()  # a slot may have freed: the dispatcher plans again
             if partial and not deliveries:  # until a batch leaves, a slot frees, or a moment
                 freed = await self._park(shared.room_freed, block_s)
+
+    async def _take(self, count: int, block_ms: int, readable: list[Priority], *,
+                    ahead: bool) -> list[Delivery] | None:
+        """Read (ahead, or as planned) and board what was read; None if the read failed."""
+        try:
+            deliveries = await (self._read_ahead(count, readable) if ahead
+                                else self._read(count, block_ms, readable))
+        except REDIS_UNAVAILABLE as exc:
+            await self._read_failed(exc)
+            return None
+        self.read_failures = 0
+        try:
+            await self.board(deliveries)
+        finally:
+            self.shared.reading_ahead = False  # boarded: a slot that frees now plans with it
+        return deliveries
+
+    async def _park_busy(self) -> tuple[bool, bool]:
+        """Park while every slot is busy: until a slot frees, or it is time to read ahead for
+        the next batch (``ferry.batching.readahead``); whether a slot freed, and whether to read
+        ahead."""
+        shared = self.shared
+        at = readahead.next_read(shared.ends.values(), readahead.lead(self.read_s),
+                                 shared.read_ahead_at, self.ahead_reads)
+        timeout_s = max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0)
+        if at is not None:
+            timeout_s = min(timeout_s, max(0.0, at - self.clock()))
+        freed = await self._park(timeout_s=timeout_s)
+        if freed:
+            self.ahead_reads = 0
+            return True, False
+        return False, at is not None and self.clock() >= at
+
+    async def _read_ahead(self, count: int, readable: list[Priority]) -> list[Delivery]:
+        """Read every priority for the next batch while every slot is busy; a slot that frees
+        before what it read has boarded waits for it (``Dispatcher._release``)."""
+        shared = self.shared
+        started = self.clock()
+        shared.reading_ahead = True
+        try:
+            deliveries = await self._read(count, 0, readable)
+        except BaseException:
+            shared.reading_ahead = False
+            raise
+        shared.read_ahead_at = started
+        self.ahead_reads += 1
+        self.read_s = readahead.average(self.read_s, self.clock() - started)
+        return deliveries
 
     async def _read(self, count: int, block_ms: int, readable: list[Priority]
                     ) -> list[Delivery]:

@@ -31,6 +31,9 @@ class Shared:
         self.room_freed = asyncio.Event()  # a batch left: the buffer has room again
         self.stopping = asyncio.Event()
         self.parked = False  # the reader waits for a slot to free
+        self.ends: dict[asyncio.Task[None], float] = {}  # at Triton: each call's expected end
+        self.read_ahead_at: float | None = None  # when the latest read-ahead started
+        self.reading_ahead = False  # its boarding will wake the dispatcher
         self.feeders: list[asyncio.Task[None]] = []  # the loops that may board work
 
     def holding(self) -> set[Priority]:

@@ -69,6 +69,7 @@ class Reason(StrEnum):
     ADAPTIVE = "adaptive"  # a backend slot was free and nobody else was coming soon
     PRIORITY = "priority"  # waiting longer would have given its free slot to lower priority
     DEADLINE = "deadline"  # waiting longer would answer its most urgent request too late
+    FREED = "freed"  # a slot freed with work waiting for it: taken at once, as Triton's own queue
     DRAIN = "drain"  # the batcher is stopping
 
 
@@ -95,6 +96,7 @@ class Backend:
     per_item_s: float = 0.0  # what each request adds to a call's time
     slots: int = 1  # batches of the model that may be at the backend at once
     late_s: float = 0.0  # how far past t(B) calls run (90% of them within it)
+    freed: bool = False  # a slot freed while every one was busy, and no batch has left since
 
     def call_s(self, size: float) -> float:
         """The fitted time of a call of ``size`` requests (0 while no call was seen)."""
@@ -208,6 +210,8 @@ class BatchPolicy:
             pass  # another batch keeps the backend busy: this one waits for more, in time
         elif now >= self.due_at(queue):
             departures.append(Departure(queue.lane, rest, Reason.WAIT))
+        elif free > full and self.adaptive and backend.freed:  # it waited for this slot
+            departures.append(Departure(queue.lane, rest, Reason.FREED))
         elif free > full and self._nobody_coming(rest, queue.newest, now, backend):
             departures.append(Departure(queue.lane, rest, Reason.ADAPTIVE))
         return departures
