@@ -322,27 +322,36 @@ def test_a_waiting_high_priority_queue_leaves_rather_than_let_low_priority_take_
 # --- a slot that frees after every one was busy ---------------------------------------------------
 
 
-def test_what_waited_for_a_freed_slot_leaves_at_once_though_more_are_coming() -> None:
-    # 400/s and a 4 ms fixed cost: adaptive alone would wait 2.5 ms for the next passenger
-    busy_then_free = {"m": Backend(1, 400.0, 0.004, freed=True)}
-    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=busy_then_free)
+def test_under_load_what_waited_for_a_freed_slot_leaves_at_once_though_more_are_coming() -> None:
+    # 1,000/s where t(B) = 4 + 1·B ms: full batches of 64 serve 941/s. Adaptive alone would wait
+    # 1 ms for the next passenger, with the instance idle that the load needs
+    loaded = {"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)}
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=loaded)
     assert plan == Plan(flush=(leave("m", 1, Reason.FREED),), wake_in=None)
+
+
+def test_at_light_load_a_freed_slot_still_waits_for_a_passenger_worth_it() -> None:
+    # 400/s where full batches serve 16,000/s; the next passenger, 2.5 ms away, saves 4 ms
+    light = {"m": Backend(1, 400.0, 0.004, freed=True)}
+    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=light)
+    assert plan.flush == ()
+    assert plan.wake_in == pytest.approx(0.0025)
 
 
 def test_with_the_adaptive_flush_off_a_freed_slot_keeps_the_classic_rule() -> None:
     plan = POLICY.plan([queue("m", 2, oldest=5.0)], now=5.001,
-                       backends={"m": Backend(1, freed=True)})
+                       backends={"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)})
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.049)
 
 
 def test_a_freed_slot_is_still_a_slot_no_departure_without_one() -> None:
     plan = ADAPT.plan([queue("m", 2, oldest=5.0)], now=5.001,
-                      backends={"m": Backend(0, 400.0, 0.004, freed=True)})
+                      backends={"m": Backend(0, 1000.0, 0.004, 0.001, freed=True)})
     assert plan.flush == ()
 
 
 def test_a_due_batch_names_its_wait_not_the_freed_slot() -> None:
     plan = ADAPT.plan([queue("m", 2, oldest=5.0)], now=5.06,
-                      backends={"m": Backend(1, 400.0, 0.004, freed=True)})
+                      backends={"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)})
     assert plan.flush == (leave("m", 2, WAIT),)

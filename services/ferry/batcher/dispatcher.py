@@ -16,7 +16,7 @@ import time
 
 from ferry.batcher.executor import BatchExecutor, Outcome, Timing
 from ferry.batcher.gate import BackendGate
-from ferry.batcher.models import ModelBook
+from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.shared import Shared, wait
 from ferry.batching import fate, readahead
 from ferry.batching.breaker import CircuitBreaker
@@ -99,9 +99,7 @@ class Dispatcher:
         if state is not None:
             state.inflight += 1
             state.freed = False
-        expected = self.models.call_time(lane.model, len(deliveries))
-        if expected > 0:  # a parked reader reads ahead just before it
-            self.shared.ends[task] = now + expected
+            self._expect_end(task, lane, state, len(deliveries), now)
         if batches_log.isEnabledFor(logging.DEBUG):
             batches_log.debug("batch at=%.4f model=%s priority=%s size=%d reason=%s gap_ms=%.1f "
                               "left=%d inflight=%d slots=%d due_in_ms=%.1f", now, lane.model,
@@ -113,6 +111,16 @@ class Dispatcher:
         self.shared.room_freed.set()
         self.metrics.inflight.set(len(self._batches) - len(self._settling))
         task.add_done_callback(self._batch_done)
+
+    def _expect_end(self, task: asyncio.Task[None], lane: Lane, state: ModelState, size: int,
+                    now: float) -> None:
+        """When the batch's call should end, for a parked reader to read ahead just before:
+        only under load (``BatchPolicy.loaded``), where an idle instance costs capacity; at
+        light load the read ahead would be a read more per batch for nothing."""
+        expected = state.cost.time_at(size)
+        backend = state.backend(now, holding=False)
+        if expected > 0 and self.policy.loaded(self.models.lane_capacity(lane), backend):
+            self.shared.ends[task] = now + expected
 
     def _due_in_ms(self, deliveries: list[Delivery]) -> float:
         """Milliseconds until the batch's most urgent task is due; nan when none is (for the
@@ -137,22 +145,24 @@ class Dispatcher:
         for delivery in deliveries:  # not on cancellation: stop() hands those back
             self._held.discard(delivery.key)
 
-    def _free_slot(self) -> None:
+    def _free_slot(self) -> bool:
         """The current batch is done at Triton: its slot goes to the next batch while its
         results are written and acknowledged (the batch stays held until they are). At most
         as many batches of a model settle at once as it may have at Triton: while Redis is slow
-        to take results, batches wait for it rather than pile up answers it cannot take."""
+        to take results, batches wait for it rather than pile up answers it cannot take.
+        Whether work of the model waits for the slot."""
         task = asyncio.current_task()
         if task is None or task not in self._batches or task in self._settling:
-            return
+            return False
         self.shared.ends.pop(task, None)
         lane = self._batches[task][0]
         state = self._states.get(lane.model)
         settling = sum(1 for t in self._settling if self._batches[t][0].model == lane.model)
         if state is not None and settling >= state.window.limit:
-            return  # its slot frees when its results are written
+            return False  # its slot frees when its results are written
         self._settling.add(task)
         self._release(lane)
+        return self._buffer.holds(lane.model)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         lane, _ = self._batches.pop(task, (Lane(""), []))
@@ -180,11 +190,12 @@ class Dispatcher:
                               (now - ahead) * 1000 if ahead is not None else -1.0)
         if shared.reading_ahead:
             return  # its boarding wakes the dispatcher, and the reader reads on
-        if shared.parked:
-            shared.slot_freed.set()  # the reader catches up; boarding wakes the dispatcher
-            if not readahead.fresh(shared.read_ahead_at, self.clock()):
-                return
-        self._changed.set()  # what was read ahead leaves now
+        if not shared.parked:
+            self._changed.set()
+            return
+        if readahead.fresh(shared.read_ahead_at, self.clock()):
+            self._changed.set()  # what was read ahead leaves now: the dispatcher runs first,
+        shared.slot_freed.set()  # then the reader, which catches up if a slot is still free
 
     # -- cancellation ---------------------------------------------------------------------------
 

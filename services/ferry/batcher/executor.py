@@ -180,15 +180,15 @@ class BatchExecutor:
         self.jitter = timing.jitter
 
     async def run(self, model: str, deliveries: Sequence[Delivery],
-                  inferred: Callable[[], None] | None = None) -> None:
+                  inferred: Callable[[], bool] | None = None) -> None:
         """Give every delivery a final status and settle it; ``inferred`` is called once Triton
-        is done with the batch, before the results are written (its slot is free then)."""
+        is done with the batch, before the results are written (its slot is free then), and
+        says whether work waits for the slot (the next batch is let go first)."""
         live, outcomes = self.unwanted(deliveries, model)
         self._observe_wait(model, live)
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
-        if inferred is not None:
-            inferred()
+        if inferred is not None and inferred():
             await _make_way()
         await self.settle(outcomes)
 

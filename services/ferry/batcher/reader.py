@@ -13,6 +13,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from ferry.backoff import backoff_delay
 from ferry.batcher.executor import BatchExecutor, Outcome
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 PARK_MIN_S = 0.005
 MORE_READS = 4  # reads after the first, at once, while a stream gave all it was asked for
 ReadStep = tuple[int, list[Priority], bool]  # entries per stream, priorities, only some of them
+Woken = Literal["freed", "taken", "ahead", "poll"]  # why a reader parked while busy woke
 
 
 def lane_of(delivery: Delivery) -> Lane:
@@ -97,12 +99,11 @@ class Reader:
         A blocking read returns as soon as one entry arrives, so reading on while the backend
         is busy costs a round trip per task and helps no batch leave sooner. Parked (also
         between polls while a priority's room is full), the reader waits for a slot to free (at
-        most ``max_wait_ms / 4``), reading ahead, once, just before a slot is expected to free
-        (``ferry.batching.readahead``): the next batch leaves the moment it frees, with what was
-        queued moments earlier. Without a fresh read-ahead it reads everything that has arrived,
-        of every priority, awake or not, and only then does the dispatcher plan. Either way the
-        batches are as full and fresh as if it had read all along, and a high-priority task
-        rides the next batch.
+        most ``max_wait_ms / 4``), reading ahead just before one is expected to free
+        (``ferry.batching.readahead``): the next batch leaves as it frees. Without a fresh
+        read-ahead it reads everything that has arrived, of every priority, awake or not, and
+        only then does the dispatcher plan: batches are as full and fresh as if it had read all
+        along, and a high-priority task rides the next batch.
         """
         shared = self.shared
         block_s = self.settings.read_block_ms / 1000.0
@@ -110,8 +111,10 @@ class Reader:
         while not shared.stopping.is_set():
             caught_up, ahead = freed, False
             if not freed and self.models.all_busy():
-                freed, ahead = await self._park_busy()
-                caught_up = True  # then read without blocking: the dispatcher waits
+                woken = await self._park_busy()
+                if woken == "taken":
+                    continue
+                freed, ahead, caught_up = woken == "freed", woken == "ahead", True
             step = self._next_read(every=freed or ahead)
             freed = False
             if step is None:  # full, or Triton is down: leave it queued
@@ -147,21 +150,22 @@ class Reader:
             self.shared.reading_ahead = False  # boarded: a slot that frees now plans with it
         return deliveries
 
-    async def _park_busy(self) -> tuple[bool, bool]:
-        """Park while every slot is busy: until a slot frees, or it is time to read ahead for
-        the next batch (``ferry.batching.readahead``); whether a slot freed, and whether to read
-        ahead."""
+    async def _park_busy(self) -> Woken:
+        """Park while every slot is busy, until a slot frees (``freed``; ``taken`` when the
+        batch read ahead has taken it and every slot is busy again), it is time to read ahead
+        for the next batch (``ahead``, ``ferry.batching.readahead``), or the park times out
+        (``poll``: read what has come, without blocking)."""
         shared = self.shared
         at = readahead.next_read(shared.ends.values(), readahead.lead(self.read_s),
                                  shared.read_ahead_at, self.ahead_reads)
         timeout_s = max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0)
         if at is not None:
             timeout_s = min(timeout_s, max(0.0, at - self.clock()))
-        freed = await self._park(timeout_s=timeout_s)
-        if freed:
+        if await self._park(timeout_s=timeout_s):
             self.ahead_reads = 0
-            return True, False
-        return False, at is not None and self.clock() >= at
+            fresh = readahead.fresh(shared.read_ahead_at, self.clock())
+            return "taken" if fresh and self.models.all_busy() else "freed"
+        return "ahead" if at is not None and self.clock() >= at else "poll"
 
     async def _read_ahead(self, count: int, readable: list[Priority]) -> list[Delivery]:
         """Read every priority for the next batch while every slot is busy; a slot that frees

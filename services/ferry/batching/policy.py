@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from ferry.priority import Priority
 
+LOADED_SHARE = 0.5  # of a model's capacity: above it, work that waited for a freed slot takes it
 HOLD_SHARE = 0.85  # hold for the deadline when greedy's two calls take more of the SLO than this
 GUARD_S = 0.010  # what a batch leaves for writing results and waking the client after its call
 GUARD_SHARE = 0.15  # ... or this share of the time it was given, the larger
@@ -210,7 +211,8 @@ class BatchPolicy:
             pass  # another batch keeps the backend busy: this one waits for more, in time
         elif now >= self.due_at(queue):
             departures.append(Departure(queue.lane, rest, Reason.WAIT))
-        elif free > full and self.adaptive and backend.freed:  # it waited for this slot
+        elif free > full and self.adaptive and backend.freed and self.loaded(queue.capacity,
+                                                                             backend):
             departures.append(Departure(queue.lane, rest, Reason.FREED))
         elif free > full and self._nobody_coming(rest, queue.newest, now, backend):
             departures.append(Departure(queue.lane, rest, Reason.ADAPTIVE))
@@ -233,6 +235,14 @@ class BatchPolicy:
         grow = backend.per_item_s * backend.rate
         growing = (now_size + grow * queue.newest) / (1.0 + grow)
         return min(now_size, max(growing, slack - backend.call_s(limit)))
+
+    def loaded(self, capacity: int, backend: Backend) -> bool:
+        """Whether the model's arrivals take more than ``LOADED_SHARE`` of its capacity at full
+        batches (of at most ``capacity``): then an instance idling while work waits costs
+        capacity that is needed (below it, the adaptive flush's wait for one more passenger
+        saves a call's fixed cost and costs nothing, and a read ahead would cost a read)."""
+        limit = self.limit(capacity)
+        return backend.rate * backend.call_s(limit) >= LOADED_SHARE * limit * backend.slots
 
     def _holds(self, queue: Waiting, backend: Backend, *, busy: int) -> bool:
         """Whether a free slot waits for more passengers, up to the deadline: only while another
