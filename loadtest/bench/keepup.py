@@ -173,23 +173,25 @@ METHOD = (
     "the two-request flow (POST, then GET ?wait=10), then Triton alone (its dynamic batcher, "
     "delay 0) over gRPC with the same schedule on the same Triton. Batches come from the "
     "batcher's `ferry.batches` log; max depth is the most unfinished tasks in Ferry's streams, "
-    "sampled every 100 ms. A run keeps up when Ferry's p99 is within 1.2 times Triton alone's.")
+    "sampled every 100 ms; the dispatch gap runs from a call's end, with work boarded, to the "
+    "next batch leaving. A run keeps up when Ferry's p99 is within 1.2 times Triton alone's.")
 
 
 def table(records: list[RunRecord], rate: float) -> list[str]:
     """The runs side by side, with the batches behind each of Ferry's."""
     lines = ["| run | Ferry p50 / p99 ms | Ferry done/s | Triton alone p50 / p99 ms | "
-             "p99 ratio | mean batch (1st s) | flushes full/wait/adaptive | max depth |",
-             "|---|---|---|---|---|---|---|---|"]
+             "p99 ratio | mean batch (1st s) | flushes full/wait/adaptive/freed | "
+             "dispatch gap p50 / max ms | max depth |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
-        reasons = r.batches.reasons
+        reasons, b = r.batches.reasons, r.batches
         depth = max((d for _, d in r.depth), default=0)
+        flushes = "/".join(str(reasons.get(k, 0)) for k in ("full", "wait", "adaptive", "freed"))
         lines.append(
             f"| {r.index} | {r.ferry['p50_ms']:.0f} / {r.ferry['p99_ms']:.0f} | "
             f"{r.ferry['done_rps']:.0f} | {r.triton['p50_ms']:.0f} / {r.triton['p99_ms']:.0f} | "
-            f"{r.ratio:.2f} | {r.batches.mean_size:.1f} ({r.batches.first_second_mean:.1f}) | "
-            f"{reasons.get('full', 0)}/{reasons.get('wait', 0)}/{reasons.get('adaptive', 0)} | "
-            f"{depth} |")
+            f"{r.ratio:.2f} | {b.mean_size:.1f} ({b.first_second_mean:.1f}) | {flushes} | "
+            f"{b.gap_p50_ms:.1f} / {b.gap_max_ms:.0f} | {depth} |")
     kept = sum(r.kept_up for r in records)
     ratios = sorted(r.ratio for r in records)
     lines += ["", f"Offered {rate:.0f}/s. Ferry's p99 within {WITHIN} times Triton alone's in "
