@@ -23,6 +23,21 @@ GOODPUT_AIM = 1.0  # Ferry's goodput at the SLO over Triton alone's
 P99_WITHIN = 1.2  # at 80% of the slow backend's capacity, Ferry's p99 over Triton alone's
 BUSY_POINTS = 0.02  # the backend's busy share: Ferry's within 2 points of Triton alone's
 CPU_400_US, CPU_50_US = 700.0, 2000.0
+PERFORMANCE = "docs/performance.md"
+WHY_CPU = ("a write per hop in five processes sharing two cores: each task crosses between "
+           "processes about a dozen times, and on this virtual machine a write that wakes "
+           "another process is the dearest thing a process does (Redis's two Lua scripts are "
+           f"half of its time); measured in {PERFORMANCE}, 'Where a task's CPU goes', and the "
+           "profile at the end of this page")
+WHY_FAST_GOODPUT = ("on the fast backend a call takes 4-20 ms, and Ferry's CPU per task, on the "
+                    "two cores that Triton and perf_analyzer use too, sets its ceiling (the CPU "
+                    "rows)")
+WHY_SLOW = ("Ferry's own latency, 15-35 ms at p99 here, takes part of a budget that Triton alone "
+            "keeps whole, and its CPU competes with the load on two cores; the searches' "
+            f"brackets are 20% wide and runs of the same code differ by more ({PERFORMANCE})")
+WHY_GAP = ("what remains is building the finished batch's outcomes (0.5-1 ms for 40 tasks) "
+           "before its slot frees, and read-aheads that go stale when a call runs past its fit "
+           "(the ferry.batches log's 'free' lines)")
 PRIORITY_TEST = ("tests/integration/test_traffic.py::"
                  "test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell")
 
@@ -35,6 +50,7 @@ class Goal:
     met: bool | None  # None: not measured here
     command: str
     verdict_text: str = ""  # instead of met / missed / not measured
+    why: str = ""  # what a profile says keeps it from its goal, shown when missed
 
     def row(self) -> str:
         verdict = self.verdict_text or {True: "met", False: "**missed**",
@@ -64,7 +80,19 @@ def section(state: Path) -> list[str]:
             "measures it again (every figure comes from the latest run of its part of `make "
             f"bench`). **{met} of the {len(measured)} measured here met.**", "",
             "| target | goal | measured | | command |", "|---|---|---|---|---|",
-            *(g.row() for g in goals)]
+            *(g.row() for g in goals), *reasons(goals)]
+
+
+def reasons(goals: Sequence[Goal]) -> list[str]:
+    """Why the missed targets missed: each reason once, after the targets it covers."""
+    covered: dict[str, list[str]] = {}
+    for goal in goals:
+        if goal.met is False and goal.why:
+            covered.setdefault(goal.why, []).append(goal.target)
+    if not covered:
+        return []
+    return ["", "Why the missed ones missed:", "",
+            *(f"- {'; '.join(targets)}: {why}." for why, targets in covered.items())]
 
 
 def write(report: Path, state: Path) -> None:
@@ -104,7 +132,8 @@ def goodput_goals(results: Sequence[dict[str, Any]]) -> list[Goal]:
                           f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f} (p99 ≤ {slo:.0f} ms)",
                           "; ".join(parts) or "not measured",
                           ratios["grpc"] >= GOODPUT_AIM if "grpc" in ratios else None,
-                          "python -m loadtest.bench --only goodput"))
+                          "python -m loadtest.bench --only goodput",
+                          why=WHY_FAST_GOODPUT if scenario.startswith("fast") else WHY_SLOW))
     return goals or [Goal("Goodput at the SLO", f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f}",
                           "not measured", None, "python -m loadtest.bench --only goodput")]
 
@@ -125,7 +154,8 @@ def told_goals(results: Sequence[dict[str, Any]]) -> list[Goal]:
                           f"Ferry / Triton alone ≥ {GOODPUT_AIM:.1f}, aim 1.1 (p99 ≤ "
                           f"{ferry['slo_ms']:.0f} ms)",
                           f"{_rate(ferry)} vs {_rate(triton)} ({ratio:.2f})",
-                          ratio >= GOODPUT_AIM, "python -m loadtest.bench --only goodput"))
+                          ratio >= GOODPUT_AIM, "python -m loadtest.bench --only goodput",
+                          why=WHY_SLOW))
     return goals
 
 
@@ -171,7 +201,7 @@ def slow_load_goals(points: Sequence[dict[str, Any]]) -> list[Goal]:
             f"p99 ≤ Triton alone's times {P99_WITHIN}; backend busy within 2 points",
             f"p99 {ferry_p99:.0f} vs {triton_p99:.0f} ms ({ratio:.2f}); busy "
             f"{ferry_busy:.0%} vs {triton_busy:.0%} ({points_apart * 100:+.0f} points)",
-            ratio <= P99_WITHIN and abs(points_apart) <= BUSY_POINTS, "make bench"))
+            ratio <= P99_WITHIN and abs(points_apart) <= BUSY_POINTS, "make bench", why=WHY_SLOW))
     return goals
 
 
@@ -185,7 +215,7 @@ def cpu_goals(points: Sequence[dict[str, Any]]) -> list[Goal]:
                              (("POST + GET", two), ("1 request", one)) if value is not None)
         goals.append(Goal(f"CPU per inference at {rate:,.0f}/s, fast backend",
                           f"≤ {limit:,.0f} µs (POST + GET)", measured or "not measured",
-                          two <= limit if two is not None else None, "make bench"))
+                          two <= limit if two is not None else None, "make bench", why=WHY_CPU))
     return goals
 
 
@@ -199,7 +229,7 @@ def keep_up_goal(records: Sequence[dict[str, Any]]) -> Goal:
     return Goal("Keeping up at 78% of the slow backend, 2 instances, every run",
                 f"p99 ≤ Triton alone's times {P99_WITHIN} in every run", measured,
                 all(x <= P99_WITHIN for x in ratios) if ratios else None,
-                "python -m loadtest.bench --only keepup")
+                "python -m loadtest.bench --only keepup", why=WHY_SLOW)
 
 
 def gap_goal(records: Sequence[dict[str, Any]]) -> Goal:
@@ -211,7 +241,7 @@ def gap_goal(records: Sequence[dict[str, Any]]) -> Goal:
     return Goal("Dispatch gap (a call's end, work waiting, to the next batch leaving)",
                 "about 1 ms (`ferry_dispatch_gap_seconds`)", measured,
                 statistics.median(gaps) <= 1.0 if gaps else None,
-                "python -m loadtest.bench --only keepup")
+                "python -m loadtest.bench --only keepup", why=WHY_GAP)
 
 
 def priority_goal() -> Goal:

@@ -90,3 +90,15 @@ def test_a_part_not_run_reads_not_measured_and_the_section_is_placed_once(
     text = report.read_text()
     assert text.count(goals.HEADING) == 1 and "1 of 1 runs" in text
     assert "**1 of the 2 measured here met.**" in text
+
+
+def test_a_missed_target_says_why_once_per_reason_and_a_met_one_does_not() -> None:
+    points = [point("fast_1i", "ferry-2req", 400, 20, 0.5, cpu=2500),
+              point("fast_1i", "ferry-2req", 50, 20, 0.5, cpu=1500)]
+    found = goals.cpu_goals(points)
+    assert [g.met for g in found] == [False, True]
+    lines = goals.reasons(found)
+    assert lines[1] == "Why the missed ones missed:"
+    assert len(lines) == 4 and lines[3].startswith("- CPU per inference at 400/s, fast backend: ")
+    assert "docs/performance.md" in lines[3]
+    assert goals.reasons(found[1:]) == []
