@@ -35,9 +35,10 @@ WHY_FAST_GOODPUT = ("on the fast backend a call takes 4-20 ms, and Ferry's CPU p
 WHY_SLOW = ("Ferry's own latency, 15-35 ms at p99 here, takes part of a budget that Triton alone "
             "keeps whole, and its CPU competes with the load on two cores; the searches' "
             f"brackets are 20% wide and runs of the same code differ by more ({PERFORMANCE})")
-WHY_GAP = ("what remains is building the finished batch's outcomes (0.5-1 ms for 40 tasks) "
-           "before its slot frees, and read-aheads that go stale when a call runs past its fit "
-           "(the ferry.batches log's 'free' lines)")
+WHY_GAP = ("what remains is a slot that frees with less than half of greedy batching's batch "
+           "waiting (it waits for company, by the adaptive flush's rule), read-aheads that go "
+           "stale when a call runs past its fit, and the batcher waiting for a core (the "
+           "ferry.batches log's 'free' lines)")
 PRIORITY_TEST = ("tests/integration/test_traffic.py::"
                  "test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell")
 

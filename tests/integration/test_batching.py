@@ -87,27 +87,6 @@ async def test_a_free_slot_takes_everything_queued_not_one_read_of_it(
     assert executions_since(before, batch_executions(url, "sim")) == {60: 1}
 
 
-async def test_under_load_what_queued_while_the_instance_was_busy_leaves_as_it_frees(
-    redis_url: str, triton_server: TritonServer,
-) -> None:
-    """100 tasks/s to one instance of t(B) = 50 + 2·B ms, batches of at most 8 (121/s): about 7
-    queue while each batch runs, and when its slot frees they take it at once (reason
-    ``freed``), as behind Triton's own queue, rather than the adaptive flush keeping the
-    instance idle for an eighth passenger that the load needs it not to wait for."""
-    url = triton_server.grpc_url
-    settings = batcher_settings(redis_url, url, max_wait_ms=2000)  # no batch leaves by its wait
-    async with running_stack(gateway_settings(redis_url, url), settings) as stack:
-        task_ids = []
-        for i in range(100):
-            task_ids.append(await stack.submit(f"paced-{i}", model="sim_overload"))
-            await asyncio.sleep(0.01)
-        results = await stack.results(task_ids)
-        flushes = stack.batchers[0].metrics.flushes
-        freed = flushes.labels("sim_overload", "freed")._value.get()
-    assert [r["status"] for r in results] == ["SUCCESS"] * 100
-    assert freed >= 1
-
-
 async def test_without_adaptive_flush_a_lone_request_leaves_after_the_wait(
     redis_url: str, triton_server: TritonServer,
 ) -> None:

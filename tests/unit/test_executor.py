@@ -139,3 +139,74 @@ def test_a_transient_failure_retries_after_the_timings_sleep() -> None:
     assert [c.record.status for c in store.completed if c.record] == [Status.SUCCESS] * 2
     breaker: CircuitBreaker = context.breaker("m")
     assert breaker is context.breaker("m")  # the context's own, asked by model
+
+
+class Row(dict[str, Any]):
+    """A row of outputs that notes when the executor builds its answer from it."""
+
+    def __init__(self, log: list[str], **outputs: Any) -> None:
+        super().__init__(**outputs)
+        self.log = log
+
+    def items(self) -> Any:
+        self.log.append("answer built")
+        return super().items()
+
+
+class Watched(Backend):
+    """Records whether the batch's slot was free by the time each call was made, and when the
+    answers were built from its rows (in ``freed``, the test's log)."""
+
+    def __init__(self, freed: list[str], failures: int = 0) -> None:
+        super().__init__(failures)
+        self.freed = freed
+        self.free_at_call: list[bool] = []
+
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
+        self.free_at_call.append(any(line.startswith("freed") for line in self.freed))
+        inferred = await super().infer(spec, payloads)
+        return Inferred([Row(self.freed, **row) for row in inferred.rows], "1")
+
+
+def test_the_slot_frees_once_when_the_whole_call_returns_before_any_answer_is_written() -> None:
+    freed: list[str] = []
+    store = Store()
+
+    def free() -> bool:
+        freed.append(f"freed with {len(store.completed)} written")
+        return True  # work waits: the executor makes way for it first
+
+    backend = Watched(freed)
+    asyncio.run(executor(backend, store, Context(set())).run("m", deliveries(3), free))
+    assert freed == ["freed with 0 written"] + ["answer built"] * 3
+    assert backend.free_at_call == [False]
+    assert len(store.completed) == 3
+
+
+def test_a_batch_that_is_split_frees_its_slot_only_when_every_call_is_over() -> None:
+    freed: list[str] = []
+    store = Store()
+    spec_max = SPEC.max_batch_size
+    backend = Watched(freed)
+
+    def free() -> bool:
+        freed.append(f"after {len(backend.calls)} calls")
+        return False
+
+    asyncio.run(executor(backend, store, Context(set())).run("m", deliveries(spec_max + 2),
+                                                             free))
+    assert len(backend.calls) == 2  # too many for one call: split in two
+    assert freed[-1] == "after 2 calls" and freed.count("answer built") == spec_max + 2
+
+
+def test_a_retried_batch_frees_its_slot_when_the_retry_returns() -> None:
+    freed: list[str] = []
+    backend = Watched(freed, failures=1)
+
+    def free() -> bool:
+        freed.append(f"after {len(backend.calls)} calls")
+        return False
+
+    asyncio.run(executor(backend, Store(), Context(set())).run("m", deliveries(2), free))
+    assert freed == ["after 2 calls"] + ["answer built"] * 2
+    assert backend.free_at_call == [False, False]

@@ -323,11 +323,17 @@ def test_a_waiting_high_priority_queue_leaves_rather_than_let_low_priority_take_
 
 
 def test_under_load_what_waited_for_a_freed_slot_leaves_at_once_though_more_are_coming() -> None:
-    # 1,000/s where t(B) = 4 + 1·B ms: full batches of 64 serve 941/s. Adaptive alone would wait
-    # 1 ms for the next passenger, with the instance idle that the load needs
-    loaded = {"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)}
-    plan = ADAPT.plan([queue("m", 1, oldest=5.0)], now=5.0, backends=loaded)
-    assert plan == Plan(flush=(leave("m", 1, Reason.FREED),), wake_in=None)
+    # 600/s where t(B) = 40 + 1·B ms: full batches of 64 serve 615/s, greedy batching takes 60
+    # at once. Adaptive alone would wait 1.7 ms for the next passenger, the instance idle
+    loaded = {"m": Backend(1, 600.0, 0.040, 0.001, freed=True)}
+    plan = ADAPT.plan([queue("m", 30, oldest=5.0)], now=5.0, backends=loaded)  # half of it
+    assert plan == Plan(flush=(leave("m", 30, Reason.FREED),), wake_in=None)
+
+
+def test_a_handful_short_of_the_greedy_batch_waits_for_company_though_the_slot_freed() -> None:
+    loaded = {"m": Backend(1, 600.0, 0.040, 0.001, freed=True)}
+    plan = ADAPT.plan([queue("m", 5, oldest=5.0)], now=5.0, backends=loaded)
+    assert plan.flush == ()
 
 
 def test_at_light_load_a_freed_slot_still_waits_for_a_passenger_worth_it() -> None:
@@ -340,18 +346,18 @@ def test_at_light_load_a_freed_slot_still_waits_for_a_passenger_worth_it() -> No
 
 def test_with_the_adaptive_flush_off_a_freed_slot_keeps_the_classic_rule() -> None:
     plan = POLICY.plan([queue("m", 2, oldest=5.0)], now=5.001,
-                       backends={"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)})
+                       backends={"m": Backend(1, 600.0, 0.040, 0.001, freed=True)})
     assert plan.flush == ()
     assert plan.wake_in == pytest.approx(0.049)
 
 
 def test_a_freed_slot_is_still_a_slot_no_departure_without_one() -> None:
-    plan = ADAPT.plan([queue("m", 2, oldest=5.0)], now=5.001,
-                      backends={"m": Backend(0, 1000.0, 0.004, 0.001, freed=True)})
+    plan = ADAPT.plan([queue("m", 60, oldest=5.0)], now=5.001,
+                      backends={"m": Backend(0, 600.0, 0.040, 0.001, freed=True)})
     assert plan.flush == ()
 
 
 def test_a_due_batch_names_its_wait_not_the_freed_slot() -> None:
-    plan = ADAPT.plan([queue("m", 2, oldest=5.0)], now=5.06,
-                      backends={"m": Backend(1, 1000.0, 0.004, 0.001, freed=True)})
-    assert plan.flush == (leave("m", 2, WAIT),)
+    plan = ADAPT.plan([queue("m", 60, oldest=5.0)], now=5.06,
+                      backends={"m": Backend(1, 600.0, 0.040, 0.001, freed=True)})
+    assert plan.flush == (leave("m", 60, WAIT),)

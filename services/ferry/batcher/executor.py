@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -91,6 +92,12 @@ def tensor_tasks(items: Sequence[Delivery]) -> list[Task] | None:
     return [d.task for d in items if d.task is not None]
 
 
+Freed = Callable[[], bool]  # frees the batch's slot; whether work waits for it
+# The running batch's slot, and how many tasks its one whole call carries: that call's success
+# frees it before the answers are built (each batch runs in a task, with a context of its own).
+_SLOT: ContextVar[tuple[Freed, int] | None] = ContextVar("ferry_batch_slot", default=None)
+
+
 async def _make_way() -> None:
     """Two turns of the event loop, before a batch that Triton is done with writes its results:
     one for the dispatcher, woken by the freed slot, to launch the next batch, and one for that
@@ -98,6 +105,17 @@ async def _make_way() -> None:
     before them, the freed instance would idle that long."""
     await asyncio.sleep(0)
     await asyncio.sleep(0)
+
+
+async def _free_slot(count: int) -> None:
+    """Free the running batch's slot if ``count`` is its whole call (once), and make way for
+    the next batch when work waits for it."""
+    slot = _SLOT.get()
+    if slot is None or slot[1] != count:
+        return
+    _SLOT.set(None)
+    if slot[0]():
+        await _make_way()
 
 
 @dataclass(frozen=True)
@@ -180,16 +198,18 @@ class BatchExecutor:
         self.jitter = timing.jitter
 
     async def run(self, model: str, deliveries: Sequence[Delivery],
-                  inferred: Callable[[], bool] | None = None) -> None:
+                  inferred: Freed | None = None) -> None:
         """Give every delivery a final status and settle it; ``inferred`` is called once Triton
-        is done with the batch, before the results are written (its slot is free then), and
+        is done with the batch (its slot is free then: as soon as its one whole call returns,
+        before the answers are built; after a split or a retry, once every call is over), and
         says whether work waits for the slot (the next batch is let go first)."""
         live, outcomes = self.unwanted(deliveries, model)
         self._observe_wait(model, live)
+        if inferred is not None:
+            _SLOT.set((inferred, len(live)))
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
-        if inferred is not None and inferred():
-            await _make_way()
+        await _free_slot(len(live))
         await self.settle(outcomes)
 
     def unwanted(self, deliveries: Sequence[Delivery], model: str = ""
@@ -305,6 +325,7 @@ class BatchExecutor:
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
         inferred = await self._timed(spec.name, len(items), self.backend.infer(spec, payloads))
+        await _free_slot(len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
                         model_version=inferred.model_version)
                 for d, row in zip(items, inferred.rows, strict=True)]
@@ -317,6 +338,7 @@ class BatchExecutor:
                                           list(tasks[0].outputs), request_id)
         rows = sum(rows_of(task, batched) for task in tasks)  # Triton's batch: what it costs
         inferred = await self._timed(model, rows, call)
+        await _free_slot(len(items))
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version)
                 for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
                                      strict=True)]

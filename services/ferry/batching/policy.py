@@ -44,6 +44,7 @@ from typing import NamedTuple
 from ferry.priority import Priority
 
 LOADED_SHARE = 0.5  # of a model's capacity: above it, work that waited for a freed slot takes it
+FREED_SHARE = 0.5  # ... when at least this share of the batch greedy batching takes at the rate
 HOLD_SHARE = 0.85  # hold for the deadline when greedy's two calls take more of the SLO than this
 GUARD_S = 0.010  # what a batch leaves for writing results and waking the client after its call
 GUARD_SHARE = 0.15  # ... or this share of the time it was given, the larger
@@ -211,8 +212,7 @@ class BatchPolicy:
             pass  # another batch keeps the backend busy: this one waits for more, in time
         elif now >= self.due_at(queue):
             departures.append(Departure(queue.lane, rest, Reason.WAIT))
-        elif free > full and self.adaptive and backend.freed and self.loaded(queue.capacity,
-                                                                             backend):
+        elif free > full and self._takes_freed_slot(queue, backend, rest):
             departures.append(Departure(queue.lane, rest, Reason.FREED))
         elif free > full and self._nobody_coming(rest, queue.newest, now, backend):
             departures.append(Departure(queue.lane, rest, Reason.ADAPTIVE))
@@ -235,6 +235,16 @@ class BatchPolicy:
         grow = backend.per_item_s * backend.rate
         growing = (now_size + grow * queue.newest) / (1.0 + grow)
         return min(now_size, max(growing, slack - backend.call_s(limit)))
+
+    def _takes_freed_slot(self, queue: Waiting, backend: Backend, aboard: int) -> bool:
+        """Whether what waited for a slot that freed leaves at once: under load, and when it is
+        at least half the batch that greedy batching takes at this arrival rate (a handful
+        that boarded just after another instance's batch left waits for company rather than
+        take an instance for a whole call)."""
+        if not (self.adaptive and backend.freed and self.loaded(queue.capacity, backend)):
+            return False
+        greedy = min(backend.greedy_batch(), float(self.limit(queue.capacity)))
+        return aboard >= FREED_SHARE * greedy
 
     def loaded(self, capacity: int, backend: Backend) -> bool:
         """Whether the model's arrivals take more than ``LOADED_SHARE`` of its capacity at full
