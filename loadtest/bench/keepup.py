@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,7 @@ async def one_run(index: int, scenario: Scenario, state: Path, *, rate: float, s
                   log_level: str = BATCH_LOG) -> RunRecord:
     """A fresh stack: Ferry at ``rate`` at once, then Triton alone at the same rate."""
     folder = state / f"run-{index}"
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh stack: no earlier run's data or logs
     repository = write_repository(folder / "models", [scenario], MAX_WAIT_MS)
     stack = BenchStack(folder, repository, batcher_log_level=log_level)
     stack.start(default_model=scenario.model("ferry-2req"))
