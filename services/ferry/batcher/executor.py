@@ -107,7 +107,7 @@ async def _make_way() -> None:
     await asyncio.sleep(0)
 
 
-async def _free_slot(count: int) -> None:
+async def _done_at_triton(count: int) -> None:
     """Free the running batch's slot if ``count`` is its whole call (once), and make way for
     the next batch when work waits for it."""
     slot = _SLOT.get()
@@ -209,7 +209,7 @@ class BatchExecutor:
             _SLOT.set((inferred, len(live)))
         if live:
             outcomes += await self._attempt(model, live, attempt=1)
-        await _free_slot(len(live))
+        await _done_at_triton(len(live))
         await self.settle(outcomes)
 
     def unwanted(self, deliveries: Sequence[Delivery], model: str = ""
@@ -325,7 +325,7 @@ class BatchExecutor:
     async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
         inferred = await self._timed(spec.name, len(items), self.backend.infer(spec, payloads))
-        await _free_slot(len(items))
+        await _done_at_triton(len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
                         model_version=inferred.model_version)
                 for d, row in zip(items, inferred.rows, strict=True)]
@@ -338,7 +338,7 @@ class BatchExecutor:
                                           list(tasks[0].outputs), request_id)
         rows = sum(rows_of(task, batched) for task in tasks)  # Triton's batch: what it costs
         inferred = await self._timed(model, rows, call)
-        await _free_slot(len(items))
+        await _done_at_triton(len(items))
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version)
                 for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
                                      strict=True)]
