@@ -6,23 +6,41 @@ import urllib.error
 import urllib.request
 
 LOOPBACK = "127.0.0.1"
+_TRIES = 64
+
+# Ports this process has handed out or been told are taken. A port found free is free only
+# until someone binds it: `ferry up` picks Redis's, Triton's three and the batcher's metrics
+# port one after another before any of them binds, and the kernel may offer a port again once
+# its probe socket closes (once, the batcher's metrics server got the gateway's --port).
+_CLAIMED: set[int] = set()
+
+
+def claim(*ports: int) -> None:
+    """Never hand out ``ports`` (ones given on a command line, say) from this process."""
+    _CLAIMED.update(port for port in ports if port)
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """Return a TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port on ``host`` that nothing listens on right now and that this process
+    has not handed out or claimed before."""
+    return free_ports(1, host)[0]
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct TCP ports on ``host`` that nothing listens on right now."""
+    """``count`` distinct TCP ports on ``host`` that nothing listens on right now and that this
+    process has not handed out or claimed before."""
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                 for _ in range(count)]
-        for sock in socks:
+        found: list[int] = []
+        for _ in range(_TRIES * count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
+            port = int(sock.getsockname()[1])
+            if port not in _CLAIMED:
+                found.append(port)
+                _CLAIMED.add(port)
+            if len(found) == count:
+                return found
+    raise OSError(f"no {count} free ports on {host} in {_TRIES * count} tries")
 
 
 def is_listening(host: str, port: int, timeout_s: float = 0.2) -> bool:

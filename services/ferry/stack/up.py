@@ -12,7 +12,7 @@ from types import FrameType
 
 from ferry.errors import StartupError
 from ferry.settings import BatcherSettings, GatewaySettings, UpSettings, to_env
-from ferry.stack.ports import LOOPBACK, free_port, http_ok, is_listening
+from ferry.stack.ports import LOOPBACK, claim, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
@@ -64,6 +64,7 @@ class LocalStack:
             if port and is_listening(s.host, port):
                 raise StartupError(f"port {port} on {s.host} is in use; pick another with "
                                    f"{option}")
+        claim(s.port, s.grpc_port, s.metrics_port)  # what starts below must not pick these
         repository = Path(s.model_repository) if s.model_repository else bundled_repository()
         redis_url = s.redis_url or self._start_redis()
         triton_url, triton_http_url = s.triton_url, s.triton_http_url
