@@ -154,3 +154,28 @@ def followers_key(partition: int, task_id: str) -> str:
 def followers_key_prefix(partition: int) -> str:
     """What a partition's followers lists start with (a script names a leader's list of it)."""
     return f"{PREFIX}:{slot_tag(partition)}:followers:"
+
+
+JOB_ID_PATTERN = re.compile(r"^job_[0-9a-f]{24}$")
+JOBS_ACTIVE = f"{PREFIX}:jobs:active"  # ids of jobs a runner must feed, cancel or finish
+
+
+def new_job_id() -> str:
+    return f"job_{secrets.token_hex(12)}"
+
+
+def is_job_id(value: str) -> bool:
+    return JOB_ID_PATTERN.fullmatch(value) is not None
+
+
+def job_key(job_id: str, part: str = "job") -> str:
+    """One of a job's keys, all in the job's own slot: ``job`` (its record, a hash), ``done`` (a
+    bit per item whose result is committed), ``flight`` (items fed and not yet committed:
+    index -> ``<task id> <line offset>``), ``segments`` (committed result files, a list),
+    ``lease`` (the runner feeding it)."""
+    return f"{PREFIX}:{{{job_id}}}:{part}"
+
+
+def client_jobs_key(client_id: str) -> str:
+    """A client's jobs, by creation time (a sorted set; '' is the anonymous client)."""
+    return f"{PREFIX}:jobs:client:{{{client_id or '-'}}}"

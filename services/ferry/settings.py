@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 from ferry.auth.api_keys import parse_keys
 from ferry.auth.base import check_key_source, parse_algorithms
-from ferry.errors import ConfigError
+from ferry.durations import parse_window
+from ferry.errors import BadRequestError, ConfigError
 from ferry.resp.client import RedisAddress
 from ferry.telemetry.logs import parse as parse_log_level
 
@@ -149,9 +150,29 @@ class GatewaySettings(CommonSettings):
                                           "may hold (0: no limit)")
     max_waits_per_client: int = setting(100, "open long-polls one authenticated client may "
                                         "hold in one gateway process (0: no limit)")
+    jobs: bool = setting(True, "run bulk jobs' runner in this gateway (feeds, collects and "
+                         "finishes jobs; any number of gateways share the work)")
+    job_store_dir: str = setting("ferry-jobs", "directory of bulk jobs' manifests and result "
+                                 "files, shared by every gateway (a volume in Kubernetes)")
+    job_sources: str = setting("", "roots a job's 'uri' items may name, comma-separated "
+                               "(file:///mnt/images/); empty: no URIs")
+    job_max_items: int = setting(100_000, "lines one job's manifest may have")
+    job_max_bytes: int = setting(1 << 30, "bytes one job's manifest may have")
+    job_window: int = setting(256, "items a client's jobs keep in the queue at once (per "
+                              "runner): a job never floods Redis or the backlog limit")
+    job_max_unfinished: int = setting(8, "unfinished jobs one client may have")
+    job_lease_s: float = setting(15.0, "how long a runner holds a job without renewing: a "
+                                 "job whose gateway died is resumed by another within this")
+    job_completion_window: str = setting("24h", "a job's completion window when it names none "
+                                         "(s, m, h, d); what is not done by then expires")
+    job_max_completion_window: str = setting("7d", "the longest completion window a job may "
+                                             "ask for")
+    job_record_ttl_s: int = setting(30 * 86400, "seconds a finished job's record is kept "
+                                    "(its files stay in job_store_dir)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_jobs()
         if self.max_body_bytes < 1:
             raise ConfigError("max_body_bytes must be positive")
         if self.workers < 0:
@@ -172,6 +193,18 @@ class GatewaySettings(CommonSettings):
             raise ConfigError("rate_limit_per_min and rate_limit_burst must be >= 0")
         if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
             raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
+
+    def _check_jobs(self) -> None:
+        if min(self.job_max_items, self.job_max_bytes, self.job_window,
+               self.job_max_unfinished, self.job_record_ttl_s) < 1 or self.job_lease_s <= 0:
+            raise ConfigError("job_max_items, job_max_bytes, job_window, job_max_unfinished, "
+                              "job_record_ttl_s and job_lease_s must be positive")
+        try:
+            longest = parse_window(self.job_max_completion_window, 0, 10 ** 9)
+            parse_window(self.job_completion_window, 0, longest)
+        except BadRequestError as exc:
+            raise ConfigError(f"job_completion_window, job_max_completion_window: "
+                              f"{exc.message}") from None
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,18 @@ class Clock:
         return self.now
 
 
+ALL = [Priority.HIGH, Priority.NORMAL, Priority.LOW, Priority.BATCH]
+
+
 def test_sleeping_priorities_are_polled_but_stay_asleep() -> None:
     clock = Clock()
     queue = RedisStreamQueue(aioredis.Redis(), RespClient(RedisAddress()), partitions=2,
                              owned=(0, 1), consumer="c", clock=clock)
-    assert queue.awake() == [Priority.HIGH, Priority.NORMAL, Priority.LOW]  # at first: all
+    assert queue.awake() == ALL  # at first: all
     clock.now += AWAKE_S + 0.1
     assert queue.awake() == [Priority.NORMAL]
-    assert queue.awake(poll=True) == [Priority.HIGH, Priority.NORMAL, Priority.LOW]
+    assert queue.awake(poll=True) == ALL
     assert queue.awake(poll=True) == [Priority.NORMAL]  # polled a moment ago
     clock.now += SLEEPING_POLL_S
-    assert queue.awake(poll=True) == [Priority.HIGH, Priority.NORMAL, Priority.LOW]
+    assert queue.awake(poll=True) == ALL
     assert queue.awake([Priority.LOW], poll=True) == [Priority.NORMAL, Priority.LOW]  # held

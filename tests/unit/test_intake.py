@@ -456,5 +456,7 @@ def test_priority_names_are_case_insensitive(value: str) -> None:
 
 def test_envelope_priorities_clamp() -> None:
     assert Priority.of(7) is Priority.HIGH
-    assert Priority.of(-3) is Priority.LOW
+    assert Priority.of(-3) is Priority.BATCH
+    assert Priority.of(-2) is Priority.BATCH
+    assert Priority.of(-1) is Priority.LOW
     assert Priority.of(0) is Priority.NORMAL

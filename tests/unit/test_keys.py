@@ -29,7 +29,7 @@ def test_each_priority_has_its_stream_most_urgent_first() -> None:
     assert keys.partition_stream(2, Priority.NORMAL) == "ferry:{p2}:tasks"
     assert keys.partition_stream(2, Priority.LOW) == "ferry:{p2}:tasks:low"
     assert keys.partition_streams(2) == ["ferry:{p2}:tasks:high", "ferry:{p2}:tasks",
-                                         "ferry:{p2}:tasks:low"]
+                                         "ferry:{p2}:tasks:low", "ferry:{p2}:tasks:batch"]
     assert keys.backlog_field("sim", Priority.LOW) == "sim|-1"
 
 

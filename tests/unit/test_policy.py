@@ -295,6 +295,16 @@ def test_an_aged_queue_goes_ahead_of_normal_but_never_of_high_priority() -> None
     assert [d.lane.priority for d in two.flush] == [Priority.HIGH, Priority.LOW]
 
 
+def test_batch_work_never_ages_ahead_of_interactive_work() -> None:
+    """A bulk job's items wait as long as interactive work keeps the slots busy: they fill."""
+    policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=2.0)
+    queues = [prio_queue(Priority.BATCH, 64, oldest=1.0), prio_queue(Priority.LOW, 64, oldest=9.0)]
+    plan = policy.plan(queues, now=9.95, backends=free(1))
+    assert [d.lane.priority for d in plan.flush] == [Priority.LOW]  # batch waited 8.95 s
+    two = policy.plan(queues, now=9.95, backends=free(2))
+    assert [d.lane.priority for d in two.flush] == [Priority.LOW, Priority.BATCH]
+
+
 def test_aged_queues_go_oldest_first() -> None:
     policy = BatchPolicy(max_batch=64, max_wait_s=0.05, aging_s=1.0)
     queues = [prio_queue(Priority.NORMAL, 64, oldest=1.0), prio_queue(Priority.LOW, 64, oldest=0.5)]

@@ -48,8 +48,9 @@ FREED_SHARE = 0.5  # ... when at least this share of the batch greedy batching t
 HOLD_SHARE = 0.85  # hold for the deadline when greedy's two calls take more of the SLO than this
 GUARD_S = 0.010  # what a batch leaves for writing results and waking the client after its call
 GUARD_SHARE = 0.15  # ... or this share of the time it was given, the larger
-RANKS = {Priority.HIGH: 3, Priority.NORMAL: 1, Priority.LOW: 0}
+RANKS = {Priority.HIGH: 3, Priority.NORMAL: 1, Priority.LOW: 0, Priority.BATCH: -1}
 AGED_RANK = 2  # an aged normal or low queue: behind high, ahead of every other
+NEVER_AGED = frozenset({Priority.HIGH, Priority.BATCH})  # high needs not; batch fills only
 
 
 class Lane(NamedTuple):
@@ -141,9 +142,9 @@ class BatchPolicy:
 
     def urgency(self, queue: Waiting, now: float) -> tuple[int, float]:
         """Sort key, most urgent first: high, then aged queues, then by priority; oldest first
-        within each."""
+        within each. Batch work never ages: it fills what interactive work leaves."""
         priority = queue.lane.priority
-        aged = priority is not Priority.HIGH and now - queue.oldest >= self.aging_s
+        aged = priority not in NEVER_AGED and now - queue.oldest >= self.aging_s
         return -(AGED_RANK if aged else RANKS[priority]), queue.oldest
 
     def limit(self, capacity: int) -> int:

@@ -17,6 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
+from ferry.gateway.bulk.parts import job_parts
+from ferry.gateway.bulk.routes import add_job_routes
 from ferry.gateway.grpc_server import GrpcPort
 from ferry.gateway.hot import HotLane
 from ferry.gateway.schemas import add_hot_route_docs
@@ -48,6 +50,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
                           gateway.tracing)
     grpc_port = (GrpcPort(settings, InferenceService(discovery, inference, gateway.metrics))
                  if settings.grpc_port else None)
+    jobs = job_parts(gateway, settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -55,8 +58,11 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
         try:
             if grpc_port is not None:
                 await grpc_port.start()
+            if settings.jobs:
+                await jobs.runner.start()
             yield
         finally:
+            await jobs.runner.stop()
             if grpc_port is not None:
                 await grpc_port.stop()
             await gateway.stop()
@@ -67,6 +73,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     _add_routes(api, gateway)
     oip = oip_router(discovery)
     add_infer_routes(oip, inference, gateway.access)
+    add_job_routes(api, jobs.api, gateway.access)
     api.include_router(oip)
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)

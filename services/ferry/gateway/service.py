@@ -8,8 +8,9 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ferry import keys
 from ferry.access import ANONYMOUS, Caller
@@ -54,6 +55,15 @@ IDEMPOTENT_WAIT_TRIES, IDEMPOTENT_WAIT_S = 20, 0.05  # a repeat waits for the fi
 IDEMPOTENT_TAKEOVER_TRIES = 3  # a repeat takes over a key whose task never came to be
 RELEASE_KEY_ON: tuple[type[Exception], ...] = (ClientError, *REDIS_UNAVAILABLE)  # not admitted
 TENSOR_FORM = "tensors"  # an idempotency digest's content type for /v1's tensor form
+
+
+class Prepared(NamedTuple):
+    """A checked submission as its task: see ``Gateway.prepare``."""
+
+    task: Task
+    pending: TaskRecord
+    sharing: Sharing
+    digest: Callable[[], str]
 
 
 @dataclass(frozen=True)
@@ -125,23 +135,29 @@ class Gateway:
 
     async def _submit(self, submission: Submission, wait_s: float, idempotency_key: str | None,
                       owner: Owner) -> Submitted:
+        task, pending, sharing, digest = await self.prepare(submission)
+        if idempotency_key is None:
+            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
+        return await self._admit_once(task, pending, sharing, submission, wait_s,
+                                      idempotency_key=idempotency_key, digest=digest(),
+                                      owner=owner)
+
+    async def prepare(self, submission: Submission) -> Prepared:
+        """The task a submission makes, checked against its model (a 4xx saying what is wrong,
+        nothing admitted): the task, its PENDING record, how it may share work, and its
+        idempotency digest (made when asked for)."""
         if isinstance(submission, TensorSubmission):
-            return await self._submit_tensors(submission, wait_s, idempotency_key, owner)
+            return await self._prepare_tensors(submission)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
             check_payload(spec.input_kind, submission.payload)
         task, pending, sharing = self._new_task(spec.name, spec.version, submission)
-        if idempotency_key is None:
-            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
-        digest = idempotency.request_digest(spec.name, task.priority, task.content_type,
-                                            task.payload)
-        return await self._admit_once(task, pending, sharing, submission, wait_s,
-                                      idempotency_key=idempotency_key, digest=digest, owner=owner)
+        return Prepared(task, pending, sharing, lambda: idempotency.request_digest(
+            spec.name, task.priority, task.content_type, task.payload))
 
-    async def _submit_tensors(self, submission: TensorSubmission, wait_s: float,
-                              idempotency_key: str | None, owner: Owner) -> Submitted:
+    async def _prepare_tensors(self, submission: TensorSubmission) -> Prepared:
         """``/v1``'s tensor form: checked against the model's tensors as ``/v2``'s infer checks
         them (a 400 saying what differs, nothing enqueued), then admitted as any task is."""
         form = submission.tensors
@@ -156,12 +172,17 @@ class Gateway:
                              newest=interface.newest, own_id=True)
         task, pending, sharing = self._new_task(checked.model, tensors.version, submission,
                                                 tensors)
-        if idempotency_key is None:
-            return await self._admit(task, pending, sharing, submission, wait_s, owner=owner)
-        digest = idempotency.request_digest(checked.model, task.priority, TENSOR_FORM,
-                                            tensors.request_digest.encode())
-        return await self._admit_once(task, pending, sharing, submission, wait_s,
-                                      idempotency_key=idempotency_key, digest=digest, owner=owner)
+        return Prepared(task, pending, sharing, lambda: idempotency.request_digest(
+            checked.model, task.priority, TENSOR_FORM, tensors.request_digest.encode()))
+
+    async def admit_prepared(self, task: Task, pending: TaskRecord, sharing: Sharing,
+                             submission: Submission, owner: Owner) -> Admitted:
+        """Admit a prepared task (a bulk job's item) as any task is admitted."""
+        admission = await self.admission(task.model, submission.priority,
+                                         submission.timeout_s or self.settings.default_timeout_s)
+        admitted = await self.store.admit(task, pending, admission, sharing, owner)
+        self._count(task.model, admitted)
+        return admitted
 
     async def _admit_once(self, task: Task, pending: TaskRecord, sharing: Sharing,
                           submission: Submission, wait_s: float, *, idempotency_key: str,

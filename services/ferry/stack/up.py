@@ -17,6 +17,8 @@ from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
 
+DEFAULT_JOB_STORE = GatewaySettings.job_store_dir  # ferry up keeps jobs' files in its state dir
+
 
 def bundled_repository() -> Path:
     """The model repository that ships with Ferry (moderation, sim)."""
@@ -74,7 +76,9 @@ class LocalStack:
         default_model = self._default_model(repository)
         resolved = dataclasses.replace(
             s, redis_url=redis_url, triton_url=triton_url, triton_http_url=triton_http_url,
-            default_model=default_model, metrics_port=s.metrics_port or free_port())
+            default_model=default_model, metrics_port=s.metrics_port or free_port(),
+            job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
+                           else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
         gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,

@@ -21,14 +21,18 @@ local looking, collapsing = lookup == '1', collapse == '1'
 -- The first limit that refuses the task, as the result; nil when none does.
 local function refusal()
   local counts = redis.call('HMGET', backlog, backlog_prefix .. '1', backlog_prefix .. '0',
-                            backlog_prefix .. '-1',
+                            backlog_prefix .. '-1', backlog_prefix .. '-2',
                             owner_field ~= '' and owner_field or backlog_prefix .. '0')
   local high, normal, low = tonumber(counts[1]) or 0, tonumber(counts[2]) or 0,
                             tonumber(counts[3]) or 0
-  local at_most, held, held_at_most = tonumber(limit), tonumber(counts[4]) or 0,
+  local at_most, held, held_at_most = tonumber(limit), tonumber(counts[5]) or 0,
                                       tonumber(owner_limit)
-  if at_most > 0 and high + normal + low >= at_most then
-    return {VERDICT_BACKLOG_FULL, tostring(high + normal + low)}
+  -- Batch work (bulk jobs' items, priority -2) counts against its own share only: it never
+  -- takes the backlog room of the interactive priorities.
+  local unfinished = high + normal + low
+  if priority == '-2' then unfinished = unfinished + (tonumber(counts[4]) or 0) end
+  if at_most > 0 and unfinished >= at_most then
+    return {VERDICT_BACKLOG_FULL, tostring(unfinished)}
   end
   if owner_field ~= '' and held_at_most > 0 and held >= held_at_most then
     return {VERDICT_OWNER_FULL, tostring(held)}
@@ -38,6 +42,7 @@ local function refusal()
     local ahead = high
     if level <= 0 then ahead = ahead + normal end
     if level < 0 then ahead = ahead + low end
+    if level < -1 then ahead = ahead + (tonumber(counts[4]) or 0) end
     local predicted = ahead / per_s + tonumber(fixed_wait)
     if predicted > within_s then return {VERDICT_TOO_SLOW, tostring(predicted)} end
   end

@@ -1,0 +1,425 @@
+"""One job's run: fed, collected and finished by the runner that holds its lease.
+
+A ``JobRun`` feeds its job's items as ordinary tasks at batch priority, keeping at most a window
+of them in flight, collects their results as they end, and commits them in segments. Everything
+it has done is durable before it goes on: items are recorded in flight (with the cursor) before
+they are admitted, and a segment's file is written before its items are committed. A run killed
+at any moment is resumed by whichever runner takes the lease next, from what Redis and the blob
+store hold, and the output holds every item exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ferry.errors import ClientError, TooManyRequestsError
+from ferry.gateway.intake import Submission
+from ferry.gateway.service import Prepared
+from ferry.jobs.manifest import LineError, read_item
+from ferry.jobs.model import ItemStatus, JobStatus, end_state
+from ferry.jobs.results import Result, failure, from_record, merged, segment_bytes, status_of
+from ferry.jobs.store import record_of
+from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.tasks.base import Owner
+from ferry.tasks.record import StoredRecord
+
+if TYPE_CHECKING:
+    from ferry.gateway.bulk.runner import JobRunner
+
+log = logging.getLogger(__name__)
+NO_TASK = "-"  # a flight entry's task id when the item never became a task (it failed at once)
+ADMIT_BACKOFF_S = 0.5  # an item refused for backlog waits this long before it asks again
+WATCH_POLL_S = 15.0  # a watched task's record is read again this often, announcements or not
+
+
+def input_name(job_id: str) -> str:
+    return f"jobs/{job_id}/input.jsonl"
+
+
+@dataclass
+class Flying:
+    """An item in flight: its task (``NO_TASK`` while none was admitted) and its line."""
+
+    task_id: str
+    offset: int
+    admitted: bool = False
+    retry_at: float = 0.0  # monotonic time before which it is not admitted again
+    cancel_asked: bool = False
+
+
+@dataclass
+class Feed:
+    """What a run has fed: the cursor (next line) and its byte offset, and what is in flight."""
+
+    cursor: int
+    offset: int
+    total: int
+    flight: dict[int, Flying] = field(default_factory=dict)
+    done: bytearray = field(default_factory=bytearray)  # the job's done bits (Redis's layout)
+
+    def is_done(self, index: int) -> bool:
+        byte = index >> 3
+        return byte < len(self.done) and bool(self.done[byte] & (0x80 >> (index & 7)))
+
+    def mark_done(self, index: int) -> None:
+        byte = index >> 3
+        if byte >= len(self.done):
+            self.done.extend(bytes(byte + 1 - len(self.done)))
+        self.done[byte] |= 0x80 >> (index & 7)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.cursor >= self.total
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An item made into a task, not yet admitted."""
+
+    prepared: Prepared
+    submission: Submission
+    custom_id: str
+
+    @property
+    def task_id(self) -> str:
+        return self.prepared.task.task_id
+
+
+class LeaseLost(Exception):
+    """The run's lease is another runner's now: it stops, writing nothing more."""
+
+
+class JobRun:
+    """One job, fed by this process while it holds the job's lease."""
+
+    def __init__(self, runner: JobRunner, job_id: str) -> None:
+        self.runner = runner
+        self.job_id = job_id
+        self.store = runner.store
+        self.token = runner.token
+        self.fields: dict[str, str] = {}
+        self.feed = Feed(0, 0, 0)
+        self.ended: list[Result] = []
+        self.arrived: asyncio.Queue[tuple[int, StoredRecord | None]] = asyncio.Queue()
+        self.watchers: dict[int, asyncio.Task[None]] = {}
+        self.segment_started = time.monotonic()
+        self.ending = JobStatus.RUNNING  # CANCELLING or EXPIRED once feeding must stop
+
+    @property
+    def client(self) -> str:
+        return self.fields.get("client", "")
+
+    async def run(self) -> None:
+        try:
+            if not await self._load():
+                return
+            if JobStatus(self.fields["status"]) is not JobStatus.FINALIZING:
+                await self._feed_all()
+            await self._finalize()
+        finally:
+            for watcher in self.watchers.values():
+                watcher.cancel()
+
+    async def _load(self) -> bool:
+        fields = await self.store.fields(self.job_id)
+        if fields is None or (JobStatus(fields["status"]).final and not fields.get("retry")):
+            await self.store.retire(self.job_id)
+            return False
+        self.fields = fields
+        if fields.get("retry") == "1":
+            await self._forget_failed()
+            fields = await self.store.fields(self.job_id) or fields
+            self.fields = fields
+        flight = await self.store.flight(self.job_id)
+        self.feed = Feed(int(fields.get("cursor", 0)), int(fields.get("offset", 0)),
+                         int(fields["total"]),
+                         {i: Flying(t, o) for i, (t, o) in flight.items()},
+                         bytearray(await self.store.done_bits(self.job_id)))
+        status = JobStatus(fields["status"])
+        if status is JobStatus.QUEUED:
+            await self.store.move(self.job_id, [JobStatus.QUEUED], JobStatus.RUNNING)
+        if status is JobStatus.CANCELLING:
+            self.ending = JobStatus.CANCELLING
+        self._resume_watches()
+        return True
+
+    async def _forget_failed(self) -> None:
+        """A retry: the items whose last result failed are fed again."""
+        failed = []
+        for line in await merged(self.runner.blobs, await self.store.segments(self.job_id)):
+            if status_of(line) is ItemStatus.FAILED:
+                failed.append(int(_field(line, "line")) - 1)
+        if not await self.store.forget_done(self.job_id, self.token, failed, ItemStatus.FAILED):
+            raise LeaseLost(self.job_id)
+
+    async def _feed_all(self) -> None:
+        while True:
+            await self._check_state()
+            if self.ending is JobStatus.RUNNING:
+                await self._feed_more()
+            elif self.feed.flight or not self.feed.exhausted:
+                await self._stop_feeding()
+            await self._collect()
+            if self.feed.exhausted and not self.feed.flight:
+                await self._commit(force=True)
+                return
+
+    async def _check_state(self) -> None:
+        fields = await self.store.fields(self.job_id)
+        if fields is None:
+            raise LeaseLost(self.job_id)
+        self.fields = fields
+        if self.ending is not JobStatus.RUNNING:
+            return
+        if fields.get("status") == JobStatus.CANCELLING.value:
+            self.ending = JobStatus.CANCELLING
+        elif time.time() >= float(fields.get("expires", "inf")):
+            self.ending = JobStatus.EXPIRED
+
+    # -- feeding -------------------------------------------------------------------------
+
+    async def _feed_more(self) -> None:
+        await self._admit_waiting()
+        room = self.runner.room(self)
+        if room <= 0 or self.feed.exhausted:
+            return
+        lines = await self.runner.blobs.lines(input_name(self.job_id), self.feed.offset,
+                                              min(room, self.runner.settings.segment_items))
+        chosen: list[tuple[int, int, bytes]] = []
+        offset = self.feed.offset
+        cursor = self.feed.cursor
+        for next_offset, raw in lines:
+            if not self.feed.is_done(cursor):
+                chosen.append((cursor, offset, raw))
+            cursor, offset = cursor + 1, next_offset
+        made = [await self._prepare(index, line_offset, raw)
+                for index, line_offset, raw in chosen]
+        entries = [(index, prepared.task_id if prepared else NO_TASK, line_offset)
+                   for (index, line_offset, _), prepared in zip(chosen, made, strict=True)]
+        if not await self.store.fly(self.job_id, self.token, entries, cursor, offset):
+            raise LeaseLost(self.job_id)
+        self.feed.cursor, self.feed.offset = cursor, offset
+        for (index, task_id, line_offset), prepared in zip(entries, made, strict=True):
+            self.feed.flight[index] = Flying(task_id, line_offset)
+            if prepared is not None:
+                await self._admit(index, prepared)
+
+    async def _prepare(self, index: int, offset: int, raw: bytes) -> Ready | None:
+        """The item's task, ready to admit; None when it failed at once (its result is
+        ended)."""
+        maker = self.runner.items
+        custom_id = ""
+        try:
+            item = read_item(raw, index + 1, maker.sources)
+            custom_id = item.custom_id
+            submission = await maker.submission(item, self.fields)
+            return Ready(await self.runner.gateway.prepare(submission), submission, custom_id)
+        except LineError as exc:
+            self.ended.append(failure(index, custom_id, ItemStatus.FAILED, exc.problem.code,
+                                      exc.problem.message))
+        except ClientError as exc:
+            self.ended.append(failure(index, custom_id, ItemStatus.FAILED, exc.code,
+                                      exc.message))
+        return None
+
+    async def _admit(self, index: int, ready: Ready) -> None:
+        """Admit a fed item's task and watch it; refused for backlog, it asks again later."""
+        task, pending, sharing, _ = ready.prepared
+        flying = self.feed.flight[index]
+        try:
+            await self.runner.gateway.admit_prepared(task, pending, sharing, ready.submission,
+                                                     Owner(self.client))
+        except TooManyRequestsError:
+            flying.retry_at = time.monotonic() + ADMIT_BACKOFF_S
+            return
+        except ClientError as exc:
+            self.ended.append(failure(index, ready.custom_id, ItemStatus.FAILED, exc.code,
+                                      exc.message))
+            return
+        flying.admitted = True
+        self._watch(index, task.task_id)
+
+    async def _admit_waiting(self) -> None:
+        """Items in flight with no task admitted (refused for backlog, or found so on resume):
+        made again (a fresh task id, recorded before admission) and admitted."""
+        now = time.monotonic()
+        for index, flying in list(self.feed.flight.items()):
+            if flying.admitted or flying.retry_at > now or index in self.watchers:
+                continue
+            if any(r.index == index for r in self.ended):
+                continue
+            lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
+            prepared = await self._prepare(index, flying.offset, lines[0][1]) if lines else None
+            if prepared is None:
+                continue
+            entry = (index, prepared.task_id, flying.offset)
+            if not await self.store.fly(self.job_id, self.token, [entry], self.feed.cursor,
+                                        self.feed.offset):
+                raise LeaseLost(self.job_id)
+            flying.task_id = entry[1]
+            await self._admit(index, prepared)
+
+    def _watch(self, index: int, task_id: str) -> None:
+        self.watchers[index] = asyncio.create_task(self._await_end(index, task_id))
+
+    async def _await_end(self, index: int, task_id: str) -> None:
+        """Wait for the item's task to end (announced, or read every ``WATCH_POLL_S``); a task
+        with no record (expired, or never admitted) is reported as None."""
+        waiters = self.runner.gateway.waiters
+        with waiters.watch(task_id) as watch:
+            while True:
+                try:
+                    record = await watch.final(WATCH_POLL_S)
+                except REDIS_UNAVAILABLE as exc:
+                    log.warning("job %s: reading task %s failed (%s)", self.job_id, task_id, exc)
+                    await asyncio.sleep(1.0)
+                    continue
+                if record is None or record.status.final:
+                    self.arrived.put_nowait((index, record))
+                    return
+
+    def _resume_watches(self) -> None:
+        """After a restart: watch every item in flight that has a task."""
+        for index, flying in self.feed.flight.items():
+            if flying.task_id != NO_TASK and index not in self.watchers:
+                flying.admitted = True
+                self._watch(index, flying.task_id)
+
+    # -- collecting ----------------------------------------------------------------------
+
+    async def _collect(self) -> None:
+        """Take the items that ended (waiting a little for one), and commit a segment when it
+        is full or old enough."""
+        wait_s = max(0.0, self.runner.settings.segment_s -
+                     (time.monotonic() - self.segment_started))
+        if self.arrived.empty() and not self.ended:
+            with contextlib.suppress(TimeoutError):
+                first = await asyncio.wait_for(self.arrived.get(), min(wait_s, 0.25) or 0.05)
+                await self._arrive(*first)
+        while not self.arrived.empty():
+            await self._arrive(*self.arrived.get_nowait())
+        await self._commit()
+
+    async def _arrive(self, index: int, record: StoredRecord | None) -> None:
+        self.watchers.pop(index, None)
+        flying = self.feed.flight.get(index)
+        if flying is None:
+            return
+        if record is None:  # no record: admit it again
+            flying.admitted, flying.retry_at = False, 0.0
+            return
+        lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
+        custom_id = _field(lines[0][1], "custom_id") if lines else ""
+        cancelled_as = (ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED
+                        else ItemStatus.CANCELLED)
+        self.ended.append(from_record(index, custom_id, flying.task_id, record, cancelled_as))
+
+    async def _commit(self, *, force: bool = False) -> None:
+        settings = self.runner.settings
+        old = time.monotonic() - self.segment_started >= settings.segment_s
+        if not self.ended or not (force or old or len(self.ended) >= settings.segment_items):
+            if not self.ended:
+                self.segment_started = time.monotonic()
+            return
+        ended, self.ended = self.ended, []
+        name = f"jobs/{self.job_id}/segments/{time.time_ns():020d}-{self.token}.jsonl"
+        await self.runner.blobs.put(name, segment_bytes(ended))
+        if not await self.store.commit(self.job_id, self.token, name,
+                                       [(r.index, r.status) for r in ended]):
+            raise LeaseLost(self.job_id)
+        for result in ended:
+            self.feed.flight.pop(result.index, None)
+            self.feed.mark_done(result.index)
+        self.segment_started = time.monotonic()
+
+    # -- cancel and expiry -------------------------------------------------------------
+
+    async def _stop_feeding(self) -> None:
+        """Cancel every item in flight that has not reached Triton (those that have finish and
+        are kept), end the items never fed, and let the rest end."""
+        as_status = (ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED
+                     else ItemStatus.CANCELLED)
+        store = self.runner.gateway.store
+        for index, flying in list(self.feed.flight.items()):
+            if flying.cancel_asked:
+                continue
+            flying.cancel_asked = True
+            if flying.admitted:
+                await store.cancel(flying.task_id, self.client)
+            elif not any(r.index == index for r in self.ended):
+                self.ended.append(await self._ended_unfed(index, flying.offset, as_status))
+        await self._end_unfed(as_status)
+
+    async def _end_unfed(self, as_status: ItemStatus) -> None:
+        """Every item not fed yet ends ``as_status``, a segment at a time."""
+        settings = self.runner.settings
+        while not self.feed.exhausted:
+            lines = await self.runner.blobs.lines(input_name(self.job_id), self.feed.offset,
+                                                  settings.segment_items)
+            cursor = self.feed.cursor
+            for _, raw in lines:
+                if not self.feed.is_done(cursor):
+                    self.ended.append(_unfed(cursor, raw, as_status))
+                cursor += 1
+            await self._commit(force=True)
+            if not await self.store.set_fenced(self.job_id, self.token, cursor=cursor,
+                                               offset=lines[-1][0] if lines else 0):
+                raise LeaseLost(self.job_id)
+            self.feed.cursor = cursor
+            self.feed.offset = lines[-1][0] if lines else self.feed.offset
+            if not lines:
+                self.feed.cursor = self.feed.total
+
+    async def _ended_unfed(self, index: int, offset: int, status: ItemStatus) -> Result:
+        lines = await self.runner.blobs.lines(input_name(self.job_id), offset, 1)
+        return _unfed(index, lines[0][1] if lines else b"{}", status)
+
+    # -- the end -----------------------------------------------------------------------
+
+    async def _finalize(self) -> None:
+        """Write the output and error files (each item once, in line order) and end the job."""
+        status = JobStatus(self.fields["status"])
+        ending = (JobStatus.CANCELLING if status is JobStatus.CANCELLING else self.ending)
+        await self.store.move(self.job_id, [JobStatus.RUNNING, JobStatus.CANCELLING,
+                                            JobStatus.QUEUED], JobStatus.FINALIZING,
+                              ending=ending.value)
+        fields = await self.store.fields(self.job_id) or self.fields
+        ending = JobStatus(fields.get("ending") or ending.value)
+        blobs = self.runner.blobs
+        outputs = blobs.writer(f"jobs/{self.job_id}/output.jsonl")
+        errors = blobs.writer(f"jobs/{self.job_id}/errors.jsonl")
+        for line in await merged(blobs, await self.store.segments(self.job_id)):
+            target = outputs if status_of(line) is ItemStatus.SUCCEEDED else errors
+            await target.write(line + b"\n")
+        await outputs.commit()
+        await errors.commit()
+        counts = record_of(self.job_id, fields).counts
+        final, reason = end_state(counts, ending)
+        await self.store.move(self.job_id, [JobStatus.FINALIZING], final, reason=reason,
+                              **{"file:output": f"jobs/{self.job_id}/output.jsonl",
+                                 "file:errors": f"jobs/{self.job_id}/errors.jsonl"})
+        await self.store.retire(self.job_id)
+
+
+def _field(line: bytes, name: str) -> str:
+    with contextlib.suppress(ValueError):
+        value = orjson.loads(line).get(name)
+        if isinstance(value, str | int):
+            return str(value)
+    return ""
+
+
+def _unfed(index: int, raw: bytes, status: ItemStatus) -> Result:
+    code = "cancelled" if status is ItemStatus.CANCELLED else "expired"
+    message = ("the job was cancelled before this item was fed" if status is
+               ItemStatus.CANCELLED else "the job's completion window closed before this "
+               "item was fed")
+    return failure(index, _field(raw, "custom_id"), status, code, message)
+

@@ -1,0 +1,1 @@
+"""Bulk jobs: thousands of inputs under one id, fed at batch priority, resumable."""

@@ -1,0 +1,271 @@
+"""Bulk jobs' records in Redis: each job's keys share one slot (``keys.job_key``), and every
+change a runner makes is fenced by its lease, so a runner that lost its job (paused, partitioned)
+can never write over the runner that took the job over.
+
+What Redis holds per job is bounded: its record, a bit per item, the items in flight (at most the
+job's window) and the names of its result segments. Inputs and results live in the blob store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ferry import keys
+from ferry.jobs.model import Counts, ItemStatus, JobRecord, JobStatus
+from ferry.resp.client import Commands
+
+COUNT_FIELDS = {status: f"n:{status.value}" for status in ItemStatus}
+
+# KEYS: job, lease. ARGV: token, then field/value pairs to set. 0 when the lease is not held.
+_SET_FENCED = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+# KEYS: job, done, flight, segments, lease. ARGV: token, segment name ('' for none), then
+# index/count-field triples' first two: index, count field. Sets each item's done bit (counting
+# it once), forgets it in flight, records the segment. 0 when the lease is not held.
+_COMMIT = """
+if redis.call('GET', KEYS[5]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[2]) end
+for i = 3, #ARGV, 2 do
+  if redis.call('SETBIT', KEYS[2], ARGV[i], 1) == 0 then
+    redis.call('HINCRBY', KEYS[1], ARGV[i + 1], 1)
+  end
+  redis.call('HDEL', KEYS[3], ARGV[i])
+end
+return 1
+"""
+
+# KEYS: job, flight, lease. ARGV: token, cursor, offset, then index/value pairs of items now in
+# flight. Records them and moves the cursor past them, in one step.
+_FLY = """
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
+for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'cursor', ARGV[2], 'offset', ARGV[3])
+return 1
+"""
+
+# KEYS: job, done, lease. ARGV: token, count field, then indices. A retry: clears the indices'
+# done bits and uncounts them, rewinds the cursor and clears the retry flag, in one step.
+_FORGET = """
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
+for i = 3, #ARGV do redis.call('SETBIT', KEYS[2], ARGV[i], 0) end
+redis.call('HINCRBY', KEYS[1], ARGV[2], 2 - #ARGV)
+redis.call('HSET', KEYS[1], 'cursor', 0, 'offset', 0, 'retry', '')
+return 1
+"""
+
+# KEYS: job, lease. ARGV: token, ms. Take the lease (or keep it): 1 if held by token after.
+_LEASE = """
+local holder = redis.call('GET', KEYS[2])
+if holder and holder ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# KEYS: lease. ARGV: token.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
+# KEYS: job. ARGV: from-states (space-separated), to-state, stamp field, stamp, then
+# field/value pairs. The job's state before (nil: no such job); changed only from a from-state.
+_MOVE = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return nil end
+for state in string.gmatch(ARGV[1], '%S+') do
+  if state == status then
+    redis.call('HSET', KEYS[1], 'status', ARGV[2], ARGV[3], ARGV[4])
+    redis.call('HDEL', KEYS[1], 'note')
+    for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+    return status
+  end
+end
+return status
+"""
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a job is created with."""
+
+    job_id: str
+    model: str
+    total: int
+    client_id: str
+    priority: int
+    expires_at: float
+    model_version: str = ""
+    callback_url: str = ""
+    timeout_s: float = 0.0
+
+
+def _decode(flat: Sequence[Any]) -> dict[str, str]:
+    return {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+
+
+def record_of(job_id: str, fields: dict[str, str]) -> JobRecord:
+    """A job's public record, from its hash."""
+    counts = Counts(int(fields.get("total", 0)),
+                    *(int(fields.get(COUNT_FIELDS[s], 0)) for s in ItemStatus))
+    stamps = {name[3:]: float(value) for name, value in fields.items()
+              if name.startswith("at:")}
+    files = {name[5:]: value for name, value in fields.items() if name.startswith("file:")}
+    return JobRecord(job_id, JobStatus(fields["status"]), fields.get("model", ""), counts,
+                     float(fields.get("created", 0)), fields.get("priority_label", "batch"),
+                     fields.get("client", ""), fields.get("version", ""),
+                     float(fields.get("expires", 0)), fields.get("reason", ""), stamps, files,
+                     int(fields.get("attempts", 1)), fields.get("note", ""))
+
+
+class JobStore:
+    """Job records, leases and commits."""
+
+    def __init__(self, client: Commands, *, record_ttl_s: int) -> None:
+        self.client = client
+        self.record_ttl_s = record_ttl_s
+        self._set_fenced = client.register_script(_SET_FENCED)
+        self._commit = client.register_script(_COMMIT)
+        self._lease = client.register_script(_LEASE)
+        self._release = client.register_script(_RELEASE)
+        self._move = client.register_script(_MOVE)
+        self._fly = client.register_script(_FLY)
+        self._forget = client.register_script(_FORGET)
+
+    async def create(self, job: NewJob, label: str) -> None:
+        """Record a queued job and make it a runner's to feed (active first: a job is never
+        queued with no runner to find it)."""
+        now = time.time()
+        await self.client.execute("SADD", keys.JOBS_ACTIVE, job.job_id)
+        await self.client.execute(
+            "HSET", keys.job_key(job.job_id), "status", JobStatus.QUEUED.value,
+            "model", job.model, "version", job.model_version, "total", job.total,
+            "client", job.client_id, "priority", job.priority, "priority_label", label,
+            "expires", repr(job.expires_at), "created", repr(now), "callback", job.callback_url,
+            "timeout", repr(job.timeout_s), "cursor", 0, "offset", 0, "attempts", 1,
+            "at:validating", repr(now), "at:queued", repr(now))
+        await self.client.execute("ZADD", keys.client_jobs_key(job.client_id), repr(now),
+                                  job.job_id)
+
+    async def fields(self, job_id: str) -> dict[str, str] | None:
+        flat = await self.client.execute("HGETALL", keys.job_key(job_id))
+        return _decode(flat) if flat else None
+
+    async def read(self, job_id: str) -> JobRecord | None:
+        fields = await self.fields(job_id)
+        return record_of(job_id, fields) if fields else None
+
+    async def listed(self, client_id: str, limit: int, before: float | None
+                   ) -> list[JobRecord]:
+        """A client's jobs, newest first, created before ``before`` (None: any)."""
+        top = f"({before!r}" if before is not None else "+inf"
+        ids = await self.client.execute("ZREVRANGEBYSCORE", keys.client_jobs_key(client_id),
+                                        top, "-inf", "LIMIT", 0, limit)
+        found = []
+        for raw in ids:
+            record = await self.read(raw.decode())
+            if record is not None:
+                found.append(record)
+        return found
+
+    async def unfinished(self, client_id: str) -> list[JobRecord]:
+        ids = await self.client.execute("ZRANGE", keys.client_jobs_key(client_id), 0, -1)
+        found = [await self.read(raw.decode()) for raw in ids]
+        return [r for r in found if r is not None and not r.status.final]
+
+    async def move(self, job_id: str, from_states: Sequence[JobStatus], to: JobStatus,
+                   **fields: str | int | float) -> JobStatus | None:
+        """Put the job in ``to`` if it is in one of ``from_states``; its state before (None: no
+        such job)."""
+        args: list[str | int | float] = [" ".join(s.value for s in from_states), to.value,
+                                         f"at:{to.value}", repr(time.time())]
+        for name, value in fields.items():
+            args.extend((name, value))
+        before = await self.client.execute(*self._move.command([keys.job_key(job_id)], args))
+        return JobStatus(before.decode()) if before is not None else None
+
+    async def note(self, job_id: str, text: str) -> None:
+        """Why a job is not moving (shown as its ``note`` until the next state change)."""
+        await self.client.execute("HSET", keys.job_key(job_id), "note", text)
+
+    async def activate(self, job_id: str) -> None:
+        await self.client.execute("SADD", keys.JOBS_ACTIVE, job_id)
+
+    async def active(self) -> list[str]:
+        return sorted(raw.decode() for raw in
+                      await self.client.execute("SMEMBERS", keys.JOBS_ACTIVE))
+
+    async def retire(self, job_id: str) -> None:
+        """A final job: no runner's any more; its keys expire after the record TTL."""
+        ttl = self.record_ttl_s
+        await self.client.pipeline([
+            ("EXPIRE", keys.job_key(job_id, part), ttl)
+            for part in ("job", "done", "flight", "segments")])
+        await self.client.execute("SREM", keys.JOBS_ACTIVE, job_id)
+
+    async def lease(self, job_id: str, token: str, ms: int) -> bool:
+        return bool(await self.client.execute(*self._lease.command(
+            [keys.job_key(job_id), keys.job_key(job_id, "lease")], [token, ms])))
+
+    async def release(self, job_id: str, token: str) -> None:
+        await self.client.execute(*self._release.command([keys.job_key(job_id, "lease")],
+                                                         [token]))
+
+    async def set_fenced(self, job_id: str, token: str, **fields: str | int | float) -> bool:
+        args: list[str | int | float] = [token]
+        for name, value in fields.items():
+            args.extend((name, value))
+        return bool(await self.client.execute(*self._set_fenced.command(
+            [keys.job_key(job_id), keys.job_key(job_id, "lease")], args)))
+
+    async def fly(self, job_id: str, token: str, entries: Sequence[tuple[int, str, int]],
+                  cursor: int, offset: int) -> bool:
+        """Record items as in flight (index, task id, line offset) and move the cursor past
+        them, in one step and before they are admitted: a runner that dies after admitting
+        finds them. False: the lease is lost."""
+        args: list[str | int] = [token, cursor, offset]
+        for index, task_id, line_offset in entries:
+            args.extend((index, f"{task_id} {line_offset}"))
+        return bool(await self.client.execute(*self._fly.command(
+            [keys.job_key(job_id, part) for part in ("job", "flight", "lease")], args)))
+
+    async def flight(self, job_id: str) -> dict[int, tuple[str, int]]:
+        flat = await self.client.execute("HGETALL", keys.job_key(job_id, "flight"))
+        found = {}
+        for index, value in _decode(flat).items():
+            task_id, _, offset = value.partition(" ")
+            found[int(index)] = (task_id, int(offset))
+        return found
+
+    async def done_bits(self, job_id: str) -> bytes:
+        return bytes(await self.client.execute("GET", keys.job_key(job_id, "done")) or b"")
+
+    async def commit(self, job_id: str, token: str, segment: str,
+                     ended: Sequence[tuple[int, ItemStatus]]) -> bool:
+        """Commit a written segment and the items it holds, once each; False: the lease is
+        lost (nothing was written)."""
+        args: list[str | int] = [token, segment]
+        for index, status in ended:
+            args.extend((index, COUNT_FIELDS[status]))
+        return bool(await self.client.execute(*self._commit.command(
+            [keys.job_key(job_id, part) for part in ("job", "done", "flight", "segments",
+                                                     "lease")], args)))
+
+    async def segments(self, job_id: str, start: int = 0) -> list[str]:
+        return [raw.decode() for raw in await self.client.execute(
+            "LRANGE", keys.job_key(job_id, "segments"), start, -1)]
+
+    async def forget_done(self, job_id: str, token: str, indices: Sequence[int],
+                          status: ItemStatus) -> bool:
+        """For a retry: clear the done bits of ``indices`` (all ended ``status``), uncount them
+        and rewind the cursor, so the runner feeds them again. False: the lease is lost."""
+        return bool(await self.client.execute(*self._forget.command(
+            [keys.job_key(job_id, part) for part in ("job", "done", "lease")],
+            [token, COUNT_FIELDS[status], *indices])))

@@ -1,0 +1,228 @@
+"""Bulk jobs against a real Redis and Triton: a manifest in, every item's result out once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import redis
+
+from ferry import keys
+from ferry.batcher.worker import Batcher
+from ferry.settings import GatewaySettings, to_env
+from ferry.stack.ports import http_ok
+from tests.conftest import TritonServer
+from tests.integration.helpers import (
+    batcher_settings,
+    gateway_settings,
+    running_gateway,
+    running_stack,
+    stream_lengths,
+    task_keys,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+def manifest(items: list[dict[str, Any]]) -> bytes:
+    return b"".join(orjson.dumps(item) + b"\n" for item in items)
+
+
+def text_items(count: int, poison_every: int = 0) -> list[dict[str, Any]]:
+    return [{"custom_id": f"item-{i}",
+             "input": ("poison " if poison_every and i % poison_every == 0 else "") + f"text {i}"}
+            for i in range(count)]
+
+
+async def submit(client: httpx.AsyncClient, body: bytes, **params: str) -> dict[str, Any]:
+    response = await client.post("/v1/jobs", content=body, headers=NDJSON,
+                                 params={"model": "sim", **params})
+    assert response.status_code == 202, response.text
+    doc: dict[str, Any] = response.json()
+    return doc
+
+
+async def finished(client: httpx.AsyncClient, job_id: str, timeout_s: float = 60
+                   ) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for _ in range(int(timeout_s * 10)):
+        doc = (await client.get(f"/v1/jobs/{job_id}")).json()
+        if doc["status"] in ("completed", "failed", "cancelled", "expired"):
+            return doc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish: {doc}")
+
+
+async def lines(client: httpx.AsyncClient, url: str, **params: str) -> list[dict[str, Any]]:
+    response = await client.get(url, params=params)
+    assert response.status_code == 200, response.text
+    return [orjson.loads(line) for line in response.content.splitlines()]
+
+
+def once_each(results: list[dict[str, Any]], count: int) -> None:
+    ids = [r["custom_id"] for r in results]
+    assert sorted(ids) == sorted(f"item-{i}" for i in range(count))
+    assert [r["line"] for r in results] == sorted(r["line"] for r in results)  # line order
+
+
+@pytest.fixture
+def job_dirs(tmp_path: Path) -> dict[str, Any]:
+    images = tmp_path / "images"
+    images.mkdir()
+    return {"job_store_dir": str(tmp_path / "jobs"), "job_sources": f"file://{images}/"}
+
+
+@pytest.fixture
+async def stack(redis_url: str, triton_server: TritonServer, job_dirs: dict[str, Any]
+                ) -> AsyncIterator[httpx.AsyncClient]:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, **job_dirs)
+    async with running_stack(settings, batcher_settings(redis_url,
+                                                        triton_server.grpc_url)) as running:
+        yield running.client
+
+
+async def test_a_job_ends_with_every_item_once_and_failures_by_line(
+        stack: httpx.AsyncClient) -> None:
+    job = await submit(stack, manifest(text_items(300, poison_every=50)))
+    assert job["status"] == "queued" and job["request_counts"]["total"] == 300
+    done = await finished(stack, job["job_id"])
+    assert done["status"] == "completed", done
+    assert done["request_counts"] == {"total": 300, "succeeded": 294, "failed": 6,
+                                      "cancelled": 0, "expired": 0, "pending": 0}
+    results = await lines(stack, f"/v1/jobs/{job['job_id']}/results")
+    once_each(results, 300)
+    failed = [r for r in results if r["status"] == "failed"]
+    assert [r["line"] for r in failed] == [1, 51, 101, 151, 201, 251]
+    assert all(r["error"]["code"] == "inference_failed" for r in failed)
+    ok = next(r for r in results if r["custom_id"] == "item-1")
+    assert ok["output"]["OUTPUT"]["length"] == len(b"text 1")
+    output = await lines(stack, f"/v1/jobs/{job['job_id']}/results", file="output")
+    assert len(output) == 294 and all(r["status"] == "succeeded" for r in output)
+
+
+async def test_a_bad_manifest_is_refused_line_by_line_and_nothing_is_queued(
+        stack: httpx.AsyncClient, redis_url: str) -> None:
+    body = b"\n".join([
+        b'{"custom_id": "a", "input": "fine"}',
+        b'{"custom_id": "a", "input": "again"}',
+        b'not json',
+        b'{"custom_id": "c", "input_base64": "%%%"}',
+        b'{"custom_id": "d", "input": "x", "colour": "red"}',
+        b'{"custom_id": "e", "uri": "file:///etc/passwd"}',
+        b'{"input": "no id"}',
+        b'',
+        b'{"custom_id": "f", "input": "x", "input_base64": "eA=="}',
+    ]) + b"\n"
+    response = await stack.post("/v1/jobs", content=body, headers=NDJSON, params={"model": "sim"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_manifest" and error["invalid_lines"] == 8
+    assert [(p["line"], p["code"]) for p in error["lines"]] == [
+        (2, "duplicate_custom_id"), (3, "malformed_json"), (4, "invalid_base64"),
+        (5, "unknown_field"), (6, "disallowed_uri"), (7, "missing_custom_id"),
+        (8, "empty_line"), (9, "ambiguous_input")]
+    wrong_type = await stack.post("/v1/jobs", content=body, params={"model": "sim"},
+                                  headers={"Content-Type": "application/json"})
+    assert wrong_type.status_code == 415
+    unknown = await stack.post("/v1/jobs", content=manifest(text_items(2)), headers=NDJSON,
+                               params={"model": "no-such-model"})
+    assert unknown.status_code == 404, unknown.text
+    client = redis.Redis.from_url(redis_url)
+    assert stream_lengths(client) == 0 and task_keys(client) == []
+    assert client.scard(keys.JOBS_ACTIVE) == 0
+
+
+async def test_a_cancelled_job_keeps_what_it_has_and_ends_every_other_item_cancelled(
+        stack: httpx.AsyncClient) -> None:
+    job = await submit(stack, manifest(text_items(3000)))
+    for _ in range(100):
+        doc = (await stack.get(f"/v1/jobs/{job['job_id']}")).json()
+        if doc["request_counts"]["succeeded"] >= 100:
+            break
+        await asyncio.sleep(0.05)
+    cancel = await stack.delete(f"/v1/jobs/{job['job_id']}")
+    assert cancel.status_code == 202 and cancel.json()["status"] in ("cancelling", "cancelled")
+    done = await finished(stack, job["job_id"])
+    counts = done["request_counts"]
+    assert done["status"] == "cancelled" and counts["pending"] == 0
+    assert counts["succeeded"] >= 100 and counts["cancelled"] > 0
+    assert counts["succeeded"] + counts["cancelled"] == 3000
+    results = await lines(stack, f"/v1/jobs/{job['job_id']}/results")
+    once_each(results, 3000)
+    again = await stack.delete(f"/v1/jobs/{job['job_id']}")
+    assert again.status_code == 409
+
+
+async def test_a_retry_runs_only_the_failed_items_again(
+        stack: httpx.AsyncClient, job_dirs: dict[str, Any]) -> None:
+    images = Path(job_dirs["job_sources"].removeprefix("file://"))
+    for i in range(0, 10, 2):
+        (images / f"{i}.bin").write_bytes(b"bytes %d" % i)
+    items = [{"custom_id": f"item-{i}", "uri": f"file://{images}/{i}.bin"} for i in range(10)]
+    job = await submit(stack, manifest(items))
+    done = await finished(stack, job["job_id"])
+    assert done["status"] == "completed" and done["request_counts"]["failed"] == 5
+    first = await lines(stack, f"/v1/jobs/{job['job_id']}/results", file="errors")
+    assert {r["error"]["code"] for r in first} == {"missing_object"}
+    for i in range(1, 10, 2):
+        (images / f"{i}.bin").write_bytes(b"bytes %d" % i)
+    retry = await stack.post(f"/v1/jobs/{job['job_id']}/retry")
+    assert retry.status_code == 202 and retry.json()["status"] == "queued", retry.text
+    done = await finished(stack, job["job_id"])
+    assert done["status"] == "completed" and done["attempts"] == 2
+    assert done["request_counts"]["succeeded"] == 10, done
+    results = await lines(stack, f"/v1/jobs/{job['job_id']}/results")
+    once_each(results, 10)
+    assert all(r["status"] == "succeeded" for r in results)
+    nothing = await stack.post(f"/v1/jobs/{job['job_id']}/retry")
+    assert nothing.status_code == 409
+
+
+async def progress(client: httpx.AsyncClient, job_id: str, succeeded: int) -> None:
+    for _ in range(300):
+        doc = (await client.get(f"/v1/jobs/{job_id}")).json()
+        if doc["request_counts"]["succeeded"] >= succeeded:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job {job_id} made no progress: {doc}")
+
+
+async def test_a_job_whose_gateway_is_killed_is_resumed_by_another_with_every_item_once(
+        redis_url: str, triton_server: TritonServer, job_dirs: dict[str, Any]) -> None:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, job_lease_s=2.0, workers=1,
+                                **job_dirs)
+    batcher = Batcher.from_settings(batcher_settings(redis_url, triton_server.grpc_url))
+    await batcher.start()
+    proc = subprocess.Popen([sys.executable, "-m", "ferry", "gateway"],
+                            env={**os.environ, **to_env(settings, GatewaySettings)})
+    try:
+        url = f"http://127.0.0.1:{settings.port}"
+        assert await wait_until(lambda: http_ok(f"{url}/readyz"), 60)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            job = await submit(client, manifest(text_items(3000)))
+            await progress(client, job["job_id"], 200)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        async with running_gateway(settings) as client:
+            killed = (await client.get(f"/v1/jobs/{job['job_id']}")).json()
+            assert killed["status"] == "running" and killed["request_counts"]["pending"] > 0
+            done = await finished(client, job["job_id"], timeout_s=120)
+            assert done["status"] == "completed", done
+            assert done["request_counts"]["succeeded"] == 3000
+            once_each(await lines(client, f"/v1/jobs/{job['job_id']}/results"), 3000)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        await batcher.stop()
