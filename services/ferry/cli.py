@@ -1,5 +1,5 @@
 """The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
-``ferry keys new``, ``ferry plan fit|size|curve``."""
+``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ferry import __version__
 from ferry.auth import api_keys
 from ferry.auth.base import CLIENT_ID
 from ferry.errors import ConfigError
+from ferry.jobs import client as job_client
 from ferry.planner import command as planner
 from ferry.settings import (
     BatcherSettings,
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "the FERRY_API_KEYS entry that holds only its hash")
     new.add_argument("--client", required=True, help="the client id the key proves")
     planner.add_parser(commands)
+    job_client.add_parser(commands)
     return parser
 
 
@@ -70,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return new_api_key(args.client)
     if args.command == "plan":
         return planner.run(args)
+    if args.command == "jobs":
+        return job_client.run(args)
     cls, _ = COMMANDS[args.command]
     try:
         settings = load(cls, args)

@@ -179,3 +179,8 @@ def job_key(job_id: str, part: str = "job") -> str:
 def client_jobs_key(client_id: str) -> str:
     """A client's jobs, by creation time (a sorted set; '' is the anonymous client)."""
     return f"{PREFIX}:jobs:client:{{{client_id or '-'}}}"
+
+
+def job_submission_key(client_id: str, idempotency_key: str) -> str:
+    """The job a client's ``Idempotency-Key`` created (24 h): a repeat of the submit gets it."""
+    return f"{PREFIX}:jobs:submitted:{{{client_id or '-'}}}:{idempotency_key}"

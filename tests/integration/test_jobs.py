@@ -16,7 +16,7 @@ import orjson
 import pytest
 import redis
 
-from ferry import keys
+from ferry import cli, keys
 from ferry.batcher.worker import Batcher
 from ferry.settings import GatewaySettings, to_env
 from ferry.stack.ports import http_ok
@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     gateway_settings,
     running_gateway,
     running_stack,
+    serving,
     stream_lengths,
     task_keys,
     wait_until,
@@ -225,4 +226,51 @@ async def test_a_job_whose_gateway_is_killed_is_resumed_by_another_with_every_it
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        await batcher.stop()
+
+
+async def test_ferry_jobs_submits_a_directory_follows_it_and_resumes_without_resubmitting(
+        redis_url: str, triton_server: TritonServer, job_dirs: dict[str, Any],
+        tmp_path: Path) -> None:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, **job_dirs)
+    photos = tmp_path / "photos"
+    (photos / "sub").mkdir(parents=True)
+    for i in range(40):
+        (photos / ("sub" if i % 2 else "") / f"{i}.bin").write_bytes(b"photo %d" % i)
+    (photos / ".hidden").write_bytes(b"skipped")
+    out = tmp_path / "results.jsonl"
+    batcher = Batcher.from_settings(batcher_settings(redis_url, triton_server.grpc_url))
+    await batcher.start()
+    try:
+        async with serving(settings) as served:
+            base = ["jobs", "--url", served.http]
+            code = await asyncio.to_thread(
+                cli.main, [*base, "submit", str(photos), "--model", "sim", "--out", str(out)])
+            assert code == 0
+            results = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+            assert sorted(r["custom_id"] for r in results) == sorted(
+                str(p.relative_to(photos)) for p in photos.rglob("*.bin"))
+            assert all(r["status"] == "succeeded" for r in results)
+            assert not out.with_name("results.jsonl.job").exists()
+            # A submit whose answer was lost: the key is remembered, the job exists.
+            manifest_file = tmp_path / "m.jsonl"
+            manifest_file.write_bytes(manifest(text_items(5)))
+            async with httpx.AsyncClient(base_url=served.http) as client:
+                first = await client.post("/v1/jobs", content=manifest_file.read_bytes(),
+                                          params={"model": "sim"},
+                                          headers={**NDJSON, "Idempotency-Key": "k-1"})
+                assert first.status_code == 202
+                again = tmp_path / "again.jsonl"
+                again.with_name("again.jsonl.job").write_text("k-1\n")
+                code = await asyncio.to_thread(cli.main, [
+                    *base, "submit", str(manifest_file), "--model", "sim", "--out", str(again)])
+                assert code == 0 and len(again.read_bytes().splitlines()) == 5
+                listed = (await client.get("/v1/jobs")).json()["data"]
+                assert len(listed) == 2  # the directory's job, and k-1's: not a third
+            bad = tmp_path / "bad.jsonl"
+            bad.write_bytes(b'{"custom_id": "a"}\n')
+            code = await asyncio.to_thread(cli.main, [
+                *base, "submit", str(bad), "--model", "sim", "--out", str(tmp_path / "x")])
+            assert code == 1
+    finally:
         await batcher.stop()

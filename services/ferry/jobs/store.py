@@ -17,6 +17,7 @@ from ferry import keys
 from ferry.jobs.model import Counts, ItemStatus, JobRecord, JobStatus
 from ferry.resp.client import Commands
 
+SUBMISSION_KEY_TTL_S = 86400
 COUNT_FIELDS = {status: f"n:{status.value}" for status in ItemStatus}
 
 # KEYS: job, lease. ARGV: token, then field/value pairs to set. 0 when the lease is not held.
@@ -190,6 +191,16 @@ class JobStore:
             args.extend((name, value))
         before = await self.client.execute(*self._move.command([keys.job_key(job_id)], args))
         return JobStatus(before.decode()) if before is not None else None
+
+    async def submitted(self, client_id: str, idempotency_key: str) -> str | None:
+        """The job an earlier submit with this key created (None: none)."""
+        found = await self.client.execute("GET", keys.job_submission_key(client_id,
+                                                                          idempotency_key))
+        return found.decode() if found is not None else None
+
+    async def remember(self, client_id: str, idempotency_key: str, job_id: str) -> None:
+        await self.client.execute("SET", keys.job_submission_key(client_id, idempotency_key),
+                                  job_id, "NX", "EX", SUBMISSION_KEY_TTL_S)
 
     async def note(self, job_id: str, text: str) -> None:
         """Why a job is not moving (shown as its ``note`` until the next state change)."""

@@ -47,6 +47,7 @@ from ferry.webhooks import check_callback
 
 MANIFEST_TYPES = frozenset({"application/x-ndjson", "application/jsonl", "application/ndjson"})
 MAX_LIST = 100
+MAX_KEY = 255
 CURSOR_HEADER = "Ferry-Next-Cursor"
 Work = Callable[[Caller], Awaitable[Response]]
 
@@ -80,6 +81,11 @@ class JobsApi:
                                             "JSONL: send Content-Type application/x-ndjson or "
                                             "application/jsonl, one item per line")
         client_id = caller.client_for(query.get("client_id", ""))
+        idempotency_key = _idempotency_key(request.headers.get("idempotency-key"))
+        if idempotency_key:
+            replayed = await self._replayed(client_id, idempotency_key)
+            if replayed is not None:
+                return replayed
         job = await self._new_job(query, client_id)
         await self._within_quota(client_id)
         check = await self._checker(job.model, job.model_version)
@@ -92,10 +98,22 @@ class JobsApi:
             raise
         await self.store.create(dataclasses.replace(job, total=tally.lines),
                                 Priority.of(job.priority).label)
+        if idempotency_key:
+            await self.store.remember(client_id, idempotency_key, job.job_id)
         record = await self.store.read(job.job_id)
         assert record is not None
         return JSONResponse(record.to_json(time.time()), 202,
                             headers={"Location": f"/v1/jobs/{job.job_id}"})
+
+    async def _replayed(self, client_id: str, idempotency_key: str) -> Response | None:
+        """The job an earlier submit with the same key created: the answer to a repeat (its
+        body is not read); None if there is none."""
+        job_id = await self.store.submitted(client_id, idempotency_key)
+        record = await self.store.read(job_id) if job_id else None
+        if record is None:
+            return None
+        return JSONResponse(record.to_json(time.time()), 202, headers={
+            "Location": f"/v1/jobs/{record.job_id}", "Idempotent-Replayed": "true"})
 
     async def _new_job(self, query: Any, client_id: str) -> NewJob:
         model = query.get("model") or self.settings.default_model
@@ -232,6 +250,15 @@ class JobsApi:
         headers[CURSOR_HEADER] = str(after + len(segments))
         return StreamingResponse(_all_lines(self.blobs, segments),
                                  media_type="application/x-ndjson", headers=headers)
+
+
+def _idempotency_key(raw: str | None) -> str:
+    if raw is None:
+        return ""
+    if not (0 < len(raw) <= MAX_KEY and raw.isascii() and raw.isprintable()):
+        raise BadRequestError("invalid_idempotency_key", f"Idempotency-Key must be 1 to "
+                              f"{MAX_KEY} printable ASCII characters")
+    return raw
 
 
 def _cursor(raw: str | None) -> int:
