@@ -184,3 +184,6 @@ def client_jobs_key(client_id: str) -> str:
 def job_submission_key(client_id: str, idempotency_key: str) -> str:
     """The job a client's ``Idempotency-Key`` created (24 h): a repeat of the submit gets it."""
     return f"{PREFIX}:jobs:submitted:{{{client_id or '-'}}}:{idempotency_key}"
+
+
+JOB_WEBHOOKS = f"{PREFIX}:jobs:webhooks"  # job state changes to POST (job_id, url, body)

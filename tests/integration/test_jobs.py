@@ -93,6 +93,7 @@ async def stack(redis_url: str, triton_server: TritonServer, job_dirs: dict[str,
         yield running.client
 
 
+@pytest.mark.cluster
 async def test_a_job_ends_with_every_item_once_and_failures_by_line(
         stack: httpx.AsyncClient) -> None:
     job = await submit(stack, manifest(text_items(300, poison_every=50)))

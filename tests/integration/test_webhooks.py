@@ -4,6 +4,7 @@ the task; only allowed hosts."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -194,3 +195,25 @@ async def test_an_allowed_name_that_resolves_to_a_private_address_is_not_called(
         assert record["webhook"]["status"] == "failed" and record["webhook"]["attempts"] == 0
         assert "non-public address" in record["webhook"]["error"]
         assert receiver.calls == []
+
+
+async def test_a_jobs_every_state_change_is_posted_signed_with_its_record(
+        redis_url: str, triton_server: TritonServer, receiver: Receiver, tmp_path: Any) -> None:
+    gateway, batcher = hooked(redis_url, triton_server.grpc_url)
+    gateway = dataclasses.replace(gateway, job_store_dir=str(tmp_path / "jobs"))
+    async with running_stack(gateway, batcher) as stack:
+        lines = b"".join(orjson.dumps({"custom_id": f"i{i}", "input": f"x{i}"}) + b"\n"
+                         for i in range(20))
+        submitted = await stack.client.post(
+            "/v1/jobs", content=lines, headers={"Content-Type": "application/x-ndjson"},
+            params={"model": "sim", "callback_url": receiver.url("/jobs")})
+        assert submitted.status_code == 202, submitted.text
+        job_id = submitted.json()["job_id"]
+        assert await wait_until(lambda: any(
+            orjson.loads(body)["status"] == "completed" for _, _, body in receiver.calls), 30)
+    states = [orjson.loads(body)["status"] for _, _, body in receiver.calls]
+    assert states == ["queued", "running", "finalizing", "completed"]
+    for path, headers, body in receiver.calls:
+        assert path == "/jobs" and headers["Ferry-Job"] == job_id
+        assert verify(SECRET, headers["Ferry-Signature"], body, time.time())
+    assert orjson.loads(receiver.calls[-1][2])["request_counts"]["succeeded"] == 20

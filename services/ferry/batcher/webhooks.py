@@ -7,6 +7,10 @@ retried with exponential backoff until it is answered 2xx or ``webhook_retry_s``
 outcome is then written into the task's record (``"webhook": {...}``) in the step that
 acknowledges the entry; a batcher that dies mid-way leaves the entry pending, for another to
 claim and send again (a receiver may see a webhook twice, never none).
+
+A bulk job's state changes are queued on one more stream, ``keys.JOB_WEBHOOKS``, with the job's
+record as it was then (``body``); the batcher that owns partition 0 sends them, with a
+``Ferry-Job`` header in place of ``Ferry-Task``.
 """
 
 from __future__ import annotations
@@ -56,7 +60,9 @@ class WebhookSender:
         self.settings = settings
         self.redis = redis
         self.owned = tuple(owned)
-        self.streams = {keys.webhook_stream(p): p for p in self.owned}
+        self.streams: dict[str, int | None] = {keys.webhook_stream(p): p for p in self.owned}
+        if 0 in self.owned:
+            self.streams[keys.JOB_WEBHOOKS] = None
         self.consumer = consumer
         self.metrics = metrics
         self._done = redis.register_script(_DONE)
@@ -143,20 +149,37 @@ class WebhookSender:
             log.error("sending a webhook failed: %r", task.exception())
 
     async def _send(self, stream: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        partition = self.streams[stream]
+        if partition is None:
+            await self._send_job(stream, entry_id, fields)
+            return
         task_id = text(fields.get(b"task_id", b""))
         url = text(fields.get(b"url", b""))
-        key = keys.task_key(task_id, self.streams[stream])
+        key = keys.task_key(task_id, partition)
         body = await self.redis.hget(key, "body") if task_id else None
         if body is None or not url:  # the record expired meanwhile: nothing left to send
             await self._finish(key, stream, entry_id, {"status": "failed",
                                                        "error": "record expired"})
             return
-        outcome = await self._post(url, task_id, body if isinstance(body, bytes) else
-                                   body.encode())
+        outcome = await self._post(url, ("Ferry-Task", task_id),
+                                   body if isinstance(body, bytes) else body.encode())
         self.metrics.webhooks.labels(outcome["status"]).inc()
         await self._finish(key, stream, entry_id, outcome)
 
-    async def _post(self, url: str, task_id: str, body: bytes) -> dict[str, Any]:
+    async def _send_job(self, stream: str, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        """A job's state change: its record as it was, POSTed; the entry then goes."""
+        job_id, url = text(fields.get(b"job_id", b"")), text(fields.get(b"url", b""))
+        body = fields.get(b"body", b"")
+        if job_id and url and body:
+            outcome = await self._post(url, ("Ferry-Job", job_id), body)
+            self.metrics.webhooks.labels(outcome["status"]).inc()
+            if outcome["status"] != "delivered":
+                log.warning("job %s: webhook to %s failed: %s", job_id, url, outcome)
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unacknowledged: sent again later
+            await self.redis.xack(stream, keys.WEBHOOK_GROUP, entry_id)
+            await self.redis.xdel(stream, entry_id)
+
+    async def _post(self, url: str, about: tuple[str, str], body: bytes) -> dict[str, Any]:
         """POST until a 2xx or the retry time is spent; what happened."""
         assert self._client is not None
         deadline = time.monotonic() + self.settings.webhook_retry_s
@@ -168,7 +191,7 @@ class WebhookSender:
         while True:
             attempt += 1
             now = int(time.time())
-            headers = {"Content-Type": "application/json", "Ferry-Task": task_id,
+            headers = {"Content-Type": "application/json", about[0]: about[1],
                        SIGNATURE_HEADER: sign(self.settings.webhook_secret, now, body),
                        **target.headers}
             status = 0

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from ferry import keys
 from ferry.jobs.model import Counts, ItemStatus, JobRecord, JobStatus
 from ferry.resp.client import Commands
@@ -154,6 +156,7 @@ class JobStore:
             "at:validating", repr(now), "at:queued", repr(now))
         await self.client.execute("ZADD", keys.client_jobs_key(job.client_id), repr(now),
                                   job.job_id)
+        await self._announce(job.job_id)
 
     async def fields(self, job_id: str) -> dict[str, str] | None:
         flat = await self.client.execute("HGETALL", keys.job_key(job_id))
@@ -190,7 +193,20 @@ class JobStore:
         for name, value in fields.items():
             args.extend((name, value))
         before = await self.client.execute(*self._move.command([keys.job_key(job_id)], args))
-        return JobStatus(before.decode()) if before is not None else None
+        moved = JobStatus(before.decode()) if before is not None else None
+        if moved in from_states:
+            await self._announce(job_id)
+        return moved
+
+    async def _announce(self, job_id: str) -> None:
+        """Queue the job's record as it is now for its webhook, if it has one (after the step
+        that changed it: a runner that dies in between loses that one webhook)."""
+        fields = await self.fields(job_id)
+        if fields and fields.get("callback"):
+            body = orjson.dumps(record_of(job_id, fields).to_json(time.time()))
+            await self.client.execute("XADD", keys.JOB_WEBHOOKS, "MAXLEN", "~",
+                                      keys.WEBHOOK_MAXLEN, "*", "job_id", job_id,
+                                      "url", fields["callback"], "body", body)
 
     async def submitted(self, client_id: str, idempotency_key: str) -> str | None:
         """The job an earlier submit with this key created (None: none)."""
