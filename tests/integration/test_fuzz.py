@@ -49,7 +49,9 @@ def schemathesis(url: str, report: Path, *headers: str) -> subprocess.CompletedP
                "--report", "junit", "--report-junit-path", str(report)]
     for header in headers:
         command += ["-H", header]
-    return subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=400, check=False,
+                          env=env, cwd=Path(__file__).resolve().parents[2])
 
 
 @pytest.mark.parametrize("stack_processes", [{}], indirect=True, ids=["auth-off"])

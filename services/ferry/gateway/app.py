@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
@@ -125,7 +126,10 @@ def _install_error_handlers(api: FastAPI) -> None:
                 (name.encode("latin-1"), value.encode("latin-1"))
                 for name, value in (exc.headers or {}).items()])
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of every route on the path, not one route's
+            headers["Allow"] = _allowed(api, request) or headers.get("Allow", "")
+        return error_response(exc.status_code, code, str(exc.detail), headers)
 
     async def unavailable(_: Request, exc: Exception) -> JSONResponse:
         return error_response(503, "unavailable", f"a dependency is unavailable: {exc}",
@@ -133,6 +137,16 @@ def _install_error_handlers(api: FastAPI) -> None:
 
     for kind in REDIS_UNAVAILABLE:
         api.add_exception_handler(kind, unavailable)
+
+
+def _allowed(api: FastAPI, request: Request) -> str:
+    """The methods the routes on the request's path take, as an ``Allow`` header."""
+    methods: set[str] = set()
+    for route in api.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET", "type": "http"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def _is_oip(request: Request) -> bool:

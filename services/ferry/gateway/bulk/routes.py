@@ -305,33 +305,66 @@ async def _guarded(access: Access, request: Request, work: Work) -> Response:
     return answer
 
 
+ERRORS = {400: "a parameter or the manifest is invalid (lines listed)",
+          401: "FERRY_AUTH is on and the credential is missing or not accepted",
+          404: "unknown job (or another client's), or unknown model",
+          409: "the job is in a state that does not allow it",
+          413: "the manifest is over job_max_bytes or job_max_items",
+          415: "the manifest is not sent as application/x-ndjson",
+          429: "too many unfinished jobs, or the client's rate",
+          500: "a bug in the gateway (logged)", 503: "Redis unavailable; retry later"}
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+NDJSON_CONTENT = {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}}
+
+
+def _documented(ok: int, codes: tuple[int, ...], ok_text: str, ndjson: bool = False
+                ) -> dict[int | str, dict[str, Any]]:
+    answers: dict[int | str, dict[str, Any]] = {
+        code: {"description": ERRORS[code], "content": ERROR_CONTENT}
+        for code in (*codes, 401, 500, 503)}
+    answers[ok] = ({"description": ok_text, "content": NDJSON_CONTENT} if ndjson
+                   else {"description": ok_text})
+    return answers
+
+
+MANIFEST_BODY = {"requestBody": {"required": True, "content": NDJSON_CONTENT,
+                                 "description": "one item per line: {custom_id, input | "
+                                 "input_base64 | inputs | uri}"}}
+
+
 def add_job_routes(api: FastAPI, jobs: JobsApi, access: Access) -> None:
     tags: list[str | Enum] = ["Bulk jobs"]
 
     @api.post("/v1/jobs", tags=tags, status_code=202, summary="Submit a job: a JSONL manifest "
               "of items (query: model, model_version, priority, completion_window, "
-              "callback_url, timeout_s)")
+              "callback_url, timeout_s)", openapi_extra=MANIFEST_BODY,
+              responses=_documented(202, (400, 404, 413, 415, 429), "the job, queued"))
     async def submit(request: Request) -> Response:
         return await _guarded(access, request, lambda c: jobs.submit(request, c))
 
-    @api.get("/v1/jobs", tags=tags, summary="A client's jobs, newest first (limit, before)")
+    @api.get("/v1/jobs", tags=tags, summary="A client's jobs, newest first (limit, before)",
+             responses=_documented(200, (400,), "a page of jobs"))
     async def listing(request: Request) -> Response:
         return await _guarded(access, request, lambda c: jobs.listing(request, c))
 
-    @api.get("/v1/jobs/{job_id}", tags=tags, summary="A job's state, counts and progress")
+    @api.get("/v1/jobs/{job_id}", tags=tags, summary="A job's state, counts and progress",
+             responses=_documented(200, (404,), "the job"))
     async def status(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.status(job_id, c))
 
-    @api.delete("/v1/jobs/{job_id}", tags=tags, status_code=202, summary="Cancel a job")
+    @api.delete("/v1/jobs/{job_id}", tags=tags, status_code=202, summary="Cancel a job",
+                responses=_documented(202, (404, 409), "the job, cancelling"))
     async def cancel(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.cancel(job_id, c))
 
     @api.post("/v1/jobs/{job_id}/retry", tags=tags, status_code=202,
-              summary="Re-run the failed items of a finished job")
+              summary="Re-run the failed items of a finished job",
+              responses=_documented(202, (404, 409), "the job, queued again"))
     async def retry(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.retry(job_id, c))
 
     @api.get("/v1/jobs/{job_id}/results", tags=tags, summary="Result lines, JSONL (after: "
-             "a cursor, while the job runs; file: output or errors, once it has ended)")
+             "a cursor, while the job runs; file: output or errors, once it has ended)",
+             responses=_documented(200, (400, 404), "result lines", ndjson=True))
     async def results(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.results(request, job_id, c))
