@@ -11,6 +11,7 @@ from ferry.durations import parse_window
 from ferry.errors import BadRequestError, PayloadTooLargeError
 from ferry.jobs.manifest import LineError, Sources, read_item
 from ferry.jobs.model import Counts, ItemStatus, JobStatus, Progress, end_state
+from ferry.jobs.pacing import feed_share, window_room
 from ferry.jobs.results import latest, result_line, segment_bytes
 from ferry.jobs.upload import Limits, ManifestError, upload
 
@@ -133,3 +134,16 @@ async def test_an_upload_over_its_limits_is_refused_at_once() -> None:
         await upload(chunks(b"x" * 150), Writer(), SOURCES, LIMITS, lambda _: "")
     with pytest.raises(BadRequestError, match="no items"):
         await upload(chunks(b""), Writer(), SOURCES, LIMITS, lambda _: "")
+
+
+def test_jobs_step_back_as_interactive_work_queues() -> None:
+    # 100 tasks/s in 0.1 s batches: calm under 0.2 s of queued interactive work, busy past 0.4 s
+    assert feed_share(0, 100.0, 0.1) == 1.0
+    assert feed_share(20, 100.0, 0.1) == 1.0
+    assert feed_share(30, 100.0, 0.1) == pytest.approx(0.5)
+    assert feed_share(40, 100.0, 0.1) == 0.0
+    assert feed_share(5000, 0.0, 0.1) == 1.0  # not measured yet: nothing to go by
+    assert feed_share(2, 100.0, 0.0) == 1.0  # batch time unmeasured: 10 ms assumed
+    assert feed_share(4, 100.0, 0.0) == 0.0
+    assert window_room(256, 0.5, 100) == 28
+    assert window_room(256, 0.0, 100) == 0

@@ -195,6 +195,10 @@ class GatewayStore(Protocol):
         ``client_id``, only a task of that client."""
         ...
 
+    async def backlog(self, model: str) -> dict[Priority, int]:
+        """The model's unfinished tasks by priority, over all partitions."""
+        ...
+
 
 class BatcherStore(Protocol):
     """What a batcher needs of the owner of task records: completion, atomic with the

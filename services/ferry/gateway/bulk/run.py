@@ -187,7 +187,7 @@ class JobRun:
 
     async def _feed_more(self) -> None:
         await self._admit_waiting()
-        room = self.runner.room(self)
+        room = await self.runner.room(self)
         if room <= 0 or self.feed.exhausted:
             return
         lines = await self.runner.blobs.lines(input_name(self.job_id), self.feed.offset,

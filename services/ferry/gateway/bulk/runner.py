@@ -20,11 +20,13 @@ from ferry.gateway.bulk.items import ItemMaker
 from ferry.gateway.bulk.run import JobRun, LeaseLost
 from ferry.gateway.service import Gateway
 from ferry.jobs.blobs import BlobStore
+from ferry.jobs.pacing import feed_share, window_room
 from ferry.jobs.store import JobStore
 from ferry.redis_conn import REDIS_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 FAILED_RUN_PAUSE_S = 5.0  # a run that failed unexpectedly is not retaken before this
+PACE_EVERY_S = 0.5  # how often a model's interactive backlog is looked at
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class JobRunner:
         self.token = secrets.token_hex(8)
         self.runs: dict[str, tuple[JobRun, asyncio.Task[None]]] = {}
         self._paused: dict[str, float] = {}
+        self._shares: dict[str, tuple[float, float]] = {}  # model: (looked at, feed share)
         self._loop: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -64,11 +67,29 @@ class JobRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    def room(self, run: JobRun) -> int:
-        """How many more items ``run`` may have in flight: its share of its client's window."""
+    async def room(self, run: JobRun) -> int:
+        """How many more items ``run`` may have in flight: its share of its client's window,
+        scaled down while interactive work queues for its model (``ferry.jobs.pacing``)."""
         clients = Counter(r.client for r, _ in self.runs.values())
-        share = max(1, self.settings.window // max(1, clients[run.client]))
-        return share - len(run.feed.flight)
+        window = max(1, self.settings.window // max(1, clients[run.client]))
+        share = await self._share(run.fields.get("model", ""))
+        return window_room(window, share, len(run.feed.flight))
+
+    async def _share(self, model: str) -> float:
+        """The feed share for ``model``, looked at once per ``PACE_EVERY_S``."""
+        now = asyncio.get_running_loop().time()
+        known = self._shares.get(model)
+        if known is not None and now - known[0] < PACE_EVERY_S:
+            return known[1]
+        backlog = await self.gateway.store.backlog(model)
+        capacity = await self.gateway.capacity.of(model)
+        interactive = sum(n for priority, n in backlog.items() if priority.interactive)
+        share = feed_share(interactive, capacity.rate, capacity.batch_s)
+        if share < 1.0 and (known is None or known[1] == 1.0):
+            log.info("jobs of %s step back: %d interactive tasks queued (feed share %.2f)",
+                     model, interactive, share)
+        self._shares[model] = (now, share)
+        return share
 
     async def _discover_loop(self) -> None:
         while True:
