@@ -47,7 +47,13 @@ $(PERF_ANALYZER): scripts/install-perf-analyzer.sh
 	scripts/install-perf-analyzer.sh
 	touch $@
 
-tools: $(TOOLS)/.installed $(PERF_ANALYZER)
+# An S3-compatible server (moto's, in its own venv) for the job store's tests.
+S3_SERVER := $(TOOLS)/s3/.installed
+$(S3_SERVER): scripts/install-s3-server.sh
+	scripts/install-s3-server.sh
+	touch $@
+
+tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER)
 
 up: install
 	$(BIN)/ferry up $(ARGS)

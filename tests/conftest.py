@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+import httpx
 import pytest
 import redis
 import tritonclient.http as triton_http
 
-from ferry.stack.ports import LOOPBACK
+from ferry.stack.ports import LOOPBACK, free_port, is_listening
 from ferry.stack.process import ManagedProcess
 from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
@@ -121,6 +122,40 @@ def add_tensorrt_ensemble(target: Path) -> None:
 
 
 REDIS_CLUSTER = os.environ.get("FERRY_TEST_REDIS_CLUSTER") == "1"
+MOTO_SERVER = Path(__file__).resolve().parents[1] / ".tools/s3/venv/bin/moto_server"
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                  "AWS_REGION": "us-east-1"}
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3-compatible server on loopback (moto's); ``bucket`` exists."""
+
+    endpoint: str
+    bucket: str
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    assert MOTO_SERVER.exists(), f"{MOTO_SERVER} is missing: run make tools"
+    port = free_port()
+    proc = ManagedProcess("moto_server", [str(MOTO_SERVER), "-H", LOOPBACK, "-p", str(port)],
+                          log_path=tmp_path_factory.mktemp("s3") / "moto.log")
+    proc.start()
+    endpoint = f"http://{LOOPBACK}:{port}"
+    proc.wait_ready(lambda: is_listening(LOOPBACK, port), 60)
+    created = httpx.put(f"{endpoint}/ferry-jobs", timeout=10)  # CreateBucket
+    assert created.status_code == 200, created.text
+    yield S3Server(endpoint, "ferry-jobs")
+    proc.stop(grace_s=5)
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The session's S3 server, with credentials in the environment (obstore reads them)."""
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
 
 
 @pytest.fixture(scope="session")

@@ -154,8 +154,12 @@ class GatewaySettings(CommonSettings):
                          "finishes jobs; any number of gateways share the work)")
     job_store_dir: str = setting("ferry-jobs", "directory of bulk jobs' manifests and result "
                                  "files, shared by every gateway (a volume in Kubernetes)")
+    job_store_url: str = setting("", "s3://bucket/prefix: keep jobs' files in an S3-compatible "
+                                 "store instead of job_store_dir (credentials: AWS_* variables)")
+    s3_endpoint: str = setting("", "endpoint of an S3-compatible store other than AWS's, for "
+                               "job_store_url and s3:// job sources (http:// allowed)")
     job_sources: str = setting("", "roots a job's 'uri' items may name, comma-separated "
-                               "(file:///mnt/images/); empty: no URIs")
+                               "(file:///mnt/images/, s3://bucket/prefix/); empty: no URIs")
     job_max_items: int = setting(100_000, "lines one job's manifest may have")
     job_max_bytes: int = setting(1 << 30, "bytes one job's manifest may have")
     job_window: int = setting(256, "items a client's jobs keep in the queue at once (per "

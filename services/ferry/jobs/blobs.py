@@ -1,9 +1,10 @@
 """Where bulk jobs keep their files: the uploaded manifest, result segments, the output files.
 
 One small interface, ``BlobStore``; ``DirectoryStore`` keeps the files in a local or mounted
-directory (a PersistentVolume in the chart). Every write is atomic (a temporary file renamed into
-place), so a reader never sees half a file and a writer killed mid-write leaves nothing under the
-name. Blocking file work runs in threads: the event loop serves requests meanwhile.
+directory (a PersistentVolume in the chart), ``ObjectStore`` in an S3-compatible bucket. Every
+write is atomic (a temporary file renamed into place; a multipart upload completed at once), so
+a reader never sees half a file and a writer killed mid-write leaves nothing under the name.
+Blocking file work runs in threads: the event loop serves requests meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import shutil
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import BinaryIO, Protocol
+
+import obstore
+from obstore.store import S3Store
 
 from ferry.errors import ConfigError
 
@@ -168,3 +172,102 @@ def _unlink_all(paths: Iterable[Path]) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+class ObjectStore:
+    """Files as objects of an S3-compatible store (``s3://bucket/prefix``), through obstore.
+
+    Credentials and the region come from the usual ``AWS_*`` variables (or the pod's role);
+    ``endpoint`` names a store other than AWS's (MinIO, Ceph, a loopback test server). An
+    object appears whole when its writer commits (a multipart upload completes at once), never
+    half-written.
+    """
+
+    def __init__(self, url: str, endpoint: str = "") -> None:
+        self.store = s3_store(url, endpoint)
+
+    def writer(self, name: str) -> ObjectWriter:
+        return ObjectWriter(self.store, name)
+
+    async def put(self, name: str, data: bytes) -> None:
+        await obstore.put_async(self.store, name, data)
+
+    async def lines(self, name: str, offset: int, count: int) -> list[tuple[int, bytes]]:
+        size = int((await obstore.head_async(self.store, name))["size"])
+        found: list[tuple[int, bytes]] = []
+        window = READ_CHUNK
+        while len(found) < count and offset < size:
+            end = min(size, offset + window)
+            data = bytes(await obstore.get_range_async(self.store, name, start=offset, end=end))
+            whole = data.split(b"\n")
+            if end < size or not whole[-1]:
+                whole.pop()  # cut off by the window (read again from it), or past the last
+            if not whole:  # one line longer than the window
+                window *= 2
+                continue
+            for line in whole[:count - len(found)]:
+                offset += len(line) + 1
+                found.append((min(offset, size), line.rstrip(b"\r")))
+        return found
+
+    async def stream(self, name: str) -> AsyncIterator[bytes]:
+        result = await obstore.get_async(self.store, name)
+        async for chunk in result.stream(min_chunk_size=READ_CHUNK):
+            yield bytes(chunk)
+
+    async def exists(self, name: str) -> bool:
+        try:
+            await obstore.head_async(self.store, name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def delete(self, names: Iterable[str]) -> None:
+        listed = list(names)
+        if listed:
+            await obstore.delete_async(self.store, listed)
+
+    async def names(self, prefix: str) -> list[str]:
+        found: list[str] = []
+        async for page in obstore.list(self.store, prefix or None):
+            found.extend(str(meta["path"]) for meta in page)
+        return sorted(found)
+
+
+class ObjectWriter:
+    """An object written as it comes (multipart); it exists once ``commit`` returns."""
+
+    def __init__(self, store: S3Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self._file: obstore.AsyncWritableFile | None = None
+
+    async def write(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = obstore.open_writer_async(self.store, self.name)
+        await self._file.write(data)
+
+    async def commit(self) -> None:
+        if self._file is None:
+            await obstore.put_async(self.store, self.name, b"")
+            return
+        await self._file.close()
+
+    async def abort(self) -> None:
+        self._file = None  # never completed: the upload is not an object (S3 expires its parts)
+
+
+def s3_store(url: str, endpoint: str = "") -> S3Store:
+    """An obstore S3 client of ``s3://bucket[/prefix]``; over plain HTTP when ``endpoint`` is
+    an http:// URL (a store on loopback)."""
+    config: dict[str, str] = {"endpoint": endpoint} if endpoint else {}
+    options: dict[str, bool] = {"allow_http": True} if endpoint.startswith("http://") else {}
+    return S3Store.from_url(url, config=config or None,  # type: ignore[arg-type]
+                            client_options=options or None)  # type: ignore[arg-type]
+
+
+def blob_store(location: str, endpoint: str = "") -> BlobStore:
+    """The job store at ``location``: ``s3://bucket/prefix`` or a directory."""
+    if location.startswith("s3://"):
+        return ObjectStore(location, endpoint)
+    return DirectoryStore(location.removeprefix("file://"))

@@ -20,7 +20,7 @@ import orjson
 ITEM_FIELDS = frozenset({"custom_id", "input", "input_base64", "inputs", "uri", "parameters"})
 INPUT_FIELDS = ("input", "input_base64", "inputs", "uri")
 MAX_CUSTOM_ID = 256
-URI_SCHEMES = ("file",)  # s3:// comes with the S3 blob store
+URI_SCHEMES = ("file", "s3")
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,8 @@ def _bad(line: int, code: str, message: str) -> LineError:
 
 @dataclass(frozen=True)
 class Sources:
-    """The roots a job's ``uri`` items may name (``file:///mnt/images/``), from the operator's
-    comma-separated ``job_sources``."""
+    """The roots a job's ``uri`` items may name (``file:///mnt/images/``,
+    ``s3://bucket/prefix/``), from the operator's comma-separated ``job_sources``."""
 
     roots: tuple[str, ...] = ()
 
@@ -131,9 +131,10 @@ class Sources:
             if not raw:
                 continue
             parsed = urllib.parse.urlsplit(raw)
-            if not (parsed.scheme == "file" and parsed.path.startswith("/")
-                    and not parsed.netloc):
-                raise ValueError(f"a job source is file:///<absolute dir>/, not {raw!r}")
+            local = parsed.scheme == "file" and parsed.path.startswith("/") and not parsed.netloc
+            if not (local or (parsed.scheme == "s3" and parsed.netloc)):
+                raise ValueError(f"a job source is file:///<absolute dir>/ or "
+                                 f"s3://<bucket>/<prefix>/, not {raw!r}")
             roots.append(raw if raw.endswith("/") else raw + "/")
         return cls(tuple(roots))
 
@@ -142,7 +143,7 @@ class Sources:
         with no ``..``, query or fragment."""
         parsed = urllib.parse.urlsplit(uri)
         if parsed.scheme not in URI_SCHEMES:
-            return f"'uri' must be a file:// URI, not {uri[:80]!r}"
+            return f"'uri' must be a file:// or s3:// URI, not {uri[:80]!r}"
         if parsed.query or parsed.fragment or "\\" in uri:
             return f"'uri' may not have a query, a fragment or backslashes: {uri[:80]!r}"
         if posixpath.normpath(parsed.path or "/") != (parsed.path or "/") or ".." in \

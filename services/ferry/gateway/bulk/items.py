@@ -8,8 +8,13 @@ import mimetypes
 import urllib.parse
 from pathlib import Path
 
+import obstore
+import obstore.exceptions
+from obstore.store import S3Store
+
 from ferry.errors import BadRequestError, PayloadTooLargeError
 from ferry.gateway.intake import Submission, TensorForm, TensorSubmission
+from ferry.jobs.blobs import s3_store
 from ferry.jobs.manifest import Item, Sources
 from ferry.oip.request import InferRequest, read_infer_request
 from ferry.priority import Priority
@@ -19,9 +24,11 @@ from ferry.tensors import TensorError
 class ItemMaker:
     """Makes submissions of items: reads ``uri`` items from the allowlisted sources."""
 
-    def __init__(self, sources: Sources, max_item_bytes: int) -> None:
+    def __init__(self, sources: Sources, max_item_bytes: int, s3_endpoint: str = "") -> None:
         self.sources = sources
         self.max_item_bytes = max_item_bytes
+        self.s3_endpoint = s3_endpoint
+        self._buckets: dict[str, S3Store] = {}
 
     async def submission(self, item: Item, job: dict[str, str]) -> Submission:
         """The item as a task's submission (a 4xx for an input it cannot be)."""
@@ -44,9 +51,30 @@ class ItemMaker:
         refusal = self.sources.refusal(item.uri)
         if refusal:
             raise BadRequestError("disallowed_uri", refusal)
-        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(item.uri).path))
-        data = await asyncio.to_thread(_read_file, path, self.max_item_bytes)
+        parsed = urllib.parse.urlsplit(item.uri)
+        path = Path(urllib.parse.unquote(parsed.path))
+        if parsed.scheme == "s3":
+            data = await self._object(parsed.netloc, path.as_posix().lstrip("/"))
+        else:
+            data = await asyncio.to_thread(_read_file, path, self.max_item_bytes)
         return data, mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+
+    async def _object(self, bucket: str, key: str) -> bytes:
+        """An object of an allowlisted bucket, or a 4xx that names the problem."""
+        store = self._buckets.get(bucket)
+        if store is None:
+            store = self._buckets[bucket] = s3_store(f"s3://{bucket}", self.s3_endpoint)
+        try:
+            meta = await obstore.head_async(store, key)
+            if int(meta["size"]) > self.max_item_bytes:
+                raise PayloadTooLargeError("object_too_large", f"s3://{bucket}/{key} has more "
+                                           f"than {self.max_item_bytes} bytes")
+            return bytes(await (await obstore.get_async(store, key)).bytes_async())
+        except FileNotFoundError:
+            raise BadRequestError("missing_object", f"no object s3://{bucket}/{key}") from None
+        except obstore.exceptions.BaseError as exc:
+            raise BadRequestError("unreadable_object", f"s3://{bucket}/{key} cannot be read: "
+                                  f"{exc}") from None
 
 
 def _read_file(path: Path, limit: int) -> bytes:
