@@ -158,6 +158,9 @@ class GatewaySettings(CommonSettings):
                                  "store instead of job_store_dir (credentials: AWS_* variables)")
     s3_endpoint: str = setting("", "endpoint of an S3-compatible store other than AWS's, for "
                                "job_store_url and s3:// job sources (http:// allowed)")
+    s3_access_key_id: str = setting("", "S3 access key (or FERRY_S3_ACCESS_KEY_ID_FILE); empty: "
+                                    "AWS_* variables or the pod's identity")
+    s3_secret_access_key: str = setting("", "its secret (or FERRY_S3_SECRET_ACCESS_KEY_FILE)")
     job_sources: str = setting("", "roots a job's 'uri' items may name, comma-separated "
                                "(file:///mnt/images/, s3://bucket/prefix/); empty: no URIs")
     job_max_items: int = setting(100_000, "lines one job's manifest may have")

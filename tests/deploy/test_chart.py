@@ -28,6 +28,10 @@ VARIANTS = {
     "grpc-off": ("values.yaml", "--set", "gateway.grpcPort=0"),
     "grpc-headless": ("values.yaml", "--set", "gateway.service.headless=true",
                       "--set-json", f"networkPolicy.ingressFrom={PEERS}"),
+    "jobs-s3": ("values.yaml", "--set", "jobs.store.url=s3://shelf/ferry",
+                "--set", "jobs.store.s3Secret=shelf-s3", "--set", "jobs.sources=file:///mnt/p/",
+                "--set-json", 'jobs.sourceVolumes=[{"name": "photos", "mountPath": "/mnt/p", '
+                '"volume": {"persistentVolumeClaim": {"claimName": "photos"}}}]'),
 }
 
 
@@ -169,6 +173,8 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("gateway.grpcPort=70000", "/gateway/grpcPort"),
     ("gateway.service.grpcPort=80", "gateway.service.grpcPort must differ"),
     ("gateway.grpcPort=0,gateway.service.headless=true", "it needs gateway.grpcPort"),
+    ("jobs.store.persistence.accessModes={ReadWriteOnce}", "needs ReadWriteMany"),
+    ("jobs.store.url=http://bucket", "/jobs/store/url"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
@@ -295,3 +301,38 @@ def test_the_batchers_infer_calls_go_to_tritons_http_port_where_the_chart_knows_
         policy = by_kind(manifest)[("NetworkPolicy", "ferry-triton")]
         ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
         assert {"grpc", "http"} <= ports
+
+
+def gateway_pod(manifest: str) -> dict[str, Any]:
+    pod: dict[str, Any] = by_kind(manifest)[("Deployment", "ferry-gateway")]["spec"]["template"][
+        "spec"]
+    return pod
+
+
+def test_every_gateway_mounts_the_jobs_volume_or_reads_the_bucket(
+        rendered: dict[str, Path]) -> None:
+    default = rendered["values.yaml"].read_text()
+    claim = by_kind(default)[("PersistentVolumeClaim", "ferry-jobs")]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    pod = gateway_pod(default)
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["FERRY_JOBS"] == "true" and env["FERRY_JOB_STORE_DIR"] == "/var/lib/ferry/jobs"
+    assert {"name": "jobs", "mountPath": "/var/lib/ferry/jobs"} in pod["containers"][0][
+        "volumeMounts"]
+    assert {"name": "jobs", "persistentVolumeClaim": {"claimName": "ferry-jobs"}} in pod[
+        "volumes"]
+    s3 = rendered["jobs-s3"].read_text()
+    assert ("PersistentVolumeClaim", "ferry-jobs") not in by_kind(s3)
+    pod = gateway_pod(s3)
+    container = pod["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["FERRY_JOB_STORE_URL"]["value"] == "s3://shelf/ferry"
+    assert "FERRY_JOB_STORE_DIR" not in env
+    assert env["FERRY_S3_SECRET_ACCESS_KEY_FILE"]["value"] == \
+        "/var/run/secrets/ferry/s3/AWS_SECRET_ACCESS_KEY"  # a file, not the secret in the env
+    assert {"name": "s3", "secret": {"secretName": "shelf-s3", "defaultMode": 0o400}} in pod[
+        "volumes"]
+    assert {"name": "photos", "mountPath": "/mnt/p", "readOnly": True} in container[
+        "volumeMounts"]
+    assert env["FERRY_JOB_SOURCES"]["value"] == "file:///mnt/p/"

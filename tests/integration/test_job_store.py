@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from ferry.jobs import blobs
-from ferry.jobs.blobs import BlobStore, DirectoryStore, ObjectStore
+from ferry.jobs.blobs import BlobStore, DirectoryStore, ObjectStore, S3Keys
 from tests.conftest import S3Server, TritonServer
 from tests.integration.helpers import batcher_settings, gateway_settings, running_stack
 
@@ -64,11 +64,14 @@ async def test_lines_are_read_from_any_offset_longer_than_a_read_or_not(
 
 
 async def test_a_job_kept_in_s3_reads_s3_sources_and_writes_its_files_there(
-        redis_url: str, triton_server: TritonServer, s3: S3Server, tmp_path: Path) -> None:
-    sources = ObjectStore(f"s3://{s3.bucket}/photos", s3.endpoint)
+        redis_url: str, triton_server: TritonServer, s3_server: S3Server, tmp_path: Path) -> None:
+    """Credentials as settings (FERRY_S3_*), not AWS_* variables: the chart mounts them."""
+    s3, keys = s3_server, S3Keys("test", "test")
+    sources = ObjectStore(f"s3://{s3.bucket}/photos", s3.endpoint, keys)
     for i in range(0, 6):
         await sources.put(f"{i}.bin", b"photo %d" % i)
     settings = gateway_settings(redis_url, triton_server.grpc_url, s3_endpoint=s3.endpoint,
+                                s3_access_key_id="test", s3_secret_access_key="test",
                                 job_store_url=f"s3://{s3.bucket}/{tmp_path.name}",
                                 job_sources=f"s3://{s3.bucket}/photos/")
     items: list[dict[str, Any]] = [
@@ -77,7 +80,7 @@ async def test_a_job_kept_in_s3_reads_s3_sources_and_writes_its_files_there(
                                                         triton_server.grpc_url)) as stack:
         job = await submit_and_finish(stack.client, items)
     assert job["status"] == "completed" and job["request_counts"]["succeeded"] == 6
-    store = ObjectStore(f"s3://{s3.bucket}/{tmp_path.name}", s3.endpoint)
+    store = ObjectStore(f"s3://{s3.bucket}/{tmp_path.name}", s3.endpoint, keys)
     errors = [orjson.loads(line) async for line in lines_of(store, job["files"]["errors"])]
     assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [("p6", "missing_object")]
     output = [orjson.loads(line) async for line in lines_of(store, job["files"]["output"])]

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -183,8 +184,8 @@ class ObjectStore:
     half-written.
     """
 
-    def __init__(self, url: str, endpoint: str = "") -> None:
-        self.store = s3_store(url, endpoint)
+    def __init__(self, url: str, endpoint: str = "", keys: S3Keys | None = None) -> None:
+        self.store = s3_store(url, endpoint, keys)
 
     def writer(self, name: str) -> ObjectWriter:
         return ObjectWriter(self.store, name)
@@ -257,17 +258,28 @@ class ObjectWriter:
         self._file = None  # never completed: the upload is not an object (S3 expires its parts)
 
 
-def s3_store(url: str, endpoint: str = "") -> S3Store:
+@dataclass(frozen=True)
+class S3Keys:
+    """Static S3 credentials (else obstore's own: AWS_* variables, the pod's identity)."""
+
+    access_key_id: str
+    secret_access_key: str
+
+
+def s3_store(url: str, endpoint: str = "", keys: S3Keys | None = None) -> S3Store:
     """An obstore S3 client of ``s3://bucket[/prefix]``; over plain HTTP when ``endpoint`` is
     an http:// URL (a store on loopback)."""
     config: dict[str, str] = {"endpoint": endpoint} if endpoint else {}
+    if keys is not None:
+        config |= {"access_key_id": keys.access_key_id,
+                   "secret_access_key": keys.secret_access_key}
     options: dict[str, bool] = {"allow_http": True} if endpoint.startswith("http://") else {}
     return S3Store.from_url(url, config=config or None,  # type: ignore[arg-type]
                             client_options=options or None)  # type: ignore[arg-type]
 
 
-def blob_store(location: str, endpoint: str = "") -> BlobStore:
+def blob_store(location: str, endpoint: str = "", keys: S3Keys | None = None) -> BlobStore:
     """The job store at ``location``: ``s3://bucket/prefix`` or a directory."""
     if location.startswith("s3://"):
-        return ObjectStore(location, endpoint)
+        return ObjectStore(location, endpoint, keys)
     return DirectoryStore(location.removeprefix("file://"))

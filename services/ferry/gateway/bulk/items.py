@@ -14,7 +14,7 @@ from obstore.store import S3Store
 
 from ferry.errors import BadRequestError, PayloadTooLargeError
 from ferry.gateway.intake import Submission, TensorForm, TensorSubmission
-from ferry.jobs.blobs import s3_store
+from ferry.jobs.blobs import S3Keys, s3_store
 from ferry.jobs.manifest import Item, Sources
 from ferry.oip.request import InferRequest, read_infer_request
 from ferry.priority import Priority
@@ -24,10 +24,12 @@ from ferry.tensors import TensorError
 class ItemMaker:
     """Makes submissions of items: reads ``uri`` items from the allowlisted sources."""
 
-    def __init__(self, sources: Sources, max_item_bytes: int, s3_endpoint: str = "") -> None:
+    def __init__(self, sources: Sources, max_item_bytes: int, s3_endpoint: str = "",
+                 s3_keys: S3Keys | None = None) -> None:
         self.sources = sources
         self.max_item_bytes = max_item_bytes
         self.s3_endpoint = s3_endpoint
+        self.s3_keys = s3_keys
         self._buckets: dict[str, S3Store] = {}
 
     async def submission(self, item: Item, job: dict[str, str]) -> Submission:
@@ -63,7 +65,8 @@ class ItemMaker:
         """An object of an allowlisted bucket, or a 4xx that names the problem."""
         store = self._buckets.get(bucket)
         if store is None:
-            store = self._buckets[bucket] = s3_store(f"s3://{bucket}", self.s3_endpoint)
+            store = self._buckets[bucket] = s3_store(f"s3://{bucket}", self.s3_endpoint,
+                                                     self.s3_keys)
         try:
             meta = await obstore.head_async(store, key)
             if int(meta["size"]) > self.max_item_bytes:

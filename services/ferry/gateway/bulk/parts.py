@@ -9,7 +9,7 @@ from ferry.gateway.bulk.items import ItemMaker
 from ferry.gateway.bulk.routes import JobsApi
 from ferry.gateway.bulk.runner import JobRunner, RunnerSettings
 from ferry.gateway.service import Gateway
-from ferry.jobs.blobs import blob_store
+from ferry.jobs.blobs import S3Keys, blob_store
 from ferry.jobs.manifest import Sources
 from ferry.jobs.store import JobStore
 from ferry.settings import GatewaySettings
@@ -27,8 +27,11 @@ def job_parts(gateway: Gateway, settings: GatewaySettings) -> JobParts:
     except ValueError as exc:
         raise ConfigError(f"job_sources: {exc}") from None
     store = JobStore(gateway.parts.hot, record_ttl_s=settings.job_record_ttl_s)
-    blobs = blob_store(settings.job_store_url or settings.job_store_dir, settings.s3_endpoint)
-    items = ItemMaker(sources, settings.max_body_bytes, settings.s3_endpoint)
+    keys = (S3Keys(settings.s3_access_key_id, settings.s3_secret_access_key)
+            if settings.s3_access_key_id else None)
+    blobs = blob_store(settings.job_store_url or settings.job_store_dir, settings.s3_endpoint,
+                       keys)
+    items = ItemMaker(sources, settings.max_body_bytes, settings.s3_endpoint, keys)
     runner = JobRunner(gateway, store, blobs, items, RunnerSettings(
         window=settings.job_window, lease_ms=max(1, round(settings.job_lease_s * 1000))))
     return JobParts(JobsApi(gateway, store, blobs, sources, settings), runner)
