@@ -58,11 +58,21 @@ async def finished(client: httpx.AsyncClient, job_id: str, timeout_s: float = 60
                    ) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for _ in range(int(timeout_s * 10)):
-        doc = (await client.get(f"/v1/jobs/{job_id}")).json()
-        if doc["status"] in ("completed", "failed", "cancelled", "expired"):
+        doc = await job_record(client, job_id)
+        if doc.get("status") in ("completed", "failed", "cancelled", "expired"):
             return doc
         await asyncio.sleep(0.1)
     raise AssertionError(f"job {job_id} did not finish: {doc}")
+
+
+async def job_record(client: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
+    """The job's record; {} for a 503 (Redis away a moment: a client tries again)."""
+    response = await client.get(f"/v1/jobs/{job_id}")
+    if response.status_code == 503:
+        return {}
+    assert response.status_code == 200, response.text
+    doc: dict[str, Any] = response.json()
+    return doc
 
 
 async def lines(client: httpx.AsyncClient, url: str, **params: str) -> list[dict[str, Any]]:
@@ -193,8 +203,8 @@ async def test_a_retry_runs_only_the_failed_items_again(
 
 async def progress(client: httpx.AsyncClient, job_id: str, succeeded: int) -> None:
     for _ in range(300):
-        doc = (await client.get(f"/v1/jobs/{job_id}")).json()
-        if doc["request_counts"]["succeeded"] >= succeeded:
+        doc = await job_record(client, job_id)
+        if doc and doc["request_counts"]["succeeded"] >= succeeded:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"job {job_id} made no progress: {doc}")

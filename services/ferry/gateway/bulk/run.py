@@ -28,7 +28,8 @@ from ferry.jobs.results import Result, failure, from_record, merged, segment_byt
 from ferry.jobs.store import record_of
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.tasks.base import Owner
-from ferry.tasks.record import StoredRecord
+from ferry.tasks.record import Status, StoredRecord
+from ferry.tasks.waiters import Watch
 
 if TYPE_CHECKING:
     from ferry.gateway.bulk.runner import JobRunner
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 NO_TASK = "-"  # a flight entry's task id when the item never became a task (it failed at once)
 ADMIT_BACKOFF_S = 0.5  # an item refused for backlog waits this long before it asks again
 WATCH_POLL_S = 15.0  # a watched task's record is read again this often, announcements or not
+PENDING = StoredRecord(Status.PENDING, b"")  # what a task being admitted is known to be
 
 
 def input_name(job_id: str) -> str:
@@ -49,6 +51,7 @@ class Flying:
 
     task_id: str
     offset: int
+    custom_id: str = ""  # known once fed by this run ('' after a resume: read from the line)
     admitted: bool = False
     retry_at: float = 0.0  # monotonic time before which it is not admitted again
     cancel_asked: bool = False
@@ -115,6 +118,12 @@ class JobRun:
     @property
     def client(self) -> str:
         return self.fields.get("client", "")
+
+    @property
+    def queued(self) -> int:
+        """Items fed whose tasks have not ended (those that ended wait only for their commit):
+        what the window bounds."""
+        return len(self.feed.flight) - len(self.ended) - self.arrived.qsize()
 
     async def run(self) -> None:
         try:
@@ -206,10 +215,10 @@ class JobRun:
         if not await self.store.fly(self.job_id, self.token, entries, cursor, offset):
             raise LeaseLost(self.job_id)
         self.feed.cursor, self.feed.offset = cursor, offset
-        for (index, task_id, line_offset), prepared in zip(entries, made, strict=True):
+        for index, task_id, line_offset in entries:
             self.feed.flight[index] = Flying(task_id, line_offset)
-            if prepared is not None:
-                await self._admit(index, prepared)
+        await asyncio.gather(*(self._admit(index, prepared) for (index, _, _), prepared
+                               in zip(entries, made, strict=True) if prepared is not None))
 
     async def _prepare(self, index: int, offset: int, raw: bytes) -> Ready | None:
         """The item's task, ready to admit; None when it failed at once (its result is
@@ -230,21 +239,27 @@ class JobRun:
         return None
 
     async def _admit(self, index: int, ready: Ready) -> None:
-        """Admit a fed item's task and watch it; refused for backlog, it asks again later."""
+        """Admit a fed item's task, watched from before its admission (no end is missed);
+        refused for backlog, it asks again later."""
         task, pending, sharing, _ = ready.prepared
         flying = self.feed.flight[index]
+        flying.custom_id = ready.custom_id
+        self._watch(index, task.task_id, fresh=True)
         try:
-            await self.runner.gateway.admit_prepared(task, pending, sharing, ready.submission,
-                                                     Owner(self.client))
-        except TooManyRequestsError:
-            flying.retry_at = time.monotonic() + ADMIT_BACKOFF_S
-            return
-        except ClientError as exc:
-            self.ended.append(failure(index, ready.custom_id, ItemStatus.FAILED, exc.code,
-                                      exc.message))
+            admitted = await self.runner.gateway.admit_prepared(
+                task, pending, sharing, ready.submission, Owner(self.client))
+        except (TooManyRequestsError, ClientError) as exc:
+            self.watchers.pop(index).cancel()
+            if isinstance(exc, TooManyRequestsError):
+                flying.retry_at = time.monotonic() + ADMIT_BACKOFF_S
+            else:
+                self.ended.append(failure(index, ready.custom_id, ItemStatus.FAILED, exc.code,
+                                          exc.message))
             return
         flying.admitted = True
-        self._watch(index, task.task_id)
+        if admitted.record.status.final:  # a cache hit: answered at admission
+            self.watchers.pop(index).cancel()
+            self.arrived.put_nowait((index, admitted.record))
 
     async def _admit_waiting(self) -> None:
         """Items in flight with no task admitted (refused for backlog, or found so on resume):
@@ -266,24 +281,30 @@ class JobRun:
             flying.task_id = entry[1]
             await self._admit(index, prepared)
 
-    def _watch(self, index: int, task_id: str) -> None:
-        self.watchers[index] = asyncio.create_task(self._await_end(index, task_id))
+    def _watch(self, index: int, task_id: str, *, fresh: bool = False) -> None:
+        """Watch the item's task from now (``fresh``: it is being admitted, known PENDING)."""
+        context = self.runner.gateway.waiters.watch(task_id)
+        watch = context.__enter__()
+        watcher = asyncio.create_task(self._await_end(index, watch, fresh))
+        watcher.add_done_callback(lambda _: context.__exit__(None, None, None))
+        self.watchers[index] = watcher
 
-    async def _await_end(self, index: int, task_id: str) -> None:
+    async def _await_end(self, index: int, watch: Watch, fresh: bool) -> None:
         """Wait for the item's task to end (announced, or read every ``WATCH_POLL_S``); a task
         with no record (expired, or never admitted) is reported as None."""
-        waiters = self.runner.gateway.waiters
-        with waiters.watch(task_id) as watch:
-            while True:
-                try:
-                    record = await watch.final(WATCH_POLL_S)
-                except REDIS_UNAVAILABLE as exc:
-                    log.warning("job %s: reading task %s failed (%s)", self.job_id, task_id, exc)
-                    await asyncio.sleep(1.0)
-                    continue
-                if record is None or record.status.final:
-                    self.arrived.put_nowait((index, record))
-                    return
+        known, read_first = (PENDING, False) if fresh else (None, True)
+        while True:
+            try:
+                record = await watch.final(WATCH_POLL_S, known, read_first=read_first)
+            except REDIS_UNAVAILABLE as exc:
+                log.warning("job %s: reading task %s failed (%s)", self.job_id, watch.task_id,
+                            exc)
+                await asyncio.sleep(1.0)
+                record = None if read_first else known
+            known, read_first = None, True
+            if record is None or record.status.final:
+                self.arrived.put_nowait((index, record))
+                return
 
     def _resume_watches(self) -> None:
         """After a restart: watch every item in flight that has a task."""
@@ -315,8 +336,10 @@ class JobRun:
         if record is None:  # no record: admit it again
             flying.admitted, flying.retry_at = False, 0.0
             return
-        lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
-        custom_id = _field(lines[0][1], "custom_id") if lines else ""
+        custom_id = flying.custom_id
+        if not custom_id:
+            lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
+            custom_id = _field(lines[0][1], "custom_id") if lines else ""
         cancelled_as = (ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED
                         else ItemStatus.CANCELLED)
         self.ended.append(from_record(index, custom_id, flying.task_id, record, cancelled_as))

@@ -73,7 +73,7 @@ class JobRunner:
         clients = Counter(r.client for r, _ in self.runs.values())
         window = max(1, self.settings.window // max(1, clients[run.client]))
         share = await self._share(run.fields.get("model", ""))
-        return window_room(window, share, len(run.feed.flight))
+        return window_room(window, share, run.queued)
 
     async def _share(self, model: str) -> float:
         """The feed share for ``model``, looked at once per ``PACE_EVERY_S``."""
@@ -120,6 +120,10 @@ class JobRunner:
             log.warning("job %s: its lease went to another runner; stopped", run.job_id)
         except asyncio.CancelledError:
             raise
+        except REDIS_UNAVAILABLE as exc:  # resumed from Redis once it answers again
+            log.warning("job %s: Redis unavailable (%s); resuming when it is back", run.job_id,
+                        exc)
+            self._paused[run.job_id] = asyncio.get_running_loop().time() + 1.0
         except Exception as exc:  # a bug, or a dependency down: noted, retried later
             log.exception("job %s: run failed; another attempt in %g s", run.job_id,
                           FAILED_RUN_PAUSE_S)
