@@ -5,6 +5,7 @@
     .venv/bin/python -m loadtest.bench --only goodput  # perf_analyzer's goodput at the SLO
                                                        # alone: that section of BENCHMARKS.md
     .venv/bin/python -m loadtest.bench --only keepup   # ten fresh stacks at 78%: that section
+    .venv/bin/python -m loadtest.bench --only jobs     # bulk jobs: batch sizes, hybrid
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import goals, keepup
+from loadtest.bench import goals, jobs, keepup
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -171,6 +172,11 @@ async def bench(args: argparse.Namespace) -> int:
         goals.write(Path(args.out), state)
         log.info("wrote the keep-up section of %s", args.out)
         return 0
+    if args.only == "jobs":
+        await jobs.write_section(Path(args.out), Path(args.figures), state, args.quick,
+                                 args.command)
+        log.info("wrote the bulk-jobs section of %s", args.out)
+        return 0
     chosen = scenarios(args.quick)
     if args.only != "sweep":
         perf_analyzer()  # missing: say so now, not after the sweep
@@ -205,6 +211,7 @@ async def bench(args: argparse.Namespace) -> int:
                     goodput=lines if goodput.results else [])
     write(report, args, state, sweep)
     await keep_up(args, state)
+    await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -229,11 +236,13 @@ def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--only", choices=("all", "sweep", "goodput", "keepup"), default="all",
+    parser.add_argument("--only", choices=("all", "sweep", "goodput", "keepup", "jobs"),
+                        default="all",
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "
-                             "ten fresh stacks at 78%% of the slow backend, that section alone")
+                             "ten fresh stacks at 78%% of the slow backend, that section alone; "
+                             "jobs: the bulk-jobs section alone")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--figures", default=str(ROOT / "docs"))
     parser.add_argument("--state", default=str(ROOT / ".bench"),

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -32,6 +33,7 @@ class BenchStack:
     partitions: int = 16
     batcher_log_level: str = "INFO"  # "INFO,ferry.batches=DEBUG": a log line per batch
     batcher_settings: BatcherSettings | None = None
+    gateway_overrides: dict[str, Any] = field(default_factory=dict)  # jobs' store, sources
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -54,7 +56,7 @@ class BenchStack:
         self.gateway_url = f"http://{LOOPBACK}:{port}"
         gateway = GatewaySettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
                                   port=port, grpc_port=free_port(),
-                                  default_model=default_model)
+                                  default_model=default_model, **self.gateway_overrides)
         self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
                                   triton_http_url=self.triton_http,  # as ferry up sets it
@@ -84,13 +86,14 @@ class BenchStack:
         proc.start()
         return proc
 
-    def restart_batcher(self, *, slo_ms: float) -> None:
-        """Stop the batcher and start it again with ``FERRY_SLO_MS`` set to ``slo_ms`` (the
-        goodput bench's SLO runs); it is back when its /readyz answers."""
+    def restart_batcher(self, **changes: Any) -> None:
+        """Stop the batcher and start it again with ``changes`` to its settings (the goodput
+        bench's ``slo_ms``, the jobs bench's ``max_batch``); it is back when its /readyz
+        answers."""
         assert self.batcher_settings is not None, "start() first"
         index = next(i for i, p in enumerate(self.processes) if p.name == "batcher")
         self.processes[index].stop(grace_s=20)
-        self.batcher_settings = replace(self.batcher_settings, slo_ms=slo_ms)
+        self.batcher_settings = replace(self.batcher_settings, **changes)
         proc = self._launch("batcher", to_env(self.batcher_settings, BatcherSettings))
         self.processes[index] = proc
         ready = self.batcher_metrics.removesuffix("/metrics") + "/readyz"

@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.timeout(420)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up stacks
+@pytest.mark.timeout(540)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up
+# stacks, the bulk-jobs stack
 def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
     done = subprocess.run(
         [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out), "--figures",
          str(figures), "--state", str(state)], cwd=ROOT, capture_output=True, text=True,
-        timeout=360, check=False)
+        timeout=480, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = out.read_text()
     assert "## Targets" in report and "3. Light load (50/s)" in report
@@ -41,7 +42,12 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     assert [r["index"] for r in kept] == [1, 2]  # each run its own stack, Ferry then Triton
     assert all(r["ferry"]["failed"] == 0 and r["batches"]["count"] > 0 for r in kept)
     assert all(r["triton"]["p99_ms"] > 0 and r["depth"] for r in kept)
-    for name in ("operating-curves.png", "cpu-per-inference.png"):
+    assert "## Bulk jobs" in report and "job-batch-sizes.png" in report
+    bulk = json.loads((state / "jobs.json").read_text())
+    assert [p["batch"] for p in bulk["sizes"]] == [8, 64]
+    assert all(p["failed"] == 0 and p["images_per_s"] > 0 for p in bulk["sizes"])
+    assert bulk["hybrid"]["alone_errors"] == 0 and bulk["hybrid"]["with_job_errors"] == 0
+    for name in ("operating-curves.png", "cpu-per-inference.png", "job-batch-sizes.png"):
         assert (figures / name).read_bytes().startswith(PNG)
     points = json.loads((state / "results.json").read_text())
     ferry = [p for p in points if p["system"].startswith("ferry")]
