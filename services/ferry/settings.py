@@ -168,6 +168,8 @@ class GatewaySettings(CommonSettings):
     job_window: int = setting(256, "items a client's jobs keep in the queue at once (per "
                               "runner): a job never floods Redis or the backlog limit")
     job_max_unfinished: int = setting(8, "unfinished jobs one client may have")
+    job_max_items_per_client: int = setting(1_000_000, "items one client's unfinished jobs may "
+                                            "hold, all together (0: no limit)")
     job_lease_s: float = setting(15.0, "how long a runner holds a job without renewing: a "
                                  "job whose gateway died is resumed by another within this")
     job_completion_window: str = setting("24h", "a job's completion window when it names none "

@@ -121,6 +121,10 @@ async def test_a_job_ends_with_every_item_once_and_failures_by_line(
     assert ok["output"]["OUTPUT"]["length"] == len(b"text 1")
     output = await lines(stack, f"/v1/jobs/{job['job_id']}/results", file="output")
     assert len(output) == 294 and all(r["status"] == "succeeded" for r in output)
+    again = await submit(stack, manifest(text_items(300, poison_every=50)))  # the same inputs
+    assert (await finished(stack, again["job_id"]))["request_counts"]["succeeded"] == 294
+    rerun = await lines(stack, f"/v1/jobs/{again['job_id']}/results", file="output")
+    assert all(r.get("cache") == "hit" for r in rerun)  # answered by the result cache
 
 
 async def test_a_bad_manifest_is_refused_line_by_line_and_nothing_is_queued(
@@ -222,8 +226,8 @@ async def test_a_job_whose_gateway_is_killed_is_resumed_by_another_with_every_it
         url = f"http://127.0.0.1:{settings.port}"
         assert await wait_until(lambda: http_ok(f"{url}/readyz"), 60)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            job = await submit(client, manifest(text_items(3000)))
-            await progress(client, job["job_id"], 200)
+            job = await submit(client, manifest(text_items(10_000)))
+            await progress(client, job["job_id"], 1000)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         async with running_gateway(settings) as client:
@@ -231,8 +235,8 @@ async def test_a_job_whose_gateway_is_killed_is_resumed_by_another_with_every_it
             assert killed["status"] == "running" and killed["request_counts"]["pending"] > 0
             done = await finished(client, job["job_id"], timeout_s=120)
             assert done["status"] == "completed", done
-            assert done["request_counts"]["succeeded"] == 3000
-            once_each(await lines(client, f"/v1/jobs/{job['job_id']}/results"), 3000)
+            assert done["request_counts"]["succeeded"] == 10_000
+            once_each(await lines(client, f"/v1/jobs/{job['job_id']}/results"), 10_000)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -285,3 +289,34 @@ async def test_ferry_jobs_submits_a_directory_follows_it_and_resumes_without_res
             assert code == 1
     finally:
         await batcher.stop()
+
+
+async def test_a_job_whose_window_closes_expires_keeping_what_it_has(
+        stack: httpx.AsyncClient) -> None:
+    job = await submit(stack, manifest(text_items(10_000)), completion_window="2s")
+    done = await finished(stack, job["job_id"], timeout_s=60)
+    counts = done["request_counts"]
+    assert done["status"] == "expired" and counts["pending"] == 0, done
+    assert counts["succeeded"] > 0 and counts["expired"] > 0
+    assert counts["succeeded"] + counts["expired"] == 10_000
+    results = await lines(stack, f"/v1/jobs/{job['job_id']}/results")
+    once_each(results, 10_000)
+    assert {r["error"]["code"] for r in results if r["status"] == "expired"} == {"expired"}
+
+
+async def test_a_clients_jobs_are_bounded_in_number_and_items(
+        redis_url: str, triton_server: TritonServer, job_dirs: dict[str, Any]) -> None:
+    settings = gateway_settings(redis_url, triton_server.grpc_url, job_max_unfinished=2,
+                                job_max_items_per_client=25, jobs=False, **job_dirs)
+    async with running_gateway(settings) as client:  # no runner: jobs stay queued
+        await submit(client, manifest(text_items(10)))
+        too_many_items = await client.post("/v1/jobs", content=manifest(text_items(20)),
+                                           headers=NDJSON, params={"model": "sim"})
+        assert too_many_items.status_code == 429
+        assert too_many_items.json()["error"]["code"] == "too_many_items"
+        await submit(client, manifest(text_items(15)))
+        too_many_jobs = await client.post("/v1/jobs", content=manifest(text_items(1)),
+                                          headers=NDJSON, params={"model": "sim"})
+        assert too_many_jobs.status_code == 429, too_many_jobs.text
+        assert too_many_jobs.json()["error"]["code"] == "too_many_jobs"
+        assert "Retry-After" in too_many_jobs.headers

@@ -50,9 +50,12 @@ def test_only_plain_paths_under_an_allowlisted_root_are_read(uri: str) -> None:
     assert Sources().refusal("file:///mnt/images/a.jpg").startswith("this Ferry reads no URIs")
 
 
-def test_job_sources_are_absolute_file_roots() -> None:
-    assert Sources.parse(" file:///a , file:///b/ ").roots == ("file:///a/", "file:///b/")
-    for bad in ("file://host/a/", "relative/", "s3://bucket/"):
+def test_job_sources_are_absolute_file_roots_or_buckets() -> None:
+    assert Sources.parse(" file:///a , file:///b/ , s3://shelf/2026").roots == (
+        "file:///a/", "file:///b/", "s3://shelf/2026/")
+    assert not Sources.parse("s3://shelf/2026/").refusal("s3://shelf/2026/x.jpg")
+    assert Sources.parse("s3://shelf/2026/").refusal("s3://shelf/2027/x.jpg")
+    for bad in ("file://host/a/", "relative/", "s3:///no-bucket/", "http://x/"):
         with pytest.raises(ValueError):
             Sources.parse(bad)
 

@@ -87,11 +87,12 @@ class JobsApi:
             if replayed is not None:
                 return replayed
         job = await self._new_job(query, client_id)
-        await self._within_quota(client_id)
+        pending = await self._within_quota(client_id)
         check = await self._checker(job.model, job.model_version)
         writer = self.blobs.writer(input_name(job.job_id))
         try:
             tally = await upload(request.stream(), writer, self.sources, self.limits, check)
+            self._items_within_quota(client_id, pending, tally.lines)
             await writer.commit()
         except BaseException:
             await writer.abort()
@@ -133,13 +134,24 @@ class JobsApi:
         return NewJob(keys.new_job_id(), model, 0, client_id, int(priority),
                       time.time() + window_s, version, callback, timeout)
 
-    async def _within_quota(self, client_id: str) -> None:
+    async def _within_quota(self, client_id: str) -> int:
+        """The client's items not finished yet, over its unfinished jobs; a 429 if it has as
+        many unfinished jobs as it may."""
         unfinished = await self.store.unfinished(client_id)
         if len(unfinished) >= self.settings.job_max_unfinished:
             raise TooManyRequestsError(
                 "too_many_jobs", f"client {client_id or '(anonymous)'!r} has "
                 f"{len(unfinished)} unfinished jobs, the limit is "
                 f"{self.settings.job_max_unfinished}: wait for one to finish", retry_after_s=10)
+        return sum(job.counts.pending for job in unfinished)
+
+    def _items_within_quota(self, client_id: str, pending: int, lines: int) -> None:
+        limit = self.settings.job_max_items_per_client
+        if limit and pending + lines > limit:
+            raise TooManyRequestsError(
+                "too_many_items", f"client {client_id or '(anonymous)'!r} has {pending} items "
+                f"of unfinished jobs; {lines} more would pass its limit of {limit}: wait for "
+                "its jobs to finish", retry_after_s=60)
 
     async def _checker(self, model: str, version: str) -> Callable[[Item], str]:
         """How each item is checked against the model before anything is queued: tensors
