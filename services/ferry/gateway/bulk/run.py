@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 NO_TASK = "-"  # a flight entry's task id when the item never became a task (it failed at once)
 ADMIT_BACKOFF_S = 0.5  # an item refused for backlog waits this long before it asks again
 WATCH_POLL_S = 15.0  # a watched task's record is read again this often, announcements or not
+COLLECT_WAIT_S = 0.25  # the longest a run waits for an item's end before it looks around
+CHECK_EVERY_S = 0.2  # how often a run reads its job's record for a cancel or the window's end
 PENDING = StoredRecord(Status.PENDING, b"")  # what a task being admitted is known to be
 
 
@@ -112,6 +114,8 @@ class JobRun:
         self.ended: list[Result] = []
         self.arrived: asyncio.Queue[tuple[int, StoredRecord | None]] = asyncio.Queue()
         self.watchers: dict[int, asyncio.Task[None]] = {}
+        self.unadmitted: set[int] = set()  # items in flight whose task is to be admitted
+        self.checked_at = 0.0  # when the job's record was last read
         self.segment_started = time.monotonic()
         self.ending = JobStatus.RUNNING  # CANCELLING or EXPIRED once feeding must stop
 
@@ -181,6 +185,11 @@ class JobRun:
                 return
 
     async def _check_state(self) -> None:
+        """Read the job's record (a cancel, its window's end), at most every ``CHECK_EVERY_S``."""
+        now = time.monotonic()
+        if now - self.checked_at < CHECK_EVERY_S:
+            return
+        self.checked_at = now
         fields = await self.store.fields(self.job_id)
         if fields is None:
             raise LeaseLost(self.job_id)
@@ -252,6 +261,7 @@ class JobRun:
             self.watchers.pop(index).cancel()
             if isinstance(exc, TooManyRequestsError):
                 flying.retry_at = time.monotonic() + ADMIT_BACKOFF_S
+                self.unadmitted.add(index)
             else:
                 self.ended.append(failure(index, ready.custom_id, ItemStatus.FAILED, exc.code,
                                           exc.message))
@@ -265,9 +275,14 @@ class JobRun:
         """Items in flight with no task admitted (refused for backlog, or found so on resume):
         made again (a fresh task id, recorded before admission) and admitted."""
         now = time.monotonic()
-        for index, flying in list(self.feed.flight.items()):
-            if flying.admitted or flying.retry_at > now or index in self.watchers:
+        for index in sorted(self.unadmitted):
+            flying = self.feed.flight.get(index)
+            if flying is None or flying.admitted or index in self.watchers:
+                self.unadmitted.discard(index)
                 continue
+            if flying.retry_at > now:
+                continue
+            self.unadmitted.discard(index)
             if any(r.index == index for r in self.ended):
                 continue
             lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
@@ -309,7 +324,9 @@ class JobRun:
     def _resume_watches(self) -> None:
         """After a restart: watch every item in flight that has a task."""
         for index, flying in self.feed.flight.items():
-            if flying.task_id != NO_TASK and index not in self.watchers:
+            if flying.task_id == NO_TASK:
+                self.unadmitted.add(index)  # it failed at once: made again, and fails again
+            elif index not in self.watchers:
                 flying.admitted = True
                 self._watch(index, flying.task_id)
 
@@ -318,11 +335,13 @@ class JobRun:
     async def _collect(self) -> None:
         """Take the items that ended (waiting a little for one), and commit a segment when it
         is full or old enough."""
-        wait_s = max(0.0, self.runner.settings.segment_s -
+        wait_s = min(COLLECT_WAIT_S, self.runner.settings.segment_s -
                      (time.monotonic() - self.segment_started))
-        if self.arrived.empty() and not self.ended:
+        if not self.ended:
+            wait_s = COLLECT_WAIT_S  # nothing to commit: wait for an end (never spin)
+        if self.arrived.empty() and wait_s > 0:
             with contextlib.suppress(TimeoutError):
-                first = await asyncio.wait_for(self.arrived.get(), min(wait_s, 0.25) or 0.05)
+                first = await asyncio.wait_for(self.arrived.get(), wait_s)
                 await self._arrive(*first)
         while not self.arrived.empty():
             await self._arrive(*self.arrived.get_nowait())
@@ -335,6 +354,7 @@ class JobRun:
             return
         if record is None:  # no record: admit it again
             flying.admitted, flying.retry_at = False, 0.0
+            self.unadmitted.add(index)
             return
         custom_id = flying.custom_id
         if not custom_id:
