@@ -49,9 +49,11 @@ def schemathesis(url: str, report: Path, *headers: str) -> subprocess.CompletedP
                "--report", "junit", "--report-junit-path", str(report)]
     for header in headers:
         command += ["-H", header]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks"}
+    root = str(Path(__file__).resolve().parents[2])  # where the hooks module is found
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     return subprocess.run(command, capture_output=True, text=True, timeout=400, check=False,
-                          env=env, cwd=Path(__file__).resolve().parents[2])
+                          env=env, cwd=report.parent)  # its cache goes there, not in the tree
 
 
 @pytest.mark.parametrize("stack_processes", [{}], indirect=True, ids=["auth-off"])
