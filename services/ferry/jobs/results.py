@@ -80,14 +80,16 @@ async def segment_lines(blobs: BlobStore, name: str) -> AsyncIterator[bytes]:
         yield pending
 
 
-async def _keyed(blobs: BlobStore, name: str, order: int) -> list[tuple[int, int, bytes]]:
+async def keyed(blobs: BlobStore, name: str, order: int) -> list[tuple[int, int, bytes]]:
+    """A file's result lines, each as (its line number, ``order``, the line): for merges."""
     found = []
     async for line in segment_lines(blobs, name):
-        found.append((_line_number(line), order, line))
+        found.append((line_number(line), order, line))
     return found
 
 
-def _line_number(line: bytes) -> int:
+def line_number(line: bytes) -> int:
+    """The manifest line a result line is for (0 if it names none)."""
     number = orjson.loads(line).get("line")
     return int(number) if isinstance(number, int) else 0
 
@@ -110,7 +112,7 @@ async def merged(blobs: BlobStore, segments: list[str]) -> Iterator[bytes]:
     kept as its sorted keys and lines until the merge: memory grows with the job's results, a
     bound the operator sets with ``job_max_items``.
     """
-    parts = [await _keyed(blobs, name, order) for order, name in enumerate(segments)]
+    parts = [await keyed(blobs, name, order) for order, name in enumerate(segments)]
     return latest(heapq.merge(*parts))
 
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import Enum
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -36,7 +35,7 @@ from ferry.gateway.service import Gateway
 from ferry.jobs.blobs import BlobStore
 from ferry.jobs.manifest import Item, Sources
 from ferry.jobs.model import JobRecord, JobStatus
-from ferry.jobs.results import segment_lines
+from ferry.jobs.results import keyed, segment_lines
 from ferry.jobs.store import JobStore, NewJob
 from ferry.jobs.upload import Limits, ManifestError, upload
 from ferry.priority import Priority
@@ -288,14 +287,9 @@ async def _all_lines(blobs: BlobStore, names: list[str]) -> AsyncIterator[bytes]
             yield line + b"\n"
 
 
-async def _keyed_lines(blobs: BlobStore, name: str) -> list[tuple[int, bytes]]:
-    return [(int(orjson.loads(line)["line"]), line)
-            async for line in segment_lines(blobs, name)]
-
-
 async def _in_line_order(blobs: BlobStore, names: list[str]) -> AsyncIterator[bytes]:
-    parts = [await _keyed_lines(blobs, name) for name in names]
-    for _, line in heapq.merge(*parts):
+    parts = [await keyed(blobs, name, order) for order, name in enumerate(names)]
+    for _, _, line in heapq.merge(*parts):
         yield line + b"\n"
 
 

@@ -24,7 +24,16 @@ from ferry.gateway.intake import Submission
 from ferry.gateway.service import Prepared
 from ferry.jobs.manifest import LineError, read_item
 from ferry.jobs.model import ItemStatus, JobStatus, end_state
-from ferry.jobs.results import Result, failure, from_record, merged, segment_bytes, status_of
+from ferry.jobs.results import (
+    TASK_ERROR_CODES,
+    Result,
+    failure,
+    from_record,
+    line_number,
+    merged,
+    segment_bytes,
+    status_of,
+)
 from ferry.jobs.store import record_of
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.tasks.base import Owner
@@ -124,6 +133,17 @@ class JobRun:
         return self.fields.get("client", "")
 
     @property
+    def stopped_as(self) -> ItemStatus:
+        """How an item that feeding stopped ends: expired when the window closed, else
+        cancelled."""
+        return ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED else ItemStatus.CANCELLED
+
+    async def _line_at(self, offset: int) -> bytes:
+        """The manifest's line at byte ``offset`` (b'{}' past its end)."""
+        lines = await self.runner.blobs.lines(input_name(self.job_id), offset, 1)
+        return lines[0][1] if lines else b"{}"
+
+    @property
     def queued(self) -> int:
         """Items fed whose tasks have not ended (those that ended wait only for their commit):
         what the window bounds."""
@@ -168,7 +188,7 @@ class JobRun:
         failed = []
         for line in await merged(self.runner.blobs, await self.store.segments(self.job_id)):
             if status_of(line) is ItemStatus.FAILED:
-                failed.append(int(_field(line, "line")) - 1)
+                failed.append(line_number(line) - 1)
         if not await self.store.forget_done(self.job_id, self.token, failed, ItemStatus.FAILED):
             raise LeaseLost(self.job_id)
 
@@ -285,8 +305,8 @@ class JobRun:
             self.unadmitted.discard(index)
             if any(r.index == index for r in self.ended):
                 continue
-            lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
-            prepared = await self._prepare(index, flying.offset, lines[0][1]) if lines else None
+            prepared = await self._prepare(index, flying.offset,
+                                           await self._line_at(flying.offset))
             if prepared is None:
                 continue
             entry = (index, prepared.task_id, flying.offset)
@@ -356,13 +376,9 @@ class JobRun:
             flying.admitted, flying.retry_at = False, 0.0
             self.unadmitted.add(index)
             return
-        custom_id = flying.custom_id
-        if not custom_id:
-            lines = await self.runner.blobs.lines(input_name(self.job_id), flying.offset, 1)
-            custom_id = _field(lines[0][1], "custom_id") if lines else ""
-        cancelled_as = (ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED
-                        else ItemStatus.CANCELLED)
-        self.ended.append(from_record(index, custom_id, flying.task_id, record, cancelled_as))
+        custom_id = flying.custom_id or _field(await self._line_at(flying.offset), "custom_id")
+        self.ended.append(from_record(index, custom_id, flying.task_id, record,
+                                      self.stopped_as))
 
     async def _commit(self, *, force: bool = False) -> None:
         settings = self.runner.settings
@@ -387,8 +403,7 @@ class JobRun:
     async def _stop_feeding(self) -> None:
         """Cancel every item in flight that has not reached Triton (those that have finish and
         are kept), end the items never fed, and let the rest end."""
-        as_status = (ItemStatus.EXPIRED if self.ending is JobStatus.EXPIRED
-                     else ItemStatus.CANCELLED)
+        as_status = self.stopped_as
         store = self.runner.gateway.store
         for index, flying in list(self.feed.flight.items()):
             if flying.cancel_asked:
@@ -397,7 +412,8 @@ class JobRun:
             if flying.admitted:
                 await store.cancel(flying.task_id, self.client)
             elif not any(r.index == index for r in self.ended):
-                self.ended.append(await self._ended_unfed(index, flying.offset, as_status))
+                self.ended.append(_unfed(index, await self._line_at(flying.offset),
+                                         as_status))
         await self._end_unfed(as_status)
 
     async def _end_unfed(self, as_status: ItemStatus) -> None:
@@ -412,17 +428,12 @@ class JobRun:
                     self.ended.append(_unfed(cursor, raw, as_status))
                 cursor += 1
             await self._commit(force=True)
+            offset = lines[-1][0] if lines else self.feed.offset
             if not await self.store.set_fenced(self.job_id, self.token, cursor=cursor,
-                                               offset=lines[-1][0] if lines else 0):
+                                               offset=offset):
                 raise LeaseLost(self.job_id)
-            self.feed.cursor = cursor
-            self.feed.offset = lines[-1][0] if lines else self.feed.offset
-            if not lines:
-                self.feed.cursor = self.feed.total
-
-    async def _ended_unfed(self, index: int, offset: int, status: ItemStatus) -> Result:
-        lines = await self.runner.blobs.lines(input_name(self.job_id), offset, 1)
-        return _unfed(index, lines[0][1] if lines else b"{}", status)
+            self.feed.cursor = cursor if lines else self.feed.total
+            self.feed.offset = offset
 
     # -- the end -----------------------------------------------------------------------
 
@@ -460,7 +471,7 @@ def _field(line: bytes, name: str) -> str:
 
 
 def _unfed(index: int, raw: bytes, status: ItemStatus) -> Result:
-    code = "cancelled" if status is ItemStatus.CANCELLED else "expired"
+    code = TASK_ERROR_CODES[status]
     message = ("the job was cancelled before this item was fed" if status is
                ItemStatus.CANCELLED else "the job's completion window closed before this "
                "item was fed")
