@@ -5,7 +5,8 @@ Both start once per session; every test starts with an empty Redis. With
 runs the tests marked ``cluster`` that way too), and the settings the tests build say so. Triton
 serves the bundled model repository plus ``sim_slow`` (the simulator with a 1.5 s batch time) for
 crash and scheduling tests, ``sim_slow2``, the same with two instances, and ``simple``, Triton's
-example tensor model, for the Open Inference Protocol's tests.
+example tensor model, for the Open Inference Protocol's tests, and models with several versions
+(``tests/version_models.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
 from ferry.stack.up import bundled_repository
 from tests.tensor_models import add_tensor_models
+from tests.version_models import add_version_models
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def build_test_repository(target: Path) -> Path:
     add_tensorrt_ensemble(target)
     add_simple(target)
     add_tensor_models(target)
+    add_version_models(target)
     return target
 
 

@@ -1,5 +1,6 @@
 """The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
-``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``."""
+``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``,
+``ferry rollout status|set|promote|rollback|compare|decisions``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ferry.auth.base import CLIENT_ID
 from ferry.errors import ConfigError
 from ferry.jobs import client as job_client
 from ferry.planner import command as planner
+from ferry.rollouts import client as rollout_client
 from ferry.settings import (
     BatcherSettings,
     CommonSettings,
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--client", required=True, help="the client id the key proves")
     planner.add_parser(commands)
     job_client.add_parser(commands)
+    rollout_client.add_parser(commands)
     return parser
 
 
@@ -70,10 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "keys":
         return new_api_key(args.client)
-    if args.command == "plan":
-        return planner.run(args)
-    if args.command == "jobs":
-        return job_client.run(args)
+    clients = {"plan": planner.run, "jobs": job_client.run, "rollout": rollout_client.run}
+    if args.command in clients:
+        return clients[args.command](args)
     cls, _ = COMMANDS[args.command]
     try:
         settings = load(cls, args)

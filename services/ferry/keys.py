@@ -187,3 +187,35 @@ def job_submission_key(client_id: str, idempotency_key: str) -> str:
 
 
 JOB_WEBHOOKS = f"{PREFIX}:jobs:webhooks"  # job state changes to POST (job_id, url, body)
+
+# Rollouts (``ferry.rollouts``): every model's rollout in one hash, its generation beside it and
+# its decisions' log, all in one slot (a change is one script); shadow pairs and comparison
+# figures per model; per-version figures per (model, version, bucket).
+ROLLOUTS = f"{PREFIX}:{{rollouts}}"  # model -> the rollout's JSON
+ROLLOUT_GENERATIONS = f"{PREFIX}:{{rollouts}}:generation"  # model -> its generation
+ROLLOUTS_DECLARED = f"{PREFIX}:{{rollouts}}:declared"  # model -> digest of the declaration
+ROLLOUT_CHECKS = f"{PREFIX}:{{rollouts}}:checks"  # model -> the guard's last look (JSON)
+ROLLOUT_LOG_LENGTH = 1000  # decisions kept per model
+ROLLOUT_EXAMPLES = 100  # disagreeing shadow examples kept per (model, candidate)
+VERSION_STATS_TTL_S = 3600  # how long a bucket of per-version figures is kept
+
+
+def rollout_log_key(model: str) -> str:
+    """A model's rollout decisions, newest first (same slot as ``ROLLOUTS``)."""
+    return f"{PREFIX}:{{rollouts}}:log:{model}"
+
+
+def shadow_pairs_key(model: str) -> str:
+    """(primary, shadow) task id pairs waiting to be compared, scored by admission time."""
+    return f"{PREFIX}:shadow:{{{model}}}:pairs"
+
+
+def comparison_key(model: str, candidate: str, part: str = "figures") -> str:
+    """A candidate's comparison with the stable version: ``figures`` (a hash of counts) or
+    ``examples`` (disagreeing pairs, newest first)."""
+    return f"{PREFIX}:shadow:{{{model}}}:{candidate}:{part}"
+
+
+def version_stats_key(model: str, version: str, bucket: int) -> str:
+    """One version's tally for one bucket of ``rollouts.window.BUCKET_S`` seconds."""
+    return f"{PREFIX}:vstats:{{{model}:{version}}}:{bucket}"

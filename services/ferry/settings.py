@@ -22,11 +22,14 @@ from ferry.auth.base import check_key_source, parse_algorithms
 from ferry.durations import parse_window
 from ferry.errors import BadRequestError, ConfigError
 from ferry.resp.client import RedisAddress
+from ferry.rollouts.cascade import parse_cascades
+from ferry.rollouts.rollout import parse_declared
 from ferry.telemetry.logs import parse as parse_log_level
 
 ENV_PREFIX = "FERRY_"
 FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
 AUTH_MODES = ("none", "api_key", "jwt")
+MIN_ADMIN_TOKEN = 24
 S = TypeVar("S", bound="CommonSettings")
 
 
@@ -71,9 +74,14 @@ class CommonSettings:
     cache_ttl_s: int = setting(300, "seconds a model's answer is cached for identical requests "
                                "(model, version, input), at most while its result is kept; 0: "
                                "no result cache")
+    rollouts: str = setting("", "model versions as declared: a JSON object, model to {stable, "
+                            "candidate, share, shadow, sticky, ...} (docs/versions.md); written "
+                            "to Redis when the declaration changes, changed by the admin API "
+                            "and the guard")
 
     def __post_init__(self) -> None:
         parse_log_level(self.log_level)
+        parse_declared(self.rollouts)
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
         if self.result_ttl_s < 1 or self.pending_ttl_s < 1:
@@ -178,10 +186,13 @@ class GatewaySettings(CommonSettings):
                                              "ask for")
     job_record_ttl_s: int = setting(30 * 86400, "seconds a finished job's record is kept "
                                     "(its files stay in job_store_dir)")
+    admin_token: str = setting("", "bearer token of the admin API (/v1/admin/...: rollouts), "
+                               "24+ characters (or FERRY_ADMIN_TOKEN_FILE); empty: the admin "
+                               "API answers 403")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._check_jobs()
+        self._check_jobs_and_admin()
         if self.max_body_bytes < 1:
             raise ConfigError("max_body_bytes must be positive")
         if self.workers < 0:
@@ -203,7 +214,9 @@ class GatewaySettings(CommonSettings):
         if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
             raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
 
-    def _check_jobs(self) -> None:
+    def _check_jobs_and_admin(self) -> None:
+        if self.admin_token and len(self.admin_token) < MIN_ADMIN_TOKEN:
+            raise ConfigError(f"admin_token must have at least {MIN_ADMIN_TOKEN} characters")
         if min(self.job_max_items, self.job_max_bytes, self.job_window,
                self.job_max_unfinished, self.job_record_ttl_s) < 1 or self.job_lease_s <= 0:
             raise ConfigError("job_max_items, job_max_bytes, job_window, job_max_unfinished, "
@@ -277,6 +290,13 @@ class BatcherSettings(CommonSettings):
     shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
     metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")
     metrics_port: int = setting(9400, "port of the batcher's /metrics endpoint (0: off)")
+    cascades: str = setting("", "two-tier cascades: a JSON object, model to {review_model, "
+                            "review_version, when: always | unsafe | label_above:S | "
+                            "labels:A,B} (docs/versions.md)")
+    review_max_backlog: int = setting(10000, "unfinished tasks a review model may have before "
+                                      "a new review is skipped (written SKIPPED, with why)")
+    rollout_check_s: float = setting(2.0, "how often the rollouts' guard looks (on the batcher "
+                                     "that owns partition 0)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -296,6 +316,9 @@ class BatcherSettings(CommonSettings):
         if not 0 < self.breaker_threshold <= 1 or self.breaker_min_calls < 1:
             raise ConfigError("breaker_threshold must be in (0, 1] and breaker_min_calls >= 1")
         parse_fallbacks(self.fallback_models, {})
+        parse_cascades(self.cascades)
+        if self.review_max_backlog < 1 or self.rollout_check_s <= 0:
+            raise ConfigError("review_max_backlog must be >= 1 and rollout_check_s > 0")
 
     def fallbacks(self, environ: Mapping[str, str] | None = None) -> Fallbacks:
         """The fallback models, from ``fallback_models`` and ``FERRY_FALLBACK_<MODEL>``."""

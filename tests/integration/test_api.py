@@ -141,7 +141,7 @@ async def test_health_readiness_metrics_and_docs(gateway: httpx.AsyncClient) -> 
                             "circuits": {}}
     await gateway.post("/v1/inference", json={"input": "x"})
     metrics = (await gateway.get("/metrics")).text
-    assert 'ferry_tasks_accepted_total{model="sim"} 1.0' in metrics
+    assert 'ferry_tasks_accepted_total{model="sim",version=""} 1.0' in metrics
     assert 'route="/v1/inference"' in metrics
     spec = (await gateway.get("/openapi.json")).json()
     assert {"/v1/inference", "/v1/result/{task_id}", "/healthz", "/readyz"} <= set(spec["paths"])

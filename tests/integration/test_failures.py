@@ -54,7 +54,7 @@ async def test_poison_request_is_dead_lettered_and_its_batch_mates_succeed(
     assert "3 attempt" in poisoned["error"]
     assert all(r["status"] == "SUCCESS" for r in by_payload.values())
     # Successful infer calls carried the 15 good requests, each once, the first in one batch.
-    assert registry.get_sample_value("ferry_batch_size_sum", {"model": "sim"}) == 15
+    assert registry.get_sample_value("ferry_batch_size_sum", {"model": "sim", "version": "1"}) == 15
     failures = registry.get_sample_value("ferry_infer_failures_total",
                                          {"model": "sim", "kind": "permanent"})
     assert failures is not None and failures >= 5
@@ -262,7 +262,7 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
             await healthy.stop()
     assert [r["status"] for r in results] == ["SUCCESS"] * 3
     assert healthy.metrics.registry.get_sample_value(
-        "ferry_batch_size_count", {"model": "sim"}) == 1  # one batch: none came back a suspect
+        "ferry_batch_size_count", {"model": "sim", "version": "1"}) == 1  # one batch: none came back a suspect
     assert dead_letters(redis_client) == []
 
 

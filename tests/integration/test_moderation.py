@@ -53,7 +53,7 @@ async def test_a_batch_of_mixed_images_gets_one_answer_each(
                                           for i in images))
         results = await stack.results(task_ids)
         batches = stack.batchers[0].metrics.registry.get_sample_value(
-            "ferry_batch_size_count", {"model": "moderation"})
+            "ferry_batch_size_count", {"model": "moderation", "version": "1"})
     outputs = [r["output"]["DETECTIONS"] for r in results]
     assert batches == 1
     assert [o["detections"] == [] for o in outputs] == [False, True, False, True, False]

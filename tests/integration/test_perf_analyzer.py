@@ -60,7 +60,7 @@ def ferry(redis_server: str, triton_server: TritonServer,
 def accepted(metrics_url: str, model: str) -> float:
     """Ferry's count of tasks it accepted for ``model`` (every request, shared or not)."""
     text = httpx.get(metrics_url, timeout=10).text
-    found = re.search(rf'^ferry_tasks_accepted_total{{model="{model}"}} (\S+)$', text,
+    found = re.search(rf'^ferry_tasks_accepted_total{{model="{model}",version=""}} (\S+)$', text,
                       re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 

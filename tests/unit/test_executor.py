@@ -72,7 +72,8 @@ class Backend:
         return InferredTensors(tuple(Tensor(f"OUT_{t.name}", t.datatype, t.shape, t.raw)
                                      for t in inputs), "1")
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes],
+                    version: str = "") -> Inferred:
         self.calls.append(list(payloads))
         if self.failures:
             self.failures -= 1
@@ -162,7 +163,8 @@ class Watched(Backend):
         self.freed = freed
         self.free_at_call: list[bool] = []
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes],
+                    version: str = "") -> Inferred:
         self.free_at_call.append(any(line.startswith("freed") for line in self.freed))
         inferred = await super().infer(spec, payloads)
         return Inferred([Row(self.freed, **row) for row in inferred.rows], "1")

@@ -49,7 +49,11 @@ def test_a_payload_body_is_what_it_was() -> None:
     submission = parsed({"input": "hello", "model": "sim"})
     assert not isinstance(submission, TensorSubmission) and submission.payload == b"hello"
     assert refused({"input": "hello", "input_tensors": []}).code == "unknown_field"
-    assert refused({"input": "x"}, {"version": "1"}).code == "invalid_parameter"
+    assert parsed({"input": "x"}, {"version": "1"}).version == "1"  # a payload pins one too
+    assert parsed({"input": "x", "model_version": "2"}).version == "2"
+    assert refused({"input": "x", "model_version": "2"}, {"version": "1"}).code == \
+        "invalid_parameter"
+    assert refused({"input": "x", "model_version": "v2"}).code == "invalid_parameter"
     raw = parse_submission(b"{\"inputs\": 1}", "text/plain", "sim")
     assert not isinstance(raw, TensorSubmission) and raw.payload == b"{\"inputs\": 1}"
 

@@ -50,6 +50,14 @@ Sleep = Callable[[float], Awaitable[None]]
 T = TypeVar("T")
 
 
+class Answered(Protocol):
+    @property
+    def model_version(self) -> str: ...
+
+
+V = TypeVar("V", bound=Answered)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The final answer for one delivery."""
@@ -60,6 +68,8 @@ class Outcome:
     error: str | None = None
     model_version: str = ""
     answered_by: str | None = None  # the fallback model that answered, if not the task's own
+    infer_s: float = 0.0  # its batch's Triton call (0: it did not reach Triton)
+    review: Any = None  # a cascade's review entry (``batcher.reviews``)
 
     def record(self, finished_at: float) -> TaskRecord | None:
         task = self.delivery.task
@@ -67,7 +77,7 @@ class Outcome:
             return None
         return TaskRecord.final(task, self.status, finished_at, output=self.output,
                                 error=self.error, model_version=self.model_version,
-                                answered_by=self.answered_by)
+                                answered_by=self.answered_by, review=self.review)
 
     def completion(self, finished_at: float) -> Completion:
         """Its record, its dead letter and whether its answer may be cached, by the record's
@@ -78,6 +88,13 @@ class Outcome:
 
     def _reusable(self) -> bool:
         return reusable(self.delivery.task, self.status, self.model_version, self.answered_by)
+
+
+def _version_of(items: Sequence[Delivery], model: str) -> str:
+    """The version a one-BYTES batch asks of ``model``: its tasks' (a lane holds one version;
+    none of a fallback model)."""
+    first = items[0].task
+    return first.model_version if first is not None and first.model == model else ""
 
 
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
@@ -150,6 +167,18 @@ class BatchContext(Protocol):
         ...
 
 
+class Desk(Protocol):
+    """What settling a batch tells the batcher's version desk (``batcher.versions``)."""
+
+    async def prepare(self, outcomes: Sequence[Outcome]) -> Sequence[Outcome]:
+        """The outcomes as their records are to be written (a review entry added)."""
+        ...
+
+    def settled(self, outcomes: Sequence[Outcome], finished_at: float) -> None:
+        """Outcomes just written (each new)."""
+        ...
+
+
 class Standalone:
     """A context of the executor's own, for an executor that runs outside a batcher: breakers
     made on first use, nothing fitted, nothing cancelled."""
@@ -196,6 +225,7 @@ class BatchExecutor:
         self.clock = timing.clock
         self.sleep = timing.sleep
         self.jitter = timing.jitter
+        self.desk: Desk | None = None  # set by the batcher: versions' figures, the cascade
 
     async def run(self, model: str, deliveries: Sequence[Delivery],
                   inferred: Freed | None = None) -> None:
@@ -253,7 +283,7 @@ class BatchExecutor:
                 if len(items) > spec.max_batch_size:
                     breaker.abandon()
                     return await self._split(model, items, attempt, spec.max_batch_size)
-                outcomes = await self._infer(spec, items)
+                outcomes = await self._infer(spec, items, _version_of(items, model))
         except BackendError as exc:
             return await self._recover(model, items, attempt, exc)
         breaker.record(self.clock(), ok=True)
@@ -322,12 +352,14 @@ class BatchExecutor:
             ended += await self._attempt(model, live, attempt)
         return ended
 
-    async def _infer(self, spec: ModelSpec, items: Sequence[Delivery]) -> list[Outcome]:
+    async def _infer(self, spec: ModelSpec, items: Sequence[Delivery],
+                     version: str) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
-        inferred = await self._timed(spec.name, len(items), self.backend.infer(spec, payloads))
+        inferred, seconds = await self._timed(spec.name, len(items),
+                                              self.backend.infer(spec, payloads, version))
         await _done_at_triton(len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
-                        model_version=inferred.model_version)
+                        model_version=inferred.model_version, infer_s=seconds)
                 for d, row in zip(items, inferred.rows, strict=True)]
 
     async def _infer_tensors(self, model: str, version: str, batched: bool,
@@ -337,14 +369,16 @@ class BatchExecutor:
         call = self.backend.infer_tensors(model, version, joined_inputs(tasks, batched),
                                           list(tasks[0].outputs), request_id)
         rows = sum(rows_of(task, batched) for task in tasks)  # Triton's batch: what it costs
-        inferred = await self._timed(model, rows, call)
+        inferred, seconds = await self._timed(model, rows, call)
         await _done_at_triton(len(items))
-        return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version)
+        return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version,
+                        infer_s=seconds)
                 for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
                                      strict=True)]
 
-    async def _timed(self, model: str, size: int, call: Awaitable[T]) -> T:
-        """The call's answer; its time traced, fitted and measured, its failure traced."""
+    async def _timed(self, model: str, size: int, call: Awaitable[V]) -> tuple[V, float]:
+        """The call's answer and its seconds; its time traced, fitted and measured (by the
+        version that answered), its failure traced."""
         started, recorder = time.monotonic(), CURRENT_BATCH.get()
         started_ns = time.time_ns() if recorder is not None else 0
         try:
@@ -360,9 +394,10 @@ class BatchExecutor:
             recorder.step("triton.infer", started_ns, {"ferry.model": model,
                                                         "ferry.batch.size": size})
         self.observe_call(model, size, seconds)
-        self.metrics.infer_seconds.labels(model).observe(seconds)
-        self.metrics.batch_size.labels(model).observe(size)
-        return answer
+        version = answer.model_version
+        self.metrics.infer_seconds.labels(model, version).observe(seconds)
+        self.metrics.batch_size.labels(model, version).observe(size)
+        return answer, seconds
 
     async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
                      size: int) -> list[Outcome]:
@@ -384,6 +419,8 @@ class BatchExecutor:
         """
         finished_at, recorder = time.time(), CURRENT_BATCH.get()
         started_ns = time.time_ns() if recorder is not None else 0
+        if self.desk is not None:
+            outcomes = await self.desk.prepare(outcomes)
         completions = [o.completion(finished_at) for o in outcomes]
         for attempt in range(1, self.settings.max_attempts + 1):
             try:
@@ -392,7 +429,10 @@ class BatchExecutor:
                 log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
                 await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
                 continue
-            self._count([o for o, new in zip(outcomes, written, strict=True) if new])
+            settled = [o for o, new in zip(outcomes, written, strict=True) if new]
+            self._count(settled)
+            if self.desk is not None:
+                self.desk.settled(settled, finished_at)
             if recorder is not None:
                 recorder.step("ferry.result_write", started_ns,
                               {"ferry.tasks": len(outcomes), "ferry.attempt": attempt})
@@ -401,8 +441,10 @@ class BatchExecutor:
 
     def _count(self, settled: Sequence[Outcome]) -> None:
         for outcome in settled:
-            model = outcome.delivery.task.model if outcome.delivery.task else ""
-            self.metrics.finished.labels(model, outcome.status.value).inc()
+            task = outcome.delivery.task
+            model, version = (task.model, outcome.model_version or task.model_version) \
+                if task else ("", "")
+            self.metrics.finished.labels(model, outcome.status.value, version).inc()
             if outcome.status is Status.FAILED:
                 self.metrics.dead_lettered.inc()
 
@@ -411,4 +453,4 @@ class BatchExecutor:
         for delivery in items:
             if delivery.task is not None:
                 waited = max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
-                self.metrics.queue_wait.labels(model).observe(waited)
+                self.metrics.queue_wait.labels(model, delivery.task.model_version).observe(waited)

@@ -40,12 +40,16 @@ Woken = Literal["freed", "taken", "ahead", "poll"]  # why a reader parked while 
 
 def lane_of(delivery: Delivery) -> Lane:
     """The boarding lane: the model and priority, alone for a task delivered before; a tensor
-    task's only with tasks of its signature (``tensor_batch.signature``)."""
+    task's only with tasks of its signature (``tensor_batch.signature``), a pinned one's only
+    with tasks of its version."""
     task = delivery.task
     assert task is not None
     if task.inputs:
         return Lane(task.model, Priority.of(task.priority), delivery.deliveries > 1,
                     signature(task))
+    if task.model_version:  # a pinned version travels only with tasks of that version
+        return Lane(task.model, Priority.of(task.priority), delivery.deliveries > 1,
+                    (task.model_version,))
     return Lane(task.model, Priority.of(task.priority), suspect=delivery.deliveries > 1)
 
 

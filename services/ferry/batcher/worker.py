@@ -28,6 +28,7 @@ from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.reader import Reader
 from ferry.batcher.reporter import Reporter
 from ferry.batcher.shared import Shared
+from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
 from ferry.batching.policy import BatchPolicy
 from ferry.compose.batcher import BatcherParts, batcher_parts
@@ -72,6 +73,9 @@ class Batcher:
         parts.cancels.on_message = self._dispatcher.on_cancel
         self._webhooks = (WebhookSender(settings, parts.redis, self.partitions, parts.consumer,
                                         parts.metrics) if settings.webhook_hosts else None)
+        self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
+                                     parts.metrics)
+        self._dispatcher.executor.desk = self._versions
         self._loops: list[asyncio.Task[None]] = []
         self._metrics_server: StatusServer | None = None
         self._stopped = False
@@ -115,6 +119,7 @@ class Batcher:
         await self.parts.cancels.start()
         if self._webhooks is not None:
             await self._webhooks.start()
+        await self._versions.start()
         await self._serve_status()
         self._loops = self._start_loops()
         s = self.settings
@@ -219,6 +224,7 @@ class Batcher:
     async def _close(self) -> None:
         parts = self.parts
         await parts.cancels.stop()
+        await self._versions.stop()
         if self._webhooks is not None:
             await self._webhooks.stop()
         with contextlib.suppress(*REDIS_UNAVAILABLE):

@@ -15,7 +15,6 @@ from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, parse_partitions
-from ferry.tasks.base import BatcherStore
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import Tracing
@@ -30,7 +29,8 @@ class BatcherParts:
     hot: Commands  # completion
     redis: SlowRedis  # groups, webhooks, cluster-mode check
     queue: TaskQueue  # reads through a blocking lean connection of its own
-    store: BatcherStore  # completion, and the cancel flags and backlog counts of a partition
+    store: RedisTaskStore  # completion, the cancel flags and backlog counts of a partition;
+    # reviews' admission and records' reads (``batcher.versions``)
     metrics: BatcherMetrics
     cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
     tracing: Tracing  # OTLP traces, when OTEL_* asks for them

@@ -210,6 +210,12 @@ class HotLane:
                                       _last(headers, b"x-request-timeout"))
         if no_cache(headers.get(b"cache-control", [])):
             submission = replace(submission, no_cache=True)
+        rollout_key = _last(headers, b"x-rollout-key")
+        if rollout_key:
+            if len(rollout_key) > MAX_KEY_LENGTH or not rollout_key.isprintable():
+                raise BadRequestError("invalid_header", "X-Rollout-Key must be 1 to "
+                                      f"{MAX_KEY_LENGTH} printable characters")
+            submission = replace(submission, rollout_key=rollout_key)
         callback = _last(headers, b"ferry-callback") or submission.callback_url
         if callback:
             submission = replace(submission, callback_url=check_callback(

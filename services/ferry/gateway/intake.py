@@ -32,7 +32,7 @@ from ferry.priority import Priority
 from ferry.tensors import TensorError
 
 JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s",
-                         "callback_url"})
+                         "callback_url", "model_version", "rollout_key"})
 RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                        "application/octet-stream", "text/plain"})
 # Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
@@ -67,6 +67,8 @@ class Submission:
     timeout_s: float | None = None  # the client's deadline, seconds from admission
     no_cache: bool = False  # Cache-Control: no-cache: do not answer from the result cache
     callback_url: str = ""  # where to POST the final record (checked against the allowlist)
+    version: str = ""  # the model version asked for ('': the rollout's, or Triton's policy's)
+    rollout_key: str = ""  # what a rollout's sticky split keys on ('': the client id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,13 +112,26 @@ def parse_submission(body: bytes, content_type: str, model_param: str | None,
         submission = _from_raw(body, content_type, model_param, priority)
     else:
         _refuse_media_type(content_type)
-    if "version" in query and not isinstance(submission, TensorSubmission):
-        raise BadRequestError("invalid_parameter", "query.version pins a model version for "
-                              "the tensor form only (a JSON body with 'inputs'); a payload "
-                              "is answered by the model's newest version")
+    version = _pinned(submission, query)
+    if version != submission.version:
+        submission = replace(submission, version=version)
     if timeout is not None:  # the tensor form has agreed its deadline with it already
         submission = replace(submission, timeout_s=timeout)
     return submission
+
+
+def _pinned(submission: Submission, query: Mapping[str, str]) -> str:
+    """The version a request pins: its ``model_version`` field or ``?version=`` (one, or both
+    alike), '' for none."""
+    named = submission.version
+    if isinstance(submission, TensorSubmission):
+        named = named or submission.tensors.version
+    asked = _version(query.get("version"), "query.version")
+    if named and asked and named != asked:
+        raise BadRequestError("invalid_parameter", f"the model version is {named} by "
+                              f"'model_version' and {asked} by query.version; set one, or both "
+                              "alike")
+    return named or asked
 
 
 def parse_timeout(raw: str | float | None, where: str) -> float | None:
@@ -180,7 +195,10 @@ def _from_json(body: bytes, model_param: str | None, priority: Priority,
         priority = Priority.parse(named_priority, "'priority'")
     return Submission(model=model, payload=payload, content_type=content_type, client_id=client_id,
                       priority=priority, timeout_s=_json_timeout(doc),
-                      callback_url=_optional_str(doc, "callback_url") or "")
+                      callback_url=_optional_str(doc, "callback_url") or "",
+                      version=_named_version(doc),
+                      rollout_key=_clean_name(_optional_str(doc, "rollout_key"),
+                                              "rollout_key") or "")
 
 
 def _json_timeout(doc: dict[str, Any]) -> float | None:
@@ -221,7 +239,9 @@ def _from_tensor_json(doc: dict[str, Any], model_param: str | None, query: Mappi
         timeout_s=_agreed_timeout(timeout if timeout is not None else named_timeout,
                                   triton_timeout),
         callback_url=_optional_str(doc, "callback_url") or "",
-        tensors=TensorForm(request, _version(query.get("version"))))
+        version=_named_version(doc),
+        rollout_key=_clean_name(_optional_str(doc, "rollout_key"), "rollout_key") or "",
+        tensors=TensorForm(request, _version(query.get("version"), "query.version")))
 
 
 def _ferry_priority(doc: dict[str, Any], query: Mapping[str, str]) -> Priority | None:
@@ -255,14 +275,24 @@ def _agreed_timeout(ours: float | None, triton: float | None) -> float | None:
     return ours if ours is not None else triton
 
 
-def _version(raw: str | None) -> str:
-    """A version number (``?version=``), or '' for none: the model's newest."""
+def _version(raw: str | None, where: str) -> str:
+    """A version number, or '' for none (the rollout's version, or the model's newest)."""
     if raw is None:
         return ""
     if not (raw.isascii() and raw.isdigit() and 0 < len(raw) <= MAX_VERSION_DIGITS):
-        raise BadRequestError("invalid_parameter", f"query.version must be a version number "
+        raise BadRequestError("invalid_parameter", f"{where} must be a version number "
                               f"(1 to {MAX_VERSION_DIGITS} digits), not {raw[:40]!r}")
     return raw
+
+
+def _named_version(doc: dict[str, Any]) -> str:
+    value = doc.get("model_version")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if value is not None and not isinstance(value, str):
+        raise BadRequestError("invalid_field", "'model_version' must be a version number "
+                              f"(a string of digits), not {type(value).__name__}")
+    return _version(value, "'model_version'")
 
 
 def _json_payload(doc: dict[str, Any]) -> tuple[bytes, str]:

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -22,16 +23,21 @@ from ferry.errors import (
     ConflictError,
     NotFoundError,
     ServiceUnavailableError,
+    TooManyRequestsError,
     UnprocessableError,
 )
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import Submission, TensorSubmission, check_payload
+from ferry.gateway.versions import Versions
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
+from ferry.rollouts.rollout import parse_declared
+from ferry.rollouts.store import Pair, RolloutStore, apply_declared
 from ferry.tasks import idempotency
 from ferry.tasks.base import (
+    NO_OWNER,
     NOT_SHARED,
     Admission,
     Admitted,
@@ -102,15 +108,24 @@ class Gateway:
         self.tracing = parts.tracing
         self._admissions: dict[tuple[str, Priority, float], tuple[Capacity, Admission]] = {}
         self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
+        self.rollouts = RolloutStore(parts.hot)
+        self.versions = Versions(self.rollouts)
+        self._shadows: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.tracing.start()
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # a Redis still starting: checked later
             await check_cluster_mode(self.parts.settings, self.parts.redis)
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # the batchers write it too
+            await apply_declared(self.rollouts, parse_declared(self.settings.rollouts))
         await self.parts.backend.start()
         await self.parts.subscriber.start()
 
     async def stop(self) -> None:
+        if self._shadows:  # copies being admitted: a moment to finish, then they are dropped
+            await asyncio.wait(self._shadows, timeout=1.0)
+            for shadow in self._shadows:
+                shadow.cancel()
         await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
         await self.parts.access.close()
         await self.parts.backend.close()
@@ -149,23 +164,41 @@ class Gateway:
         if isinstance(submission, TensorSubmission):
             return await self._prepare_tensors(submission)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
+        version = await self.version_for(spec.name, submission.version,
+                                         submission.rollout_key or submission.client_id)
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
             check_payload(spec.input_kind, submission.payload)
-        task, pending, sharing = self._new_task(spec.name, spec.version, submission)
+        task, pending, sharing = self._new_task(spec.name, version or spec.version, submission)
+        task.model_version = version
         return Prepared(task, pending, sharing, lambda: idempotency.request_digest(
-            spec.name, task.priority, task.content_type, task.payload))
+            spec.name, task.priority, task.content_type, task.payload, submission.version))
+
+    async def version_for(self, model: str, asked: str, key: str) -> str:
+        """The version a request of ``model`` goes to: the one it pins (a 404 if Triton has no
+        such version ready), else its rollout's pick, else '' (Triton's version policy)."""
+        pick, _ = await self.versions.pick(model, asked, key)
+        if pick.role == "pinned":
+            try:
+                await self.catalog.metadata(model, asked)
+            except BackendError as exc:
+                raise NotFoundError("unknown_model_version", f"model {model!r} has no version "
+                                    f"{asked} ready: {exc}") from None
+        return pick.version
 
     async def _prepare_tensors(self, submission: TensorSubmission) -> Prepared:
         """``/v1``'s tensor form: checked against the model's tensors as ``/v2``'s infer checks
         them (a 400 saying what differs, nothing enqueued), then admitted as any task is."""
         form = submission.tensors
-        interface = await self.catalog.tensor_interface(
-            submission.model or self.settings.default_model, form.version)
+        model = submission.model or self.settings.default_model
+        asked = submission.version or form.version
+        version = (asked or await self.version_for(
+            model, "", submission.rollout_key or submission.client_id))
+        interface = await self.catalog.tensor_interface(model, version)
         request = form.request
         try:
-            checked = interface.check(request.inputs, request.output_names, form.version)
+            checked = interface.check(request.inputs, request.output_names, version)
         except TensorError as exc:
             raise BadRequestError("invalid_tensors", str(exc)) from None
         tensors = TensorTask(checked, request.id, submission.priority, submission.timeout_s,
@@ -173,7 +206,7 @@ class Gateway:
         task, pending, sharing = self._new_task(checked.model, tensors.version, submission,
                                                 tensors)
         return Prepared(task, pending, sharing, lambda: idempotency.request_digest(
-            checked.model, task.priority, TENSOR_FORM, tensors.request_digest.encode()))
+            checked.model, task.priority, TENSOR_FORM, tensors.request_digest.encode(), asked))
 
     async def admit_prepared(self, task: Task, pending: TaskRecord, sharing: Sharing,
                              submission: Submission, owner: Owner) -> Admitted:
@@ -181,7 +214,7 @@ class Gateway:
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)
         admitted = await self.store.admit(task, pending, admission, sharing, owner)
-        self._count(task.model, admitted)
+        self._count(task, admitted)
         return admitted
 
     async def _admit_once(self, task: Task, pending: TaskRecord, sharing: Sharing,
@@ -219,7 +252,7 @@ class Gateway:
                                          submission.timeout_s or self.settings.default_timeout_s)
         with self.access.waiting(caller), self.waiters.watch(task.task_id) as watch:
             admitted = await self.store.admit(task, pending, admission, sharing, caller.owner)
-            self._count(task.model, admitted)
+            self._count(task, admitted)
             yield Held(task.task_id, admitted.record, watch)
 
     def _new_task(self, model: str, version: str, submission: Submission,
@@ -258,12 +291,12 @@ class Gateway:
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)
         if wait_s <= 0:
-            self._count(task.model, await self.store.admit(task, pending, admission, sharing,
+            self._count(task, await self.store.admit(task, pending, admission, sharing,
                                                            owner))
             return Submitted(task.task_id)
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
             admitted = await self.store.admit(task, pending, admission, sharing, owner)
-            self._count(task.model, admitted)
+            self._count(task, admitted)
             try:
                 record = await watch.final(wait_s, admitted.record, read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
@@ -272,10 +305,44 @@ class Gateway:
         return Submitted(task.task_id, record if record is not None and record.status.final
                          else None)
 
-    def _count(self, model: str, admitted: Admitted) -> None:
-        self.metrics.accepted.labels(model).inc()
+    def _count(self, task: Task, admitted: Admitted) -> None:
+        model = task.model
+        self.metrics.accepted.labels(model, task.model_version).inc()
         if admitted.how != "queued":
             self.metrics.shared.labels(model, admitted.how).inc()
+        rollout = self.versions.cached(model)
+        if (rollout is not None and rollout.shadowed_version(task.model_version, random.random())
+                and not task.shadow_of and not task.review_of):
+            shadow = asyncio.create_task(self._shadow(task, rollout.candidate),
+                                         name=f"ferry-shadow-{task.task_id}")
+            self._shadows.add(shadow)
+            shadow.add_done_callback(self._shadows.discard)
+
+    async def _shadow(self, task: Task, candidate: str) -> None:
+        """Admit a copy of ``task`` for the candidate, at batch priority, never waited for; it
+        is dropped (counted) rather than queued when the model's backlog is high."""
+        shadow = Task()
+        shadow.CopyFrom(task)
+        shadow.task_id = keys.new_task_id()
+        shadow.model_version, shadow.shadow_of = candidate, task.task_id
+        shadow.priority = int(Priority.BATCH)
+        shadow.callback_url = shadow.input_digest = shadow.digest_version = shadow.client_id = ""
+        shadow.deadline_ms = 0
+        now = time.time()
+        try:
+            admission = await self.admission(task.model, Priority.BATCH, 0.0)
+            await self.store.admit(shadow, TaskRecord.pending(shadow, now), admission,
+                                   NOT_SHARED, NO_OWNER)
+            await self.rollouts.add_pair(task.model, Pair(task.task_id, shadow.task_id,
+                                                          candidate), now)
+        except (TooManyRequestsError, ServiceUnavailableError):
+            self.metrics.shadows.labels(task.model, "dropped").inc()
+            return
+        except REDIS_UNAVAILABLE as exc:
+            log.warning("shadow of task %s not admitted: %s", task.task_id, exc)
+            self.metrics.shadows.labels(task.model, "dropped").inc()
+            return
+        self.metrics.shadows.labels(task.model, "sent").inc()
 
     async def _take_key(self, key: str, task_id: str, digest: str,
                         wait_s: float) -> Submitted | None:

@@ -32,7 +32,7 @@ from ferry.oip.grpc_codec import (
     infer_response,
     message_from_json,
 )
-from ferry.oip.hold import HOLD_S, Failure, Refused, cancel_quietly, outcome
+from ferry.oip.hold import HOLD_S, ROLLOUT_KEY_HEADER, Failure, Refused, cancel_quietly, outcome
 from ferry.oip.infer import RESULT_PREFIX, Inference
 from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
 from ferry.oip.schedule import tensor_task
@@ -224,7 +224,8 @@ class InferenceService:
                      metadata: Metadata) -> service_pb2.ModelInferResponse:
         """Admit the request, hold it until its task ends, answer from its record."""
         request, asynchronous = infer_request(message)
-        version = message.model_version
+        version = message.model_version or await self.gateway.version_for(
+            message.model_name, "", metadata.get(ROLLOUT_KEY_HEADER) or caller.client_for(""))
         interface = await self.inference.interface(message.model_name, version)
         task = tensor_task(interface, request, version, own_id=asynchronous)
         with self.inference.tracing.server_span("ModelInfer", metadata):

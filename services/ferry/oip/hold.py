@@ -43,6 +43,9 @@ class Held:
         return record or self.record
 
 
+ROLLOUT_KEY_HEADER = "x-rollout-key"  # what a rollout's sticky split keys on (else the client)
+
+
 class TensorGateway(Protocol):
     """What an infer call needs of the gateway."""
 
@@ -52,6 +55,11 @@ class TensorGateway(Protocol):
 
     async def cancel(self, task_id: str, caller: Caller) -> StoredRecord:
         """End the task CANCELLED if it has not reached Triton (a ``ClientError`` if not)."""
+        ...
+
+    async def version_for(self, model: str, asked: str, key: str) -> str:
+        """The version a request that names none goes to: its model's rollout's pick, split
+        by ``key`` ('' : Triton's version policy)."""
         ...
 
 

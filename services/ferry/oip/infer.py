@@ -25,6 +25,7 @@ from ferry.access import Access, Caller
 from ferry.oip.encoding import BodyTooLargeError, accepted_coding, decode_body, encode_body
 from ferry.oip.hold import (
     HOLD_S,
+    ROLLOUT_KEY_HEADER,
     TIMED_OUT,
     Held,
     Refused,
@@ -96,6 +97,8 @@ class InferOperation:
                      caller: Caller) -> Response:
         try:
             parsed = await self._read(request)
+            version = version or await self.gateway.version_for(
+                model, "", request.headers.get(ROLLOUT_KEY_HEADER) or caller.client_for(""))
             interface = await self.inference.interface(model, version)
             asynchronous = respond_async(request.headers.getlist("prefer"))
             task = tensor_task(interface, parsed, version, own_id=asynchronous)

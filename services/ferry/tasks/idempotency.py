@@ -59,9 +59,11 @@ def redis_key(client_id: str, key: str) -> str:
     return f"{keys.PREFIX}:idem:{scope}"
 
 
-def request_digest(model: str, priority: int, content_type: str, payload: bytes) -> str:
-    """What makes two requests 'the same body'."""
-    head = f"{model}\0{priority}\0{content_type}\0".encode()
+def request_digest(model: str, priority: int, content_type: str, payload: bytes,
+                   version: str = "") -> str:
+    """What makes two requests 'the same body' (the version they pin is part of it)."""
+    pinned = f"@{version}" if version else ""
+    head = f"{model}{pinned}\0{priority}\0{content_type}\0".encode()
     return hashlib.sha256(head + payload).hexdigest()
 
 

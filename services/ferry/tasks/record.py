@@ -8,7 +8,7 @@ known by construction (``Encoded``), never by searching the JSON.
 
 A body is laid out in three parts, in this key order::
 
-    head    {"task_id":..,"created_at":..[,"collapsed_into":..]   the task's own
+    head    {"task_id":..,"created_at":..[,"collapsed_into":..][,"review"]   the task's own
     middle  ,"status":..,"model":..[,"priority"][,"deadline_at"][,"finished_at"][,"cache"]
             [,"answered_by"]                                       shared with followers
     answer  [,"model_version"][,"output"][,"error"]                what a cache hit reuses
@@ -72,6 +72,7 @@ class TaskRecord:
     answered_by: str | None = None  # the fallback model that answered (breaker open)
     cache: str | None = None  # "hit": answered from the result cache
     collapsed_into: str | None = None  # the identical task (same owner) whose inference answered
+    review: Any = None  # a cascade's review of the answer (``ferry.rollouts.cascade``)
 
     @classmethod
     def pending(cls, task: Task, created_at: float) -> TaskRecord:
@@ -83,12 +84,13 @@ class TaskRecord:
     @classmethod
     def final(cls, task: Task, status: Status, finished_at: float, *, output: Any = None,
               error: str | None = None, model_version: str = "",
-              answered_by: str | None = None) -> TaskRecord:
+              answered_by: str | None = None, review: Any = None) -> TaskRecord:
         """A task's final record, as the batcher that ends it writes it."""
         return cls(task.task_id, status, task.model, task.enqueued_at_ms / 1000.0,
                    model_version, finished_at, output, error,
                    Priority.of(task.priority).label,
-                   task.deadline_ms / 1000.0 if task.deadline_ms else None, answered_by)
+                   task.deadline_ms / 1000.0 if task.deadline_ms else None, answered_by,
+                   review=review)
 
     def cache_hit(self) -> TaskRecord:
         """This (pending) task's record when the cache answers it, before the answer: final at
@@ -106,6 +108,8 @@ class TaskRecord:
         head: dict[str, Any] = {"task_id": self.task_id, "created_at": self.created_at}
         if self.collapsed_into is not None:
             head["collapsed_into"] = self.collapsed_into
+        if self.review is not None:  # its own: neither followers nor cache hits share it
+            head["review"] = self.review
         return head
 
     def middle(self) -> dict[str, Any]:

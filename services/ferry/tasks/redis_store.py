@@ -98,6 +98,7 @@ class RedisTaskStore:
         self._complete = client.register_script(scripts.source(scripts.COMPLETE))
         self._heal = client.register_script(scripts.source(scripts.HEAL))
         self._cancel = client.register_script(scripts.source(scripts.CANCEL))
+        self._review = client.register_script(scripts.source(scripts.REVIEW))
 
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
@@ -201,6 +202,16 @@ class RedisTaskStore:
                 script_keys.append(slot.task_prefix + item.record.task_id)
             args += completion_item(item)
         return self._complete.command(script_keys, args)
+
+    async def write_review(self, task_id: str, marker: bytes, review: bytes, url: str) -> bool:
+        """Put a review's end in place of its pending entry in the reviewed task's record (and
+        queue that task's webhook again, with a ``url``); False if the record has no such
+        entry (expired, or the task ran again with a review of its own)."""
+        partition = keys.partition_of(task_id, self.partitions)
+        names = scripts.ReviewKeys(keys.task_key(task_id, partition),
+                                   keys.webhook_stream(partition))
+        args = scripts.ReviewArgs(task_id, marker, review, url)
+        return bool(await self.client.execute(*self._review.command(names, args)))
 
     async def cancel(self, task_id: str, client_id: str = "") -> Cancellation:
         """Cancel a task that has not reached Triton (see ``CancelOutcome``); with

@@ -133,6 +133,18 @@ class HealKeys(NamedTuple):
     backlog: str  # then each of the partition's streams
 
 
+class ReviewKeys(NamedTuple):
+    task_key: str  # the reviewed task's hash
+    webhooks: str  # its partition's webhook stream
+
+
+class ReviewArgs(NamedTuple):
+    task_id: str  # the reviewed task's id
+    marker: bytes  # the review's pending entry, as the record holds it
+    review: bytes  # what takes its place
+    url: str  # the reviewed task's callback URL ('' : none)
+
+
 @dataclass(frozen=True)
 class ScriptSpec:
     """A script's file, its names, and what the loader puts before it."""
@@ -153,7 +165,8 @@ COMPLETE = ScriptSpec("complete", CompleteKeys._fields, CompleteArgs._fields,
 CANCEL = ScriptSpec("cancel", CancelKeys._fields, CancelArgs._fields,
                     results=(CancelOutcome, "OUTCOME_"))
 HEAL = ScriptSpec("heal", HealKeys._fields, more_keys="FIRST_STREAM", fragments=())
-SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL)
+REVIEW = ScriptSpec("review", ReviewKeys._fields, ReviewArgs._fields)
+SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW)
 
 
 def read_lua(name: str) -> str:

@@ -24,17 +24,22 @@ class BatcherMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.batch_size = Histogram("ferry_batch_size", "Rows per Triton infer call (a one-BYTES "
-                                    "request: one)", ["model"], buckets=BATCH_BUCKETS, registry=r)
+                                    "request: one), by the version that answered", ["model",
+                                    "version"], buckets=BATCH_BUCKETS, registry=r)
         self.flushes = Counter("ferry_batch_flush_total", "Batches sent, by why they left: full, "
                                "wait (max wait reached), adaptive (nobody else coming), drain",
                                ["model", "reason"], registry=r)
-        self.infer_seconds = Histogram("ferry_infer_seconds", "Duration of one Triton infer call",
-                                       ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_wait = Histogram("ferry_queue_wait_seconds",
-                                    "From acceptance by the gateway to departure in a batch",
-                                    ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.finished = Counter("ferry_tasks_finished_total", "Tasks given a final status",
-                                ["model", "status"], registry=r)
+        self.infer_seconds = Histogram("ferry_infer_seconds", "Duration of one Triton infer "
+                                       "call, by the version that answered", ["model", "version"],
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_wait = Histogram("ferry_queue_wait_seconds", "From acceptance by the gateway "
+                                    "to departure in a batch, by the version asked for ('': "
+                                    "Triton's policy picks)", ["model", "version"],
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.finished = Counter("ferry_tasks_finished_total", "Tasks given a final status, by "
+                                "the version that answered (or was asked for)",
+                                ["model", "status", "version"], registry=r)
+        self.rollout_share, self.rollout_decisions, self.shadow_agreement = _rollout_metrics(r)
         self.infer_failures = Counter("ferry_infer_failures_total", "Failed Triton infer calls",
                                       ["model", "kind"], registry=r)
         self.reclaimed = Counter("ferry_tasks_reclaimed_total",
@@ -51,15 +56,7 @@ class BatcherMetrics:
         self.window = Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at "
                             "once (its instances, less while calls run slow)", ["model"],
                             registry=r)
-        self.queue_depth = Gauge("ferry_queue_depth",
-                                 "Unfinished tasks in all partition streams (new and pending)",
-                                 registry=r)
-        self.partition_depth = Gauge("ferry_partition_depth", "Unfinished tasks of a partition "
-                                     "this batcher owns (all priorities)", ["partition"],
-                                     registry=r)
-        self.partition_pending = Gauge("ferry_partition_pending", "Tasks of a partition this "
-                                       "batcher owns that a batcher holds (read, not finished)",
-                                       ["partition"], registry=r)
+        self.queue_depth, self.partition_depth, self.partition_pending = _depth_metrics(r)
 
 
 class GatewayMetrics:
@@ -72,8 +69,12 @@ class GatewayMetrics:
                                 ["route", "method", "status"], registry=r)
         self.latency = Histogram("ferry_http_request_seconds", "HTTP request duration",
                                  ["route", "method"], buckets=LATENCY_BUCKETS, registry=r)
-        self.accepted = Counter("ferry_tasks_accepted_total", "Tasks enqueued", ["model"],
-                                registry=r)
+        self.accepted = Counter("ferry_tasks_accepted_total", "Tasks enqueued, by the version "
+                                "they pin or a rollout gave them ('': Triton's policy picks)",
+                                ["model", "version"], registry=r)
+        self.shadows = Counter("ferry_shadow_tasks_total", "Copies of requests sent to a "
+                               "rollout's candidate (sent), or dropped for a high backlog",
+                               ["model", "outcome"], registry=r)
         self.rejected = Counter("ferry_requests_rejected_total", "Requests refused, by HTTP status "
                                 "and error code (429 overload, 404 unknown task, ...)",
                                 ["status", "reason"], registry=r)
@@ -121,6 +122,26 @@ def _rpc_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
                     "it), by method and status code", ["method", "code"], registry=registry),
             Histogram("ferry_grpc_request_seconds", "gRPC call duration (a stream: each "
                       "request's)", ["method"], buckets=LATENCY_BUCKETS, registry=registry))
+
+
+def _depth_metrics(registry: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
+    """How much work waits: in every stream, and per partition this batcher owns."""
+    return (Gauge("ferry_queue_depth", "Unfinished tasks in all partition streams (new and "
+                  "pending)", registry=registry),
+            Gauge("ferry_partition_depth", "Unfinished tasks of a partition this batcher owns "
+                  "(all priorities)", ["partition"], registry=registry),
+            Gauge("ferry_partition_pending", "Tasks of a partition this batcher owns that a "
+                  "batcher holds (read, not finished)", ["partition"], registry=registry))
+
+
+def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter, Gauge]:
+    """What the rollouts' keeper reports (on the batcher that owns partition 0)."""
+    return (Gauge("ferry_rollout_candidate_share", "Percent of a model's requests its rollout's "
+                  "candidate answers", ["model", "candidate"], registry=registry),
+            Counter("ferry_rollout_decisions_total", "Rollout changes the guard made: step, "
+                    "promote, rollback", ["model", "action"], registry=registry),
+            Gauge("ferry_shadow_agreement", "Share of compared shadow answers that agree with "
+                  "the primary's", ["model", "candidate"], registry=registry))
 
 
 GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

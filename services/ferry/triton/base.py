@@ -126,7 +126,11 @@ class InferenceBackend(ModelDiscovery, Protocol):
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec: ...
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred: ...
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes],
+                    version: str = "") -> Inferred:
+        """One call with the whole batch's payloads, of ``version`` ('' : the server's
+        version policy picks)."""
+        ...
 
     async def infer_tensors(self, model: str, version: str, inputs: Sequence[Tensor],
                             outputs: Sequence[str] = (), request_id: str = ""

@@ -35,9 +35,11 @@ def as_dict(message: Message) -> dict[str, Any]:
     return triton_json(message)
 
 
-def infer_request(spec: ModelSpec, payloads: Sequence[bytes]) -> service_pb2.ModelInferRequest:
-    """One request for the whole batch: a [B, 1] BYTES tensor, every output asked for."""
-    request = service_pb2.ModelInferRequest(model_name=spec.name)
+def infer_request(spec: ModelSpec, payloads: Sequence[bytes],
+                  version: str = "") -> service_pb2.ModelInferRequest:
+    """One request for the whole batch: a [B, 1] BYTES tensor, every output asked for, of
+    ``version`` ('' : Triton's version policy picks)."""
+    request = service_pb2.ModelInferRequest(model_name=spec.name, model_version=version)
     tensor = request.inputs.add()
     tensor.name = spec.input_name
     tensor.datatype = "BYTES"
@@ -211,12 +213,14 @@ class TritonGrpcBackend:
         return as_dict(await self._ask(self.stub.ModelStatistics, request,
                                        f"statistics of {model!r}"))
 
-    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes]) -> Inferred:
-        """One infer call for the whole batch; per-request output rows in input order."""
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes],
+                    version: str = "") -> Inferred:
+        """One infer call for the whole batch (of ``version``; '' : Triton's policy picks);
+        per-request output rows in input order."""
         if self.http is not None:
-            return await self._infer_http(self.http, spec, payloads)
+            return await self._infer_http(self.http, spec, payloads, version)
         try:
-            response = await self.stub.ModelInfer(infer_request(spec, payloads),
+            response = await self.stub.ModelInfer(infer_request(spec, payloads, version),
                                                   timeout=self.infer_timeout_s)
         except grpc.aio.AioRpcError as exc:
             error = translate(exc, f"infer {spec.name!r} x{len(payloads)}")
@@ -227,11 +231,11 @@ class TritonGrpcBackend:
                         response.model_version or spec.version)
 
     async def _infer_http(self, http: HttpInferClient, spec: ModelSpec,
-                          payloads: Sequence[bytes]) -> Inferred:
+                          payloads: Sequence[bytes], version: str) -> Inferred:
         body = bytes_batch_body(spec.input_name, pack_bytes(payloads), len(payloads),
                                 spec.outputs)
         try:
-            reply = await http.infer(spec.name, "", body)
+            reply = await http.infer(spec.name, version, body)
         except UnknownModelError:
             self._specs.pop(spec.name, None)
             raise

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "model", "model_version", "payload", "content_type", "enqueued_at_ms", "deadline_ms", "priority", "client_id", "trace_context", "input_digest", "digest_version", "callback_url", "inputs", "outputs", "request_id")
+    __slots__ = ("task_id", "model", "model_version", "payload", "content_type", "enqueued_at_ms", "deadline_ms", "priority", "client_id", "trace_context", "input_digest", "digest_version", "callback_url", "inputs", "outputs", "request_id", "review_of", "shadow_of", "review_webhook")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,9 @@ class Task(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_OF_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_OF_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_WEBHOOK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     model: str
     model_version: str
@@ -47,7 +50,10 @@ class Task(_message.Message):
     inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
     outputs: _containers.RepeatedScalarFieldContainer[str]
     request_id: str
-    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., priority: _Optional[int] = ..., client_id: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., input_digest: _Optional[str] = ..., digest_version: _Optional[str] = ..., callback_url: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., outputs: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    review_of: str
+    shadow_of: str
+    review_webhook: str
+    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ..., payload: _Optional[bytes] = ..., content_type: _Optional[str] = ..., enqueued_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., priority: _Optional[int] = ..., client_id: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., input_digest: _Optional[str] = ..., digest_version: _Optional[str] = ..., callback_url: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., outputs: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., review_of: _Optional[str] = ..., shadow_of: _Optional[str] = ..., review_webhook: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "datatype", "shape", "contents")

@@ -29,6 +29,10 @@ class TritonPythonModel:
         import nudenet  # the wheel that carries the weights
 
         params = json.loads(args["model_config"]).get("parameters", {})
+        version = str(args.get("model_version", ""))
+        # "<name>@<version>" overrides "<name>" for one version (the same file serves each)
+        params = {**params, **{k.split("@")[0]: v for k, v in params.items()
+                               if k.endswith(f"@{version}")}}
         self.score_threshold = _param(params, "score_threshold", 0.25)
         self.iou_threshold = _param(params, "nms_iou_threshold", 0.45)
         options = ort.SessionOptions()

@@ -9,6 +9,11 @@ request.
 
 Fault injection: an input that starts with ``poison`` makes its whole request fail, as a model that
 crashes on one bad input would; Ferry must isolate that input and let its batch-mates succeed.
+
+Versions: a parameter named ``<name>@<version>`` overrides ``<name>`` for that version (the same
+model.py serves every version directory). Two more parameters make versions differ, for rollout
+tests: ``fail`` = "1" fails every request; ``differ_every`` = N marks one input in about N (those
+whose SHA-256 starts with a byte divisible by N) with ``"variant": true`` in its output.
 """
 
 import hashlib
@@ -25,25 +30,42 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
-        self.fixed_s = float(params.get("fixed_ms", {}).get("string_value", "5")) / 1000.0
-        self.per_item_s = float(params.get("per_item_ms", {}).get("string_value", "0.1")) / 1000.0
+        version = str(args.get("model_version", ""))
+
+        def param(name, default):
+            for key in (f"{name}@{version}", name):
+                if key in params:
+                    return params[key].get("string_value", default)
+            return default
+
+        self.version = version
+        self.fixed_s = float(param("fixed_ms", "5")) / 1000.0
+        self.per_item_s = float(param("per_item_ms", "0.1")) / 1000.0
+        self.fail = param("fail", "0") == "1"
+        self.differ_every = int(param("differ_every", "0"))
 
     def execute(self, requests):
         batches = [pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy().reshape(-1)
                    for r in requests]
         items = sum(len(b) for b in batches)
         time.sleep(self.fixed_s + self.per_item_s * items)
-        return [_respond(batch) for batch in batches]
+        return [self._respond(batch) for batch in batches]
+
+    def _respond(self, items):
+        if self.fail:
+            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(
+                f"sim: version {self.version} fails every request"))
+        if any(bytes(item).startswith(POISON_PREFIX) for item in items):
+            return pb_utils.InferenceResponse(
+                output_tensors=[], error=pb_utils.TritonError("sim: poison input in batch"))
+        out = np.array([[_describe(bytes(item), self.differ_every)] for item in items],
+                       dtype=np.object_)
+        return pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)])
 
 
-def _respond(items):
-    if any(bytes(item).startswith(POISON_PREFIX) for item in items):
-        return pb_utils.InferenceResponse(
-            output_tensors=[], error=pb_utils.TritonError("sim: poison input in batch"))
-    out = np.array([[_describe(bytes(item))] for item in items], dtype=np.object_)
-    return pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)])
-
-
-def _describe(data):
+def _describe(data, differ_every=0):
     digest = hashlib.sha256(data).hexdigest()
-    return json.dumps({"sha256": digest, "length": len(data)}, sort_keys=True).encode()
+    answer = {"sha256": digest, "length": len(data)}
+    if differ_every and int(digest[:2], 16) % differ_every == 0:
+        answer["variant"] = True
+    return json.dumps(answer, sort_keys=True).encode()

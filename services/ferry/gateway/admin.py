@@ -1,0 +1,211 @@
+"""``/v1/admin/rollouts``: the rollouts' admin API, guarded by its own bearer token
+(``admin_token``), apart from the clients' credentials: reading and changing a model's rollout,
+promoting or rolling back its candidate, its figures, decisions and shadow comparison. Every
+change is a new generation of the rollout in Redis, logged with who made it; every gateway
+serves it within a second (``gateway.versions``)."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+
+from ferry.errors import (
+    BackendError,
+    BadRequestError,
+    ClientError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    UnauthorizedError,
+)
+from ferry.gateway.service import Gateway
+from ferry.rollouts.rollout import Rollout, declared
+from ferry.rollouts.store import RolloutStore
+
+WINDOWS_S = (60, 600)  # besides "since the share last changed"
+Work = Callable[[], Awaitable[Any]]
+DOCUMENTED = (400, 401, 403, 404, 409)
+
+
+class RolloutAdmin:
+    """The operations behind the routes."""
+
+    def __init__(self, gateway: Gateway, token: str) -> None:
+        self.gateway = gateway
+        self.store: RolloutStore = gateway.rollouts
+        self.token = token
+
+    def check(self, authorization: str | None) -> None:
+        """A 403 while the admin API is off, a 401 without the admin token."""
+        if not self.token:
+            raise ForbiddenError("admin_disabled", "the admin API is off: set FERRY_ADMIN_TOKEN "
+                                 "(admin_token) on the gateways")
+        scheme, _, presented = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(),
+                                                                 self.token.encode()):
+            raise UnauthorizedError("invalid_admin_token", "send the admin token as "
+                                    "'Authorization: Bearer <admin_token>'")
+
+    async def listing(self) -> dict[str, Any]:
+        rollouts = await self.store.all()
+        return {"rollouts": [r.to_json() for _, r in sorted(rollouts.items())]}
+
+    async def status(self, model: str) -> dict[str, Any]:
+        """The rollout, each version's figures over windows, the guard's last look, and the
+        latest decisions."""
+        rollout = await self._rollout(model)
+        now = time.time()
+        windows: dict[str, dict[str, Any]] = {}
+        for version in dict.fromkeys(v for v in (rollout.stable, rollout.candidate) if v):
+            windows[version] = {
+                "since_change": (await self.store.figures(model, version, rollout.since,
+                                                          now)).to_json(),
+                **{f"last_{w}s": (await self.store.figures(model, version, now - w,
+                                                           now)).to_json() for w in WINDOWS_S}}
+        return {"rollout": rollout.to_json(), "figures": windows,
+                "guard": await self.store.last_check(model),
+                "decisions": await self.store.log(model, 10)}
+
+    async def put(self, model: str, body: bytes) -> dict[str, Any]:
+        """Declare the model's rollout (fields not sent keep their defaults)."""
+        try:
+            doc = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise BadRequestError("malformed_json", "the body must be a JSON object")
+        now = time.time()
+        after = declared(model, doc, now)
+        await self._known_versions(model, after)
+        before = await self.store.get(model)
+        after = after.changed(now) if before is None else after.changed(
+            now, generation=before.generation)
+        return await self._change(before, after, "set", "set through the admin API")
+
+    async def promote(self, model: str) -> dict[str, Any]:
+        rollout = await self._live(model)
+        return await self._change(rollout, rollout.promoted(time.time()), "promote",
+                                  "promoted through the admin API")
+
+    async def rollback(self, model: str) -> dict[str, Any]:
+        rollout = await self._live(model)
+        return await self._change(rollout, rollout.rolled_back(time.time()), "rollback",
+                                  "rolled back through the admin API")
+
+    async def delete(self, model: str) -> dict[str, Any]:
+        await self._rollout(model)
+        await self.store.remove(model, {"at": time.time(), "action": "delete", "by": "admin",
+                                        "reason": "deleted through the admin API"})
+        self.gateway.versions.forget()
+        return {"model": model, "deleted": True}
+
+    async def compare(self, model: str, candidate: str) -> dict[str, Any]:
+        rollout = await self._rollout(model)
+        version = candidate or rollout.candidate or (rollout.previous and rollout.stable)
+        if not version:
+            raise NotFoundError("no_candidate", f"model {model!r}'s rollout has no candidate; "
+                                "name one with ?candidate=")
+        report = await self.store.comparison(model, version)
+        return {"model": model, "stable": rollout.stable, "candidate": version, **report}
+
+    async def decisions(self, model: str, limit: int) -> dict[str, Any]:
+        await self._rollout(model)
+        return {"model": model, "decisions": await self.store.log(model, limit)}
+
+    async def _change(self, before: Rollout | None, after: Rollout, action: str,
+                      reason: str) -> dict[str, Any]:
+        entry = {"at": after.updated_at, "action": action, "by": "admin", "reason": reason,
+                 "share_from": before.share if before else 0.0, "share": after.share,
+                 "stable": after.stable, "candidate": after.candidate}
+        if not await self.store.change(before, after, entry):
+            raise ConflictError("rollout_changed", f"model {after.model!r}'s rollout changed "
+                                "meanwhile (the guard or another admin); read it and try again")
+        self.gateway.versions.forget()
+        return after.to_json()
+
+    async def _rollout(self, model: str) -> Rollout:
+        rollout = await self.store.get(model)
+        if rollout is None:
+            raise NotFoundError("unknown_rollout", f"model {model!r} has no rollout")
+        return rollout
+
+    async def _live(self, model: str) -> Rollout:
+        rollout = await self._rollout(model)
+        if not rollout.live:
+            raise ConflictError("no_candidate", f"model {model!r} has no candidate being tried "
+                                f"(its rollout is {rollout.state})")
+        return rollout
+
+    async def _known_versions(self, model: str, rollout: Rollout) -> None:
+        """A 404 for a version Triton does not have ready."""
+        for version in (rollout.stable, rollout.candidate):
+            if version:
+                try:
+                    await self.gateway.catalog.metadata(model, version)
+                except BackendError as exc:
+                    raise NotFoundError("unknown_model_version", f"model {model!r} has no "
+                                        f"version {version} ready: {exc}") from None
+
+
+def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
+    """The rollouts' routes under ``/v1/admin/rollouts``."""
+    tags: list[str | Enum] = ["Admin: rollouts"]
+    base = "/v1/admin/rollouts"
+
+    def route(method: str, path: str, summary: str,
+              work: Callable[[Request, str], Awaitable[Any]]) -> None:
+        async def endpoint(request: Request) -> Response:
+            return await _answer(admin, request, lambda: work(
+                request, request.path_params.get("model", "")))
+        api.add_api_route(f"{base}{path}", endpoint, methods=[method], tags=tags,
+                          summary=summary, responses=_documented(),
+                          operation_id=f"admin_{summary.split(maxsplit=1)[0].lower()}_{method.lower()}")
+
+    route("GET", "", "List every rollout", lambda r, m: admin.listing())
+    route("GET", "/{model}", "Status: the rollout, per-version figures, the guard's last look",
+          lambda r, m: admin.status(m))
+    route("PUT", "/{model}", "Set the rollout (JSON: stable, candidate, share, shadow, ...)",
+          lambda r, m: _put(admin, r, m))
+    route("DELETE", "/{model}", "Delete the rollout", lambda r, m: admin.delete(m))
+    route("POST", "/{model}/promote", "Promote the candidate", lambda r, m: admin.promote(m))
+    route("POST", "/{model}/rollback", "Rollback the candidate",
+          lambda r, m: admin.rollback(m))
+    route("GET", "/{model}/compare", "Compare shadow answers with the primary's",
+          lambda r, m: admin.compare(m, r.query_params.get("candidate", "")))
+    route("GET", "/{model}/decisions", "Decisions, newest first (limit)",
+          lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))))
+
+
+async def _put(admin: RolloutAdmin, request: Request, model: str) -> dict[str, Any]:
+    return await admin.put(model, await request.body())
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return 50
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise BadRequestError("invalid_parameter", "limit must be a number from 1 to 1000")
+    return int(raw)
+
+
+async def _answer(admin: RolloutAdmin, request: Request, work: Work) -> Response:
+    try:
+        admin.check(request.headers.get("authorization"))
+        return JSONResponse(await work())
+    except ClientError as exc:
+        return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, exc.status)
+
+
+def _documented() -> dict[int | str, dict[str, Any]]:
+    error = {"content": {"application/json": {"schema": {"type": "object"}}}}
+    answers: dict[int | str, dict[str, Any]] = {200: {"description": "the answer", **error}}
+    for status in DOCUMENTED:
+        answers[status] = {"description": "an error, with its code and message", **error}
+    return answers
