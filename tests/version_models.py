@@ -4,7 +4,7 @@
   2 marks about one input in four ``"variant": true`` (its answers differ from 1's on those);
   3 fails every request; 4 takes 80 ms more per batch.
 - ``moderation_versions``: the moderation detector with versions 1 and 2; 2 keeps detections
-  scoring at least 0.6 (1: 0.25), so their labels and ``unsafe`` differ on some images.
+  scoring at least 0.7 (1: 0.25), so their labels and ``unsafe`` differ on some images.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ ALL_VERSIONS = "version_policy: { all { } }\n"
 def add_version_models(target: Path) -> None:
     _versioned(target, "sim", "sim_versions", 4, {
         "differ_every@2": "4", "fail@3": "1", "fixed_ms@4": "85"})
-    _versioned(target, "moderation", "moderation_versions", 2, {"score_threshold@2": "0.6"})
+    _versioned(target, "moderation", "moderation_versions", 2, {"score_threshold@2": "0.7"})
 
 
 def _versioned(target: Path, source: str, name: str, versions: int,

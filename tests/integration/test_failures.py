@@ -262,7 +262,7 @@ async def test_stopping_during_an_outage_hands_work_back_for_others(
             await healthy.stop()
     assert [r["status"] for r in results] == ["SUCCESS"] * 3
     assert healthy.metrics.registry.get_sample_value(
-        "ferry_batch_size_count", {"model": "sim", "version": "1"}) == 1  # one batch: none came back a suspect
+        "ferry_batch_size_count", {"model": "sim", "version": "1"}) == 1  # none a suspect
     assert dead_letters(redis_client) == []
 
 

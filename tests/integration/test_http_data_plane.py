@@ -49,7 +49,8 @@ async def test_bytes_batches_over_http_answer_as_over_grpc_in_few_calls(
     executed = executions_since(before, batch_executions(url, "sim"))
     assert sum(size * n for size, n in executed.items()) == len(payloads)
     assert sum(executed.values()) < len(payloads) / 2, f"batches too small: {executed}"
-    assert registry.get_sample_value("ferry_batch_size_sum", {"model": "sim", "version": "1"}) == len(payloads)
+    assert registry.get_sample_value("ferry_batch_size_sum",
+                                     {"model": "sim", "version": "1"}) == len(payloads)
 
 
 async def test_tensor_batches_over_http_give_every_request_its_rows(

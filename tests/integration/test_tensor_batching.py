@@ -69,7 +69,8 @@ async def test_tensor_requests_travel_together_within_the_models_rows(
         results = await admit_all(stack, [simple_task(a, b) for a, b in pairs])
         registry = stack.batchers[0].metrics.registry
     rows = sum(a.shape[0] for a, _ in pairs)
-    assert registry.get_sample_value("ferry_batch_size_sum", {"model": "simple", "version": "1"}) == rows
+    assert registry.get_sample_value("ferry_batch_size_sum",
+                                     {"model": "simple", "version": "1"}) == rows
     for (a, b), result in zip(pairs, results, strict=True):
         out = outputs_of(result)
         np.testing.assert_array_equal(out["OUTPUT0"], a + b)

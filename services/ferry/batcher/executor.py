@@ -76,7 +76,8 @@ class Outcome:
         if task is None:
             return None
         return TaskRecord.final(task, self.status, finished_at, output=self.output,
-                                error=self.error, model_version=self.model_version,
+                                error=self.error,
+                                model_version=self.model_version or task.model_version,
                                 answered_by=self.answered_by, review=self.review)
 
     def completion(self, finished_at: float) -> Completion:

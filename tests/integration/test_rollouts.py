@@ -1,0 +1,273 @@
+"""Rollouts through the whole stack on a real Triton (``sim_versions``, ``moderation_versions``:
+see ``tests/version_models.py``): the sticky split, the guard's rollback and promotion, shadow
+traffic compared with the primary's answers, and the admin API's guard."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from ferry.rollouts.compare import Comparison, compare
+from ferry.stack.up import sample_image
+from tests.conftest import TritonServer
+from tests.integration.helpers import (
+    batcher_settings,
+    gateway_settings,
+    running_gateway,
+    running_stack,
+    wait_until,
+)
+from tests.integration.test_versions import MODEL, payloads, variant
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+TOKEN = "rollout-admin-token-0123456789"
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+GUARDED = {"rollout_check_s": 0.3, "max_wait_ms": 5, "breaker_min_calls": 100_000}
+
+
+async def declare(client: httpx.AsyncClient, model: str = MODEL, **fields: Any) -> dict[str, Any]:
+    response = await client.put(f"/v1/admin/rollouts/{model}", json=fields, headers=ADMIN)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def rollout(client: httpx.AsyncClient, model: str = MODEL) -> dict[str, Any]:
+    response = await client.get(f"/v1/admin/rollouts/{model}", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def answered(client: httpx.AsyncClient, payload: bytes, key: str = "",
+                   model: str = MODEL) -> dict[str, Any]:
+    headers = {"Content-Type": "text/plain", "Prefer": "wait=20"}
+    if key:
+        headers["X-Rollout-Key"] = key
+    response = await client.post(f"/v1/inference?model={model}", content=payload,
+                                 headers=headers)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def traffic(client: httpx.AsyncClient, count: int, start: int = 0,
+                  parallel: int = 20) -> list[dict[str, Any]]:
+    """``count`` requests with distinct inputs and rollout keys, ``parallel`` at a time."""
+    limit = asyncio.Semaphore(parallel)
+
+    async def one(i: int) -> dict[str, Any]:
+        async with limit:
+            return await answered(client, f"load-{i}".encode(), f"user-{i}")
+
+    return list(await asyncio.gather(*(one(i) for i in range(start, start + count))))
+
+
+async def test_the_split_follows_the_share_and_each_key_keeps_its_version(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN,
+                                              cache_ttl_s=0),
+                             batcher_settings(redis_url, url, max_wait_ms=5)) as stack:
+        await declare(stack.client, stable="1", candidate="2", share=30, auto=False)
+        first = await traffic(stack.client, 300)
+        again = await traffic(stack.client, 60)
+        oip = [await stack.client.post(f"/v2/models/{MODEL}/infer", headers={
+            "X-Rollout-Key": f"user-{i}"}, json={"inputs": [
+                {"name": "INPUT", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}]})
+            for i in range(20)]
+        unguarded = await stack.client.get(f"/v1/admin/rollouts/{MODEL}")
+    versions = [r["model_version"] for r in first]
+    assert 60 <= versions.count("2") <= 120  # 300 x 30%: 90, within 3.8 standard deviations
+    assert set(versions) == {"1", "2"}
+    assert [r["model_version"] for r in again] == versions[:60]  # sticky
+    assert [r.json()["model_version"] for r in oip] == versions[:20]  # the protocol's too
+    assert unguarded.status_code == 401
+
+
+async def test_a_failing_candidate_is_rolled_back_with_its_figures_logged(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="3", share=30, min_requests=15,
+                      hold_s=600)
+        results = await traffic(stack.client, 150)
+        assert await wait_until(lambda: False, 1.0) is False  # the guard's next round
+        state = await rollout(stack.client)
+        after = await traffic(stack.client, 40, start=1000)
+    failed = [r for r in results if r["status"] == "FAILED"]
+    assert failed and all(r["model_version"] == "3" and "version 3 fails" in r["error"]
+                          for r in failed)
+    assert state["rollout"]["state"] == "rolled_back"
+    decision = state["decisions"][0]
+    assert (decision["action"], decision["by"]) == ("rollback", "guard")
+    assert "error rate" in decision["reason"]
+    assert decision["figures"]["candidate"]["errors"] >= 15
+    assert {r["model_version"] for r in after} == {"1"}
+
+
+async def test_a_slow_candidate_is_rolled_back(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="4", share=30, min_requests=15,
+                      hold_s=600)
+        await traffic(stack.client, 150)
+        assert await wait_until(lambda: False, 1.0) is False
+        state = await rollout(stack.client)
+    assert state["rollout"]["state"] == "rolled_back"
+    assert "Triton p99" in state["decisions"][0]["reason"]
+    figures = state["decisions"][0]["figures"]
+    assert figures["candidate"]["triton_p99_ms"] > 80 > figures["stable"]["triton_p99_ms"]
+
+
+async def test_a_healthy_candidate_steps_up_and_is_promoted_across_batchers(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """Two batchers tally one figure; the promotion survives a new gateway."""
+    url = triton_server.grpc_url
+    gateway = gateway_settings(redis_url, url, admin_token=TOKEN, cache_ttl_s=0)
+    async with running_stack(
+            gateway, batcher_settings(redis_url, url, owned_partitions="0-7", **GUARDED),
+            batcher_settings(redis_url, url, owned_partitions="8-15", **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="2", share=20, steps=[20, 60, 100],
+                      hold_s=0.5, min_requests=30, max_latency_ratio=2, latency_slack_ms=100)
+        deadline, sent = time.monotonic() + 40, 0
+        while (await rollout(stack.client))["rollout"]["state"] == "canary" and \
+                time.monotonic() < deadline:
+            await traffic(stack.client, 40, start=sent)
+            sent += 40
+        state = await rollout(stack.client)
+        async with running_gateway(gateway_settings(redis_url, url)) as fresh:
+            served = await answered(fresh, b"after", "anyone")
+    assert state["rollout"]["state"] == "promoted", state
+    assert (state["rollout"]["stable"], state["rollout"]["previous"]) == ("2", "1")
+    actions = [d["action"] for d in reversed(state["decisions"]) if d["by"] == "guard"]
+    assert actions == ["step", "promote"]
+    steps = [d for d in state["decisions"] if d["action"] == "step"]
+    assert (steps[0]["share_from"], steps[0]["share"]) == (20, 60)
+    assert served["model_version"] == "2"
+
+
+async def test_shadow_agreement_matches_a_direct_comparison(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    inputs = [*payloads(90, variants=False), *payloads(30, variants=True)]
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="2", share=0, shadow=100,
+                      auto=False, compare={"kind": "equal"})
+        primaries = [await answered(stack.client, p) for p in inputs]  # a low backlog: no
+        report: dict[str, Any] = {}  # shadow is dropped
+
+        async def compared() -> bool:
+            nonlocal report
+            report = (await stack.client.get(f"/v1/admin/rollouts/{MODEL}/compare",
+                                             headers=ADMIN)).json()
+            return bool(report["compared"] == len(inputs))
+
+        for _ in range(100):
+            if await compared():
+                break
+            await asyncio.sleep(0.2)
+    assert {r["model_version"] for r in primaries} == {"1"}  # the shadow is never the answer
+    assert report["compared"] == 120 and report["agreed"] == 90, str({k: v for k, v in report.items() if k != "examples"})
+    assert report["agreement"] == 0.75
+    differing = {e["primary_task_id"] for e in report["examples"]}
+    assert differing == {r["task_id"] for r, p in zip(primaries, inputs, strict=True)
+                         if variant(p)}
+
+
+async def test_moderation_shadow_agreement_and_labels_match_a_direct_comparison(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    model = "moderation_versions"
+    photo = sample_image().read_bytes()
+    images = [photo, _rescaled(photo, 0.5), _rescaled(photo, 0.3), _rescaled(photo, 0.8)]
+    how = Comparison("moderation")
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        direct = []
+        for image in images:
+            one, two = [await _pinned(stack.client, model, image, v) for v in ("1", "2")]
+            direct.append(compare(one, two, how))
+        await stack.client.post("/v1/admin/rollouts/x", headers=ADMIN)  # 404: harmless
+        await declare(stack.client, model, stable="1", candidate="2", share=0, shadow=100,
+                      auto=False, compare={"kind": "moderation"})
+        await stack.client.delete("/v1/admin/cache")  # no such route: the cache stays
+        for image in images:  # no-cache: the primaries run again, so their shadows are sent
+            await stack.client.post(f"/v1/inference?model={model}", content=image, headers={
+                "Content-Type": "image/jpeg", "Prefer": "wait=30", "Cache-Control": "no-cache"})
+        report: dict[str, Any] = {}
+        for _ in range(150):
+            report = (await stack.client.get(f"/v1/admin/rollouts/{model}/compare",
+                                             headers=ADMIN)).json()
+            if report["compared"] == len(images):
+                break
+            await asyncio.sleep(0.2)
+    assert report["compared"] == len(images)
+    assert report["agreed"] == sum(v.agree for v in direct)
+    labels_one = [label for v in direct for label in v.labels[0]]
+    assert report["labels_primary"]["answers"] == len(images)
+    assert report["labels_primary"]["share"] == {
+        label: round(labels_one.count(label) / len(images), 4) for label in set(labels_one)}
+    assert any(not v.agree for v in direct), "version 2's threshold changes no answer"
+
+
+async def test_shadows_are_dropped_not_queued_when_the_backlog_is_high(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN,
+                                              max_backlog=640, cache_ttl_s=0),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="4", share=0, shadow=100, auto=False)
+        results = await asyncio.gather(*(answered(stack.client, f"b-{i}".encode())
+                                         for i in range(150)))
+        await asyncio.sleep(0.5)  # the last shadows' admission
+        metrics = (await stack.client.get("/metrics")).text
+    assert [r["status"] for r in results] == ["SUCCESS"] * 150
+    counts = {outcome: _sample(metrics, "ferry_shadow_tasks_total", model=MODEL,
+                               outcome=outcome) for outcome in ("sent", "dropped")}
+    assert counts["sent"] > 0 and counts["dropped"] > 0
+    assert counts["sent"] + counts["dropped"] == 150
+
+
+async def _pinned(client: httpx.AsyncClient, model: str, image: bytes, version: str) -> Any:
+    response = await client.post(f"/v1/inference?model={model}&version={version}",
+                                 content=image, headers={"Content-Type": "image/jpeg",
+                                                         "Prefer": "wait=30"})
+    assert response.status_code == 200, response.text
+    return response.json()["output"]
+
+
+def _rescaled(image: bytes, factor: float) -> bytes:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image)) as opened:
+        smaller = opened.resize((int(opened.width * factor), int(opened.height * factor)))
+        out = io.BytesIO()
+        smaller.save(out, format="JPEG")
+    return out.getvalue()
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name}{{{wanted}}} in the metrics")
