@@ -125,17 +125,23 @@ async def serving(settings: GatewaySettings) -> AsyncIterator[Served]:
 @asynccontextmanager
 async def running_stack(gateway: GatewaySettings,
                         *batchers: BatcherSettings) -> AsyncIterator[Stack]:
-    async with running_gateway(gateway) as client:
-        stack = Stack(client)
-        try:
-            for settings in batchers:
-                batcher = Batcher.from_settings(settings)
-                await batcher.start()
-                stack.batchers.append(batcher)
-            yield stack
-        finally:
-            for batcher in stack.batchers:
-                await batcher.stop()
+    async with running_gateway(gateway) as client, running_batchers(*batchers) as started:
+        yield Stack(client, started)
+
+
+@asynccontextmanager
+async def running_batchers(*batchers: BatcherSettings) -> AsyncIterator[list[Batcher]]:
+    """Batchers in this event loop, started in turn and stopped at the end."""
+    started: list[Batcher] = []
+    try:
+        for settings in batchers:
+            batcher = Batcher.from_settings(settings)
+            await batcher.start()
+            started.append(batcher)
+        yield started
+    finally:
+        for batcher in started:
+            await batcher.stop()
 
 
 def known_model(batcher: Batcher, model: str) -> ModelState:

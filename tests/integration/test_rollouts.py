@@ -5,6 +5,9 @@ traffic compared with the primary's answers, and the admin API's guard."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -18,8 +21,10 @@ from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batcher_settings,
     gateway_settings,
+    running_batchers,
     running_gateway,
     running_stack,
+    serving,
     wait_until,
 )
 from tests.integration.test_versions import MODEL, payloads, variant
@@ -182,7 +187,7 @@ async def test_shadow_agreement_matches_a_direct_comparison(
                 break
             await asyncio.sleep(0.2)
     assert {r["model_version"] for r in primaries} == {"1"}  # the shadow is never the answer
-    assert report["compared"] == 120 and report["agreed"] == 90, str({k: v for k, v in report.items() if k != "examples"})
+    assert report["compared"] == 120 and report["agreed"] == 90, report["skipped"]
     assert report["agreement"] == 0.75
     differing = {e["primary_task_id"] for e in report["examples"]}
     assert differing == {r["task_id"] for r, p in zip(primaries, inputs, strict=True)
@@ -203,10 +208,8 @@ async def test_moderation_shadow_agreement_and_labels_match_a_direct_comparison(
         for image in images:
             one, two = [await _pinned(stack.client, model, image, v) for v in ("1", "2")]
             direct.append(compare(one, two, how))
-        await stack.client.post("/v1/admin/rollouts/x", headers=ADMIN)  # 404: harmless
         await declare(stack.client, model, stable="1", candidate="2", share=0, shadow=100,
                       auto=False, compare={"kind": "moderation"})
-        await stack.client.delete("/v1/admin/cache")  # no such route: the cache stays
         for image in images:  # no-cache: the primaries run again, so their shadows are sent
             await stack.client.post(f"/v1/inference?model={model}", content=image, headers={
                 "Content-Type": "image/jpeg", "Prefer": "wait=30", "Cache-Control": "no-cache"})
@@ -271,3 +274,41 @@ def _sample(text: str, name: str, **labels: str) -> float:
         if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no {name}{{{wanted}}} in the metrics")
+
+
+async def test_the_rollout_command_sets_shows_compares_and_ends_a_rollout(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    gateway = gateway_settings(redis_url, url, admin_token=TOKEN)
+    async with serving(gateway) as served, running_batchers(
+            batcher_settings(redis_url, url, **GUARDED)):
+
+        async def ferry(*args: str) -> tuple[int, str]:
+            done = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "ferry", "rollout", "--url", served.http,
+                                 *args], capture_output=True, text=True, timeout=60,
+                env={**os.environ, "FERRY_ADMIN_TOKEN": TOKEN})
+            return done.returncode, done.stdout
+
+        declared = await ferry("set", MODEL, "--stable", "1", "--candidate", "2", "--share",
+                               "50", "--shadow", "100", "--manual")
+        async with httpx.AsyncClient(base_url=served.http, timeout=30) as client:
+            await traffic(client, 30)
+        await asyncio.sleep(1.0)  # the keeper's comparison
+        status = await ferry("status", MODEL)
+        compared = await ferry("--json", "compare", MODEL)
+        rolled = await ferry("rollback", MODEL)
+        again = await ferry("promote", MODEL)
+        decisions = await ferry("decisions", MODEL)
+        listed = await ferry("status")
+    assert declared == (0, f"{MODEL}: canary, stable 1, candidate 2 at 50%, shadow 100% "
+                           "(manual), generation 1\n")
+    assert status[0] == 0 and "since_change" in status[1] and "last_60s" in status[1]
+    assert compared[0] == 0 and orjson.loads(compared[1])["compared"] > 0
+    assert rolled[0] == 0 and "rolled_back" in rolled[1]
+    assert again[0] == 1 and "no_candidate" in again[1]
+    assert decisions[0] == 0 and "admin: rollback" in decisions[1] and "admin: set" in \
+        decisions[1]
+    assert listed == (0, f"{MODEL}: rolled_back, stable 1, candidate 2 at 0%, shadow 100% "
+                         "(manual), generation 2\n")

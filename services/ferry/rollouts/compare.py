@@ -78,7 +78,7 @@ def compare(primary: Any, shadow: Any, how: Comparison) -> Verdict:
         agree = labels[0] == labels[1]
         detail = "" if agree else _label_detail(labels)
     else:
-        difference = _first_difference(primary, shadow, how.atol, "")
+        difference = _first_difference(primary, shadow, how.atol, "$")
         agree, detail = difference is None, difference or ""
     return Verdict(agree, kind, detail, labels, unsafe)
 
@@ -133,14 +133,14 @@ def _first_difference(a: Any, b: Any, atol: float, path: str) -> str | None:
     """Where two JSON values first differ (numbers within ``atol`` are equal); None: nowhere."""
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
-            return f"{path or '$'}: keys {sorted(a)} vs {sorted(b)}"
+            return f"{path}: keys {sorted(a)} vs {sorted(b)}"
         pairs = [(a[k], b[k], f"{path}.{k}") for k in sorted(a)]
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
-            return f"{path or '$'}: {len(a)} items vs {len(b)}"
+            return f"{path}: {len(a)} items vs {len(b)}"
         pairs = [(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True))]
     else:
-        return None if _same(a, b, atol) else f"{path or '$'}: {str(a)[:60]!r} vs {str(b)[:60]!r}"
+        return None if _same(a, b, atol) else f"{path}: {str(a)[:60]!r} vs {str(b)[:60]!r}"
     return next((found for x, y, where in pairs
                  if (found := _first_difference(x, y, atol, where))), None)
 

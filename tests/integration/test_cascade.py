@@ -1,0 +1,144 @@
+"""The two-tier cascade on a real Triton: the first answer at once, a review at batch priority
+written into its record (and its webhook sent again), only where the condition holds; and under
+load, interactive latency within one batch time of its value without the cascade."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from ferry.stack.up import sample_image
+from tests.conftest import TritonServer
+from tests.integration.helpers import batcher_settings, gateway_settings, running_stack
+from tests.integration.test_webhooks import SECRET, Receiver, receiver  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+async def reviewed(client: httpx.AsyncClient, task_id: str, timeout_s: float = 20
+                   ) -> dict[str, Any]:
+    """The task's record once its review has ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record: dict[str, Any] = (await client.get(f"/v1/result/{task_id}")).json()
+        if record.get("review", {}).get("status") not in (None, "PENDING") or \
+                time.monotonic() > deadline:
+            return record
+        await asyncio.sleep(0.1)
+
+
+async def test_a_review_lands_in_the_first_answers_record_with_a_webhook(
+    redis_url: str, triton_server: TritonServer, receiver: Receiver,  # noqa: F811
+) -> None:
+    url = triton_server.grpc_url
+    cascades = orjson.dumps({"sim": {"review_model": "sim_versions", "review_version": "2",
+                                     "when": "always"}}).decode()
+    hooks = {"webhook_allowed_hosts": "127.0.0.1", "webhook_secret": SECRET}
+    async with running_stack(gateway_settings(redis_url, url, **hooks),
+                             batcher_settings(redis_url, url, cascades=cascades, max_wait_ms=5,
+                                              **hooks)) as stack:
+        first = await stack.client.post("/v1/inference", content=orjson.dumps(
+            {"model": "sim", "input": "to review", "callback_url": receiver.url()}), headers={
+            "Content-Type": "application/json", "Prefer": "wait=20"})
+        record = await reviewed(stack.client, first.json()["task_id"])
+        review = record["review"]
+        own = (await stack.client.get(f"/v1/result/{review['task_id']}")).json()
+        for _ in range(100):
+            if len(receiver.calls) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    answer = first.json()
+    assert answer["status"] == "SUCCESS" and answer["review"]["status"] == "PENDING"
+    assert answer["review"]["model"] == "sim_versions"
+    assert review["status"] == "SUCCESS" and review["model_version"] == "2"
+    assert review["output"] == own["output"] and own["priority"] == "batch"
+    assert record["output"] == answer["output"]  # the first answer stands
+    bodies = [orjson.loads(body) for _, _, body in receiver.calls]
+    assert len(bodies) == 2 and bodies[0]["review"]["status"] == "PENDING"
+    assert bodies[1]["review"]["status"] == "SUCCESS"
+
+
+async def test_only_answers_that_meet_the_condition_are_reviewed(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    cascades = orjson.dumps({"moderation": {"review_model": "moderation_versions",
+                                            "review_version": "2",
+                                            "when": "labels:FACE_FEMALE"}}).decode()
+    photo = sample_image().read_bytes()
+    async with running_stack(gateway_settings(redis_url, url),
+                             batcher_settings(redis_url, url, cascades=cascades,
+                                              max_wait_ms=5)) as stack:
+        answers = []
+        for image, kind in ((photo, "image/jpeg"), (_blank(), "image/png")):
+            response = await stack.client.post("/v1/inference?model=moderation", content=image,
+                                               headers={"Content-Type": kind,
+                                                        "Prefer": "wait=30"})
+            answers.append(response.json())
+        face = await reviewed(stack.client, answers[0]["task_id"], 40)
+    assert "review" in answers[0] and "review" not in answers[1]
+    assert face["review"]["status"] == "SUCCESS"
+    labels = [d["label"] for d in face["review"]["output"]["DETECTIONS"]["detections"]]
+    assert labels == ["FACE_FEMALE"]
+
+
+async def test_reviews_under_load_cost_interactive_work_at_most_a_batch_time(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """``sim_overload`` (t(B) = 50 + 2B ms, batches of 8) reviews its own answers: the reviews
+    share its instance at batch priority, so an interactive request waits at most for one batch
+    of reviews at Triton (66 ms) more than without them."""
+    url = triton_server.grpc_url
+    cascades = orjson.dumps({"sim_overload": {"review_model": "sim_overload",
+                                              "review_version": "1",
+                                              "when": "always"}}).decode()
+    p99 = {}
+    for name, batcher in (("alone", batcher_settings(redis_url, url, max_wait_ms=5)),
+                          ("cascade", batcher_settings(redis_url, url, max_wait_ms=5,
+                                                       cascades=cascades))):
+        async with running_stack(gateway_settings(redis_url, url, cache_ttl_s=0),
+                                 batcher) as stack:
+            p99[name] = await _open_loop_p99(stack.client, name, rate=10, seconds=12)
+    print(f"interactive p99: {p99}")
+    assert p99["cascade"] <= p99["alone"] + 0.066, p99
+
+
+async def _open_loop_p99(client: httpx.AsyncClient, tag: str, rate: float,
+                         seconds: float) -> float:
+    """Requests at ``rate`` a second for ``seconds``, each timed to its answer: their p99."""
+    latencies: list[float] = []
+    reviews: list[bool] = []
+
+    async def one(i: int) -> None:
+        started = time.monotonic()
+        response = await client.post("/v1/inference?model=sim_overload",
+                                     content=f"{tag}-{i}".encode(),
+                                     headers={"Content-Type": "text/plain",
+                                              "Prefer": "wait=20"})
+        assert response.status_code == 200, response.text
+        latencies.append(time.monotonic() - started)
+        reviews.append("review" in response.json())
+
+    tasks, start = [], time.monotonic()
+    for i in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    assert set(reviews) == {tag == "cascade"}  # every answer reviewed, or none
+    return statistics.quantiles(latencies, n=100)[98]
+
+
+def _blank() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), "white").save(out, format="PNG")
+    return out.getvalue()

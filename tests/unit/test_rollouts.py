@@ -1,0 +1,199 @@
+"""The rollouts' pure rules: the sticky split, the guard, per-version windows, the shadow
+comparison and the cascade's conditions, without servers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+import pytest
+
+from ferry.errors import BadRequestError, ConfigError, ForbiddenError, UnauthorizedError
+from ferry.gateway.admin import RolloutAdmin
+from ferry.rollouts.cascade import parse_cascades, pending_review
+from ferry.rollouts.compare import Comparison, compare, kind_of
+from ferry.rollouts.guard import decide
+from ferry.rollouts.rollout import Rollout, declared, parse_declared
+from ferry.rollouts.store import Pair, comparison_report
+from ferry.rollouts.window import BUCKET_S, Figures, Tally, bin_of, figures, quantile, upper_edge
+
+CANARY = declared("m", {"stable": "1", "candidate": "2", "share": 25}, now=1000.0)
+
+
+def test_the_split_is_sticky_and_close_to_the_share() -> None:
+    picks = [CANARY.pick(f"client-{i}").version for i in range(20_000)]
+    assert abs(picks.count("2") / len(picks) - 0.25) < 0.015
+    assert [CANARY.pick(f"client-{i}").version for i in range(100)] == picks[:100]
+    wider = dataclasses.replace(CANARY, share=50)
+    moved = [i for i in range(2000) if picks[i] == "2" and wider.pick(f"client-{i}").version
+             != "2"]
+    assert moved == []  # a larger share keeps every key that was on the candidate
+
+
+def test_no_key_splits_at_random_and_an_idle_rollout_sends_all_to_stable() -> None:
+    assert CANARY.pick("", rand=0.1).version == "2"
+    assert CANARY.pick("", rand=0.9).version == "1"
+    assert CANARY.rolled_back(2000.0).pick("anyone").role == "stable"
+    assert Rollout("m").pick("x").role == "policy"
+    promoted = CANARY.promoted(2000.0)
+    assert (promoted.stable, promoted.candidate, promoted.previous) == ("2", "", "1")
+    assert promoted.generation == CANARY.generation + 1
+
+
+def test_shadows_copy_a_share_of_the_stable_requests_only() -> None:
+    shadowed = dataclasses.replace(CANARY, shadow=40)
+    assert shadowed.shadowed_version("1", 0.39) and not shadowed.shadowed_version("1", 0.41)
+    assert not shadowed.shadowed_version("2", 0.0)  # the candidate's own requests
+    assert not CANARY.shadowed_version("1", 0.0)  # shadow 0
+
+
+@pytest.mark.parametrize(("doc", "wrong"), [
+    ({"stable": "1", "candidate": "1"}, "differ"),
+    ({"candidate": "2"}, "stable version beside"),
+    ({"stable": "v1"}, "version number"),
+    ({"stable": "1", "share": 120}, "percentages"),
+    ({"stable": "1", "sticky": "cookie"}, "sticky"),
+    ({"stable": "1", "steps": [0, 50]}, "steps"),
+    ({"stable": "1", "colour": "red"}, "unknown rollout field"),
+    ({"stable": "1", "share": "lots"}, "rollout:"),
+])
+def test_a_rollout_that_cannot_be_served_is_refused_naming_why(doc: dict[str, object],
+                                                               wrong: str) -> None:
+    with pytest.raises(BadRequestError) as info:
+        declared("m", doc, 0.0)
+    assert wrong in info.value.message
+
+
+def test_settings_declare_rollouts_as_json() -> None:
+    assert parse_declared("") == {}
+    assert parse_declared('{"m": {"stable": "1"}}') == {"m": {"stable": "1"}}
+    for bad in ("[1]", "{", '{"m": {"stable": "one"}}'):
+        with pytest.raises(ConfigError):
+            parse_declared(bad)
+
+
+def fig(requests: int, errors: int = 0, triton_ms: float = 10.0) -> Figures:
+    return Figures(requests, errors, 0.001, 0.005, triton_ms / 2000, triton_ms / 1000)
+
+
+def test_the_guard_rolls_back_on_errors_or_latency_over_enough_requests() -> None:
+    rollout = dataclasses.replace(CANARY, min_requests=100)
+    assert decide(rollout, fig(1000), fig(99, errors=99), 1010).action == "hold"
+    failing = decide(rollout, fig(1000, errors=10), fig(100, errors=3), 1010)
+    assert failing.action == "rollback" and "error rate 3.00%" in failing.reason
+    assert decide(rollout, fig(1000, errors=10), fig(100, errors=1), 1010).action == "hold"
+    slow = decide(rollout, fig(1000, triton_ms=10), fig(100, triton_ms=21), 1010)
+    assert slow.action == "rollback" and "Triton p99 21.0 ms" in slow.reason
+    assert decide(rollout, fig(1000, triton_ms=10), fig(100, triton_ms=19), 1010).action == \
+        "hold"  # 1.5 x 10 + 5 ms
+
+
+def test_the_guard_steps_up_after_holding_then_promotes() -> None:
+    rollout = dataclasses.replace(CANARY, min_requests=10, hold_s=60, share=5)
+    assert decide(rollout, fig(100), fig(10), 1059).action == "hold"
+    step = decide(rollout, fig(100), fig(10), 1061)
+    assert (step.action, step.share) == ("step", 25)
+    last = dataclasses.replace(rollout, share=50)
+    assert decide(last, fig(100), fig(10), 1061).action == "promote"
+    manual = dataclasses.replace(rollout, auto=False)
+    assert decide(manual, fig(100), fig(10, errors=10), 1061).action == "hold"
+
+
+def test_windows_merge_tallies_and_read_quantiles_from_bins() -> None:
+    one, two = Tally(), Tally()
+    for _ in range(98):
+        one.add("m", "1", 1000.0, error=False, queue_s=0.010, triton_s=0.020)
+    for _ in range(2):
+        two.add("m", "1", 1003.0, error=True, queue_s=2.0, triton_s=0.5)
+    drained = [one.drain(), two.drain()]
+    assert len(one) == 0 and list(drained[0]) == [("m", "1", 1000 // BUCKET_S * BUCKET_S)]
+    merged = figures([fields for part in drained for fields in part.values()])
+    assert (merged.requests, merged.errors) == (100, 2)
+    assert 0.020 <= merged.triton_p50_s <= 0.020 * 1.2
+    assert 0.5 <= merged.triton_p99_s <= 0.6 and merged.error_rate == 0.02
+    assert quantile({}, 0.99) == 0.0 and upper_edge(bin_of(0.0001)) >= 0.0001
+
+
+def test_a_failed_flush_keeps_the_tally() -> None:
+    tally = Tally()
+    tally.add("m", "2", 10.0, error=False, queue_s=0.1, triton_s=0.0)
+    drained = tally.drain()
+    tally.merge(drained)
+    tally.merge(drained)
+    assert dict(tally.drain()[("m", "2", 10)]) == {"n": 2, f"q{bin_of(0.1)}": 2}
+
+
+def test_moderation_answers_agree_on_labels_and_the_unsafe_decision() -> None:
+    face = {"detections": [{"label": "FACE", "score": 0.9}], "unsafe": False}
+    lower = {"detections": [{"label": "FACE", "score": 0.6}], "unsafe": False}
+    none = {"detections": [], "unsafe": False}
+    how = Comparison("moderation")
+    assert compare({"D": face}, {"D": lower}, how).agree
+    differs = compare({"D": face}, {"D": none}, how)
+    assert not differs.agree and "only in the primary's: ['FACE']" in differs.detail
+    assert not compare({"D": face}, {"D": lower}, Comparison("labels", score=0.7)).agree
+    assert kind_of({"D": face}) == "moderation"
+
+
+def test_tensors_agree_within_tolerance_and_report_the_largest_difference() -> None:
+    def answer(*data: float) -> dict[str, object]:
+        return {"outputs": [{"name": "Y", "datatype": "FP32", "shape": [len(data)],
+                             "data": list(data)}]}
+    close = compare(answer(1.0, 2.0), answer(1.0, 2.0000001), Comparison())
+    assert close.agree and close.kind == "tensors" and 0 < close.max_abs < 1e-6
+    far = compare(answer(1.0, 2.0), answer(1.0, 2.5), Comparison())
+    assert not far.agree and far.max_abs == 0.5 and far.max_rel == 0.2
+    assert not compare(answer(1.0), answer(1.0, 2.0), Comparison()).agree
+
+
+def test_plain_json_is_equal_with_numbers_within_tolerance() -> None:
+    how = Comparison("equal", atol=0.01)
+    assert compare({"a": [1, 2.0]}, {"a": [1, 2.005]}, how).agree
+    assert compare({"a": True}, {"a": False}, how).detail == "$.a: 'True' vs 'False'"
+    assert "keys" in compare({"a": 1}, {"b": 1}, how).detail
+    with pytest.raises(BadRequestError):
+        Comparison.from_json({"kind": "fuzzy"})
+
+
+def test_the_cascade_conditions() -> None:
+    cascades = parse_cascades(orjson.dumps({
+        "a": {"review_model": "big"}, "b": {"review_model": "big", "when": "unsafe"},
+        "c": {"review_model": "big", "when": "label_above:0.5"},
+        "d": {"review_model": "big", "when": "labels:X,Y"}}).decode())
+    answer = {"D": {"detections": [{"label": "X", "score": 0.4}], "unsafe": True}}
+    assert [cascades[m].wants_review(answer) for m in "abcd"] == [True, True, False, True]
+    assert not cascades["b"].wants_review({"D": {"unsafe": False}})
+    for bad in ('{"a": {}}', '{"a": {"review_model": "a"}}',
+                '{"a": {"review_model": "b", "when": "sometimes"}}',
+                '{"a": {"review_model": "b", "when": "label_above:2"}}'):
+        with pytest.raises(ConfigError):
+            parse_cascades(bad)
+
+
+def test_a_review_entry_is_found_by_its_exact_bytes() -> None:
+    entry = pending_review("t" * 32, "big", "2")
+    record = orjson.dumps({"task_id": "x", "review": entry, "status": "SUCCESS"})
+    assert b'"review":' + orjson.dumps(entry) in record
+
+
+def test_comparison_reports_agreement_and_label_shares() -> None:
+    report = comparison_report({"compared": "4", "agreed": "3", "answers:primary": "4",
+                                "label:primary:FACE": "2", "unsafe:shadow": "1",
+                                "answers:shadow": "4", "skipped:expired": "1"}, [], 2)
+    assert report["agreement"] == 0.75 and report["skipped"] == {"expired": 1}
+    assert report["labels_primary"]["share"] == {"FACE": 0.5}
+    assert report["labels_shadow"]["unsafe"] == 1 and report["waiting"] == 2
+    assert Pair.parse(Pair("a", "b", "3").member) == Pair("a", "b", "3")
+
+
+def test_the_admin_api_is_off_without_a_token_and_needs_it_otherwise() -> None:
+    off = RolloutAdmin.__new__(RolloutAdmin)
+    off.token = ""
+    with pytest.raises(ForbiddenError):
+        off.check("Bearer anything")
+    on = RolloutAdmin.__new__(RolloutAdmin)
+    on.token = "a" * 24
+    for wrong in (None, "Bearer " + "b" * 24, "Basic " + "a" * 24):
+        with pytest.raises(UnauthorizedError):
+            on.check(wrong)
+    on.check("Bearer " + "a" * 24)
