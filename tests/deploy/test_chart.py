@@ -6,6 +6,7 @@ from what it renders. The tools come from ``make tools`` (scripts/install-chart-
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -32,6 +33,11 @@ VARIANTS = {
                 "--set", "jobs.store.s3Secret=shelf-s3", "--set", "jobs.sources=file:///mnt/p/",
                 "--set-json", 'jobs.sourceVolumes=[{"name": "photos", "mountPath": "/mnt/p", '
                 '"volume": {"persistentVolumeClaim": {"claimName": "photos"}}}]'),
+    "rollouts": ("values.yaml", "--set", "rollouts.adminSecret=ferry-admin",
+                 "--set-json", 'rollouts.models={"moderation": {"stable": "1", "candidate": "2", '
+                 '"share": 5, "shadow": 10, "steps": [5, 50, 100]}}',
+                 "--set-json", 'rollouts.cascades={"moderation": {"review_model": "heavy", '
+                 '"when": "unsafe"}}'),
 }
 
 
@@ -175,6 +181,10 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("gateway.grpcPort=0,gateway.service.headless=true", "it needs gateway.grpcPort"),
     ("jobs.store.persistence.accessModes={ReadWriteOnce}", "needs ReadWriteMany"),
     ("jobs.store.url=http://bucket", "/jobs/store/url"),
+    ("rollouts.models.m.stable=one", "/rollouts/models/m/stable"),
+    ("rollouts.models.m.stable=1,rollouts.models.m.share=150", "/rollouts/models/m/share"),
+    ("rollouts.cascades.m.review_model=x,rollouts.cascades.m.when=often",
+     "/rollouts/cascades/m/when"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
@@ -336,3 +346,23 @@ def test_every_gateway_mounts_the_jobs_volume_or_reads_the_bucket(
     assert {"name": "photos", "mountPath": "/mnt/p", "readOnly": True} in container[
         "volumeMounts"]
     assert env["FERRY_JOB_SOURCES"]["value"] == "file:///mnt/p/"
+
+
+def test_rollouts_reach_every_process_and_the_admin_token_is_a_file(
+        rendered: dict[str, Path]) -> None:
+    manifest = rendered["rollouts"].read_text()
+    pod = gateway_pod(manifest)
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert json.loads(env["FERRY_ROLLOUTS"]) == {"moderation": {
+        "stable": "1", "candidate": "2", "share": 5, "shadow": 10, "steps": [5, 50, 100]}}
+    assert env["FERRY_ADMIN_TOKEN_FILE"] == "/var/run/secrets/ferry/admin/admin-token"
+    assert {"name": "admin", "secret": {"secretName": "ferry-admin", "defaultMode": 0o400}} in \
+        pod["volumes"]
+    batcher = by_kind(manifest)[("StatefulSet", "ferry-batcher")]["spec"]["template"]["spec"]
+    benv = {e["name"]: e.get("value") for e in batcher["containers"][0]["env"]}
+    assert json.loads(benv["FERRY_ROLLOUTS"]) == json.loads(env["FERRY_ROLLOUTS"])
+    assert json.loads(benv["FERRY_CASCADES"]) == {"moderation": {"review_model": "heavy",
+                                                                 "when": "unsafe"}}
+    default = gateway_pod(rendered["values.yaml"].read_text())["containers"][0]["env"]
+    assert not {"FERRY_ROLLOUTS", "FERRY_ADMIN_TOKEN_FILE"} & {e["name"] for e in default}

@@ -97,6 +97,10 @@ seccompProfile:
   value: {{ include "ferry.tritonUrl" . | quote }}
 - name: FERRY_PARTITIONS
   value: {{ .Values.partitions | quote }}
+{{- if .Values.rollouts.models }}
+- name: FERRY_ROLLOUTS
+  value: {{ .Values.rollouts.models | toJson | quote }}
+{{- end }}
 - name: FERRY_LOG_LEVEL
   value: INFO
 {{- if .Values.tracing.otlpEndpoint }}
