@@ -13,7 +13,7 @@ from ferry.gateway.admin import RolloutAdmin
 from ferry.rollouts.cascade import parse_cascades, pending_review
 from ferry.rollouts.compare import Comparison, compare, kind_of
 from ferry.rollouts.guard import decide
-from ferry.rollouts.rollout import Rollout, declared, parse_declared
+from ferry.rollouts.rollout import Rollout, Sticky, declared, parse_declared
 from ferry.rollouts.store import Pair, comparison_report
 from ferry.rollouts.window import BUCKET_S, Figures, Tally, bin_of, figures, quantile, upper_edge
 
@@ -197,3 +197,10 @@ def test_the_admin_api_is_off_without_a_token_and_needs_it_otherwise() -> None:
         with pytest.raises(UnauthorizedError):
             on.check(wrong)
     on.check("Bearer " + "a" * 24)
+
+
+def test_the_sticky_key_is_the_rollout_key_then_the_client() -> None:
+    both, client_only = Sticky("client-a", "user-7"), Sticky("client-a")
+    assert (both.key("client"), client_only.key("client")) == ("user-7", "client-a")
+    assert (both.key("key"), client_only.key("key")) == ("user-7", "")
+    assert both.key("none") == ""

@@ -33,7 +33,7 @@ from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
-from ferry.rollouts.rollout import parse_declared
+from ferry.rollouts.rollout import Sticky, parse_declared
 from ferry.rollouts.store import Pair, RolloutStore, apply_declared
 from ferry.tasks import idempotency
 from ferry.tasks.base import (
@@ -165,7 +165,7 @@ class Gateway:
             return await self._prepare_tensors(submission)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         version = await self.version_for(spec.name, submission.version,
-                                         submission.rollout_key or submission.client_id)
+                                         Sticky(submission.client_id, submission.rollout_key))
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
@@ -175,10 +175,10 @@ class Gateway:
         return Prepared(task, pending, sharing, lambda: idempotency.request_digest(
             spec.name, task.priority, task.content_type, task.payload, submission.version))
 
-    async def version_for(self, model: str, asked: str, key: str) -> str:
+    async def version_for(self, model: str, asked: str, sticky: Sticky) -> str:
         """The version a request of ``model`` goes to: the one it pins (a 404 if Triton has no
         such version ready), else its rollout's pick, else '' (Triton's version policy)."""
-        pick, _ = await self.versions.pick(model, asked, key)
+        pick, _ = await self.versions.pick(model, asked, sticky)
         if pick.role == "pinned":
             try:
                 await self.catalog.metadata(model, asked)
@@ -194,7 +194,7 @@ class Gateway:
         model = submission.model or self.settings.default_model
         asked = submission.version or form.version
         version = (asked or await self.version_for(
-            model, "", submission.rollout_key or submission.client_id))
+            model, "", Sticky(submission.client_id, submission.rollout_key)))
         interface = await self.catalog.tensor_interface(model, version)
         request = form.request
         try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from ferry.errors import BadRequestError
 from ferry.redis_conn import REDIS_UNAVAILABLE
-from ferry.rollouts.rollout import Pick, Rollout
+from ferry.rollouts.rollout import Pick, Rollout, Sticky
 from ferry.rollouts.store import RolloutStore
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,12 @@ class Versions:
         """Read the rollouts again at the next request (after this gateway changed one)."""
         self._read_at = -float("inf")
 
-    async def pick(self, model: str, asked: str, key: str) -> tuple[Pick, Rollout | None]:
+    async def pick(self, model: str, asked: str, sticky: Sticky) -> tuple[Pick, Rollout | None]:
         """The version for a request of ``model`` that pins ``asked`` ('' : none), split by
-        ``key``; and the model's rollout, if it has one."""
+        its sticky key; and the model's rollout, if it has one."""
         rollout = await self.rollout(model)
         if asked:
             return Pick(asked, "pinned"), rollout
         if rollout is None:
             return POLICY, None
-        return rollout.pick(key), rollout
+        return rollout.pick(sticky.key(rollout.sticky)), rollout

@@ -37,6 +37,7 @@ from ferry.oip.infer import RESULT_PREFIX, Inference
 from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
 from ferry.oip.schedule import tensor_task
 from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.rollouts.rollout import Sticky
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.tensors import TensorError
 
@@ -225,7 +226,8 @@ class InferenceService:
         """Admit the request, hold it until its task ends, answer from its record."""
         request, asynchronous = infer_request(message)
         version = message.model_version or await self.gateway.version_for(
-            message.model_name, "", metadata.get(ROLLOUT_KEY_HEADER) or caller.client_for(""))
+            message.model_name, "", Sticky(caller.client_for(""),
+                                           metadata.get(ROLLOUT_KEY_HEADER, "")))
         interface = await self.inference.interface(message.model_name, version)
         task = tensor_task(interface, request, version, own_id=asynchronous)
         with self.inference.tracing.server_span("ModelInfer", metadata):

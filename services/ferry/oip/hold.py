@@ -20,6 +20,7 @@ from ferry.errors import ClientError
 from ferry.oip.answer import answer_tensors
 from ferry.oip.schedule import TensorTask
 from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.rollouts.rollout import Sticky
 from ferry.tasks.record import Status, StoredRecord
 from ferry.tasks.waiters import Watch
 from ferry.tensors import Tensor, TensorError
@@ -57,9 +58,9 @@ class TensorGateway(Protocol):
         """End the task CANCELLED if it has not reached Triton (a ``ClientError`` if not)."""
         ...
 
-    async def version_for(self, model: str, asked: str, key: str) -> str:
+    async def version_for(self, model: str, asked: str, sticky: Sticky) -> str:
         """The version a request that names none goes to: its model's rollout's pick, split
-        by ``key`` ('' : Triton's version policy)."""
+        by its client and rollout key ('' : Triton's version policy)."""
         ...
 
 

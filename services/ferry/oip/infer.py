@@ -43,6 +43,7 @@ from ferry.oip.request import (
 from ferry.oip.rest import MODEL, VERSION, checked, guarded_as, oip_error
 from ferry.oip.schedule import TensorTask, tensor_task
 from ferry.oip.spec import ModelInterface
+from ferry.rollouts.rollout import Sticky
 from ferry.tasks.record import StoredRecord
 from ferry.telemetry.tracing import Tracing
 from ferry.tensors import TensorError
@@ -97,8 +98,8 @@ class InferOperation:
                      caller: Caller) -> Response:
         try:
             parsed = await self._read(request)
-            version = version or await self.gateway.version_for(
-                model, "", request.headers.get(ROLLOUT_KEY_HEADER) or caller.client_for(""))
+            version = version or await self.gateway.version_for(model, "", Sticky(
+                caller.client_for(""), request.headers.get(ROLLOUT_KEY_HEADER) or ""))
             interface = await self.inference.interface(model, version)
             asynchronous = respond_async(request.headers.getlist("prefer"))
             task = tensor_task(interface, parsed, version, own_id=asynchronous)

@@ -30,6 +30,21 @@ Role = Literal["stable", "candidate", "pinned", "policy"]
 
 
 @dataclass(frozen=True)
+class Sticky:
+    """What a request may be split by: its client id and the rollout key it names."""
+
+    client_id: str = ""
+    rollout_key: str = ""
+
+    def key(self, sticky: str) -> str:
+        """The key for a rollout's ``sticky``: ``client`` the rollout key, else the client id;
+        ``key`` the rollout key only; ``none`` none ('' : the request is split at random)."""
+        if sticky == "client":
+            return self.rollout_key or self.client_id
+        return self.rollout_key if sticky == "key" else ""
+
+
+@dataclass(frozen=True)
 class Pick:
     """The version a request goes to ('': Triton's version policy picks), and why."""
 
