@@ -49,6 +49,10 @@ async def test_a_review_lands_in_the_first_answers_record_with_a_webhook(
         record = await reviewed(stack.client, first.json()["task_id"])
         review = record["review"]
         own = (await stack.client.get(f"/v1/result/{review['task_id']}")).json()
+        queued = await stack.client.post("/v2/models/sim/infer", headers={
+            "Prefer": "respond-async"}, json={"inputs": [
+                {"name": "INPUT", "datatype": "BYTES", "shape": [1, 1], "data": ["oip"]}]})
+        tensors = await reviewed(stack.client, queued.json()["task_id"])
         for _ in range(100):
             if len(receiver.calls) >= 2:
                 break
@@ -59,6 +63,8 @@ async def test_a_review_lands_in_the_first_answers_record_with_a_webhook(
     assert review["status"] == "SUCCESS" and review["model_version"] == "2"
     assert review["output"] == own["output"] and own["priority"] == "batch"
     assert record["output"] == answer["output"]  # the first answer stands
+    assert tensors["review"]["status"] == "SUCCESS"  # a protocol request's, as tensors
+    assert tensors["review"]["output"]["outputs"][0]["name"] == "OUTPUT"
     bodies = [orjson.loads(body) for _, _, body in receiver.calls]
     assert len(bodies) == 2 and bodies[0]["review"]["status"] == "PENDING"
     assert bodies[1]["review"]["status"] == "SUCCESS"

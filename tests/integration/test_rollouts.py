@@ -194,6 +194,31 @@ async def test_shadow_agreement_matches_a_direct_comparison(
                          if variant(p)}
 
 
+async def test_shadows_of_protocol_requests_are_compared_as_tensors(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    url = triton_server.grpc_url
+    inputs = [*payloads(15, variants=False), *payloads(5, variants=True)]
+    async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
+                             batcher_settings(redis_url, url, **GUARDED)) as stack:
+        await declare(stack.client, stable="1", candidate="2", share=0, shadow=100, auto=False)
+        for payload in inputs:
+            answer = await stack.client.post(f"/v2/models/{MODEL}/infer", json={"inputs": [
+                {"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                 "data": [payload.decode()]}]})
+            assert answer.json()["model_version"] == "1"
+        report: dict[str, Any] = {}
+        for _ in range(100):
+            report = (await stack.client.get(f"/v1/admin/rollouts/{MODEL}/compare",
+                                             headers=ADMIN)).json()
+            if report["compared"] == len(inputs):
+                break
+            await asyncio.sleep(0.2)
+    assert (report["compared"], report["agreed"]) == (20, 15)
+    assert all("OUTPUT" in e["detail"] for e in report["examples"])
+    assert report["max_abs_diff"] == 0.0  # BYTES elements: no numeric difference to measure
+
+
 async def test_moderation_shadow_agreement_and_labels_match_a_direct_comparison(
     redis_url: str, triton_server: TritonServer,
 ) -> None:

@@ -309,7 +309,7 @@ class Gateway:
         model = task.model
         self.metrics.accepted.labels(model, task.model_version).inc()
         if admitted.how != "queued":
-            self.metrics.shared.labels(model, admitted.how).inc()
+            self.metrics.shared.labels(model, admitted.how, task.model_version).inc()
         rollout = self.versions.cached(model)
         if (rollout is not None and rollout.shadowed_version(task.model_version, random.random())
                 and not task.shadow_of and not task.review_of):

@@ -80,7 +80,8 @@ class GatewayMetrics:
                                 ["status", "reason"], registry=r)
         self.shared = Counter("ferry_tasks_shared_total", "Tasks that cost no inference of their "
                               "own: answered from the result cache (hit) or collapsed onto an "
-                              "identical task in flight", ["model", "how"], registry=r)
+                              "identical task in flight", ["model", "how", "version"],
+                              registry=r)
         self.replayed = Counter("ferry_idempotent_replays_total", "Requests answered with the "
                                 "task an earlier request with the same Idempotency-Key created",
                                 registry=r)
