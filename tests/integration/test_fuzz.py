@@ -22,6 +22,7 @@ from tests.integration.test_security import ALICE_KEY, KEYS
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FERRY_FUZZ_EXAMPLES", "30"))
+ADMIN_TOKEN = "fuzz-admin-token-0123456789"
 # Checks that do not apply to this API, each for a reason:
 # - use_after_free / ensure_resource_availability: DELETE cancels a task, it does not delete it;
 #   its record stays readable (CANCELLED) on purpose.
@@ -56,9 +57,12 @@ def schemathesis(url: str, report: Path, *headers: str) -> subprocess.CompletedP
                           env=env, cwd=report.parent)  # its cache goes there, not in the tree
 
 
-@pytest.mark.parametrize("stack_processes", [{}], indirect=True, ids=["auth-off"])
+@pytest.mark.parametrize("stack_processes", [{"admin_token": ADMIN_TOKEN}], indirect=True,
+                         ids=["auth-off"])
 def test_fuzz_without_authentication(stack_processes: str, tmp_path: Path) -> None:
-    run = schemathesis(stack_processes, tmp_path / "junit.xml")
+    """With the admin token too: the rollouts' admin API is fuzzed past its guard."""
+    run = schemathesis(stack_processes, tmp_path / "junit.xml",
+                       f"Authorization: Bearer {ADMIN_TOKEN}")
     print(run.stdout[-4000:])
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:]
 

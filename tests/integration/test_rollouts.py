@@ -80,7 +80,8 @@ async def test_the_split_follows_the_share_and_each_key_keeps_its_version(
     async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN,
                                               cache_ttl_s=0),
                              batcher_settings(redis_url, url, max_wait_ms=5)) as stack:
-        await declare(stack.client, stable="1", candidate="2", share=30, auto=False)
+        await declare(stack.client, stable="1", candidate="2", share=10, auto=False)
+        changed = await declare(stack.client, stable="1", candidate="2", share=30, auto=False)
         first = await traffic(stack.client, 300)
         again = await traffic(stack.client, 60)
         oip = [await stack.client.post(f"/v2/models/{MODEL}/infer", headers={
@@ -94,6 +95,7 @@ async def test_the_split_follows_the_share_and_each_key_keeps_its_version(
     assert [r["model_version"] for r in again] == versions[:60]  # sticky
     assert [r.json()["model_version"] for r in oip] == versions[:20]  # the protocol's too
     assert unguarded.status_code == 401
+    assert (changed["generation"], changed["share"]) == (2, 30)
 
 
 async def test_a_failing_candidate_is_rolled_back_with_its_figures_logged(

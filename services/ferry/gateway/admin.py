@@ -6,6 +6,7 @@ serves it within a second (``gateway.versions``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import time
 from collections.abc import Awaitable, Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi import Path as FastApiPath
 from fastapi.responses import JSONResponse
 
 from ferry.errors import (
@@ -29,6 +31,7 @@ from ferry.gateway.service import Gateway
 from ferry.rollouts.rollout import Rollout, declared
 from ferry.rollouts.store import RolloutStore
 
+MODEL = FastApiPath(min_length=1, description="the model's name, as Triton knows it")
 WINDOWS_S = (60, 600)  # besides "since the share last changed"
 Work = Callable[[], Awaitable[Any]]
 DOCUMENTED = (400, 401, 403, 404, 409)
@@ -85,8 +88,9 @@ class RolloutAdmin:
         after = declared(model, doc, now)
         await self._known_versions(model, after)
         before = await self.store.get(model)
-        after = after.changed(now) if before is None else after.changed(
-            now, generation=before.generation)
+        if before is not None:  # the next generation of the stored one
+            after = dataclasses.replace(after, generation=before.generation)
+        after = after.changed(now)
         return await self._change(before, after, "set", "set through the admin API")
 
     async def promote(self, model: str) -> dict[str, Any]:
@@ -161,9 +165,13 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
 
     def route(method: str, path: str, summary: str,
               work: Callable[[Request, str], Awaitable[Any]]) -> None:
-        async def endpoint(request: Request) -> Response:
-            return await _answer(admin, request, lambda: work(
-                request, request.path_params.get("model", "")))
+        async def of_model(request: Request, model: str = MODEL) -> Response:
+            return await _answer(admin, request, lambda: work(request, model))
+
+        async def of_all(request: Request) -> Response:
+            return await _answer(admin, request, lambda: work(request, ""))
+
+        endpoint = of_model if "{model}" in path else of_all
         api.add_api_route(f"{base}{path}", endpoint, methods=[method], tags=tags,
                           summary=summary, responses=_documented(),
                           operation_id=f"admin_{summary.split(maxsplit=1)[0].lower()}_{method.lower()}")
