@@ -29,7 +29,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.test_versions import MODEL, payloads, variant
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = pytest.mark.integration  # a few are also run on a Redis Cluster: marked
 TOKEN = "rollout-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 GUARDED = {"rollout_check_s": 0.3, "max_wait_ms": 5, "breaker_min_calls": 100_000}
@@ -166,6 +166,7 @@ async def test_a_healthy_candidate_steps_up_and_is_promoted_across_batchers(
     assert served["model_version"] == "2"
 
 
+@pytest.mark.cluster
 async def test_shadow_agreement_matches_a_direct_comparison(
     redis_url: str, triton_server: TritonServer,
 ) -> None:

@@ -127,7 +127,7 @@ async def test_sim_takes_json_payloads_as_before_and_tensors_too(stack: Stack) -
     assert found["OUTPUT"]["datatype"] == "BYTES" and found["OUTPUT"]["shape"] == [1, 1]
     assert orjson.loads(found["OUTPUT"]["data"][0]) == record["output"]["OUTPUT"]
     for body, query, code in (({"input": "x", "inputz": []}, "", "unknown_field"),
-                              ({"input": "x"}, "?version=1", "invalid_parameter")):
+                              ({"input": "x"}, "?version=v1", "invalid_parameter")):
         refused = await submit(stack.client, body, query)
         assert refused.status_code == 400 and refused.json()["error"]["code"] == code
 

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import TritonServer
 from tests.integration.helpers import batcher_settings, gateway_settings, running_stack
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = pytest.mark.integration  # a few are also run on a Redis Cluster: marked
 MODEL = "sim_versions"
 
 
@@ -43,6 +43,7 @@ async def submit(client: httpx.AsyncClient, payload: bytes, version: str = "",
                              headers={"Content-Type": "application/json", "Prefer": "wait=20"})
 
 
+@pytest.mark.cluster
 async def test_a_request_pins_its_version_through_v1_and_the_protocol(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
