@@ -10,10 +10,11 @@ import pytest
 
 from ferry.errors import BadRequestError, ConfigError, ForbiddenError, UnauthorizedError
 from ferry.gateway.admin import RolloutAdmin
+from ferry.gateway.versions import Versions
 from ferry.rollouts.cascade import parse_cascades, pending_review
 from ferry.rollouts.compare import Comparison, compare, kind_of
 from ferry.rollouts.guard import decide
-from ferry.rollouts.rollout import Rollout, Sticky, declared, parse_declared
+from ferry.rollouts.rollout import Pick, Rollout, Sticky, declared, parse_declared
 from ferry.rollouts.store import Pair, comparison_report
 from ferry.rollouts.window import BUCKET_S, Figures, Tally, bin_of, figures, quantile, upper_edge
 
@@ -204,3 +205,31 @@ def test_the_sticky_key_is_the_rollout_key_then_the_client() -> None:
     assert (both.key("client"), client_only.key("client")) == ("user-7", "client-a")
     assert (both.key("key"), client_only.key("key")) == ("user-7", "")
     assert both.key("none") == ""
+
+
+class CountingStore:
+    """Stands in for the rollouts' store: counts reads, fails when told to."""
+
+    def __init__(self, rollouts: dict[str, Rollout]) -> None:
+        self.rollouts, self.reads, self.down = rollouts, 0, False
+
+    async def all(self) -> dict[str, Rollout]:
+        self.reads += 1
+        if self.down:
+            raise ConnectionError("Redis is down")
+        return dict(self.rollouts)
+
+
+async def test_the_gateway_reads_the_rollouts_at_most_once_a_refresh() -> None:
+    now = [0.0]
+    store = CountingStore({"m": CANARY})
+    versions = Versions(store, refresh_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    picks = [await versions.pick("m", "", Sticky(f"c{i}")) for i in range(50)]
+    assert store.reads == 1 and {p.version for p, _ in picks} == {"1", "2"}
+    assert (await versions.pick("m", "7", Sticky()))[0] == Pick("7", "pinned")
+    assert (await versions.pick("other", "", Sticky("c")))[0] == Pick("", "policy")
+    now[0], store.down = 1.5, True
+    assert (await versions.pick("m", "", Sticky("c1")))[0].version in {"1", "2"}  # stale copy
+    assert store.reads == 2
+    await versions.pick("m", "", Sticky("c1"))
+    assert store.reads == 2  # a failed read waits its refresh too

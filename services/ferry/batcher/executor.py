@@ -395,9 +395,7 @@ class BatchExecutor:
             recorder.step("triton.infer", started_ns, {"ferry.model": model,
                                                         "ferry.batch.size": size})
         self.observe_call(model, size, seconds)
-        version = answer.model_version
-        self.metrics.infer_seconds.labels(model, version).observe(seconds)
-        self.metrics.batch_size.labels(model, version).observe(size)
+        self.metrics.observe_call(model, answer.model_version, size, seconds)
         return answer, seconds
 
     async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
@@ -441,17 +439,19 @@ class BatchExecutor:
         return False
 
     def _count(self, settled: Sequence[Outcome]) -> None:
+        finished = self.metrics.finished_child
         for outcome in settled:
             task = outcome.delivery.task
             model, version = (task.model, outcome.model_version or task.model_version) \
                 if task else ("", "")
-            self.metrics.finished.labels(model, outcome.status.value, version).inc()
+            finished(model, outcome.status.value, version).inc()
             if outcome.status is Status.FAILED:
                 self.metrics.dead_lettered.inc()
 
     def _observe_wait(self, model: str, items: Sequence[Delivery]) -> None:
         now_ms = int(time.time() * 1000)
+        waits = self.metrics.queue_wait_child
         for delivery in items:
             if delivery.task is not None:
                 waited = max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
-                self.metrics.queue_wait.labels(model, delivery.task.model_version).observe(waited)
+                waits(model, delivery.task.model_version).observe(waited)

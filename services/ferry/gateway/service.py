@@ -164,8 +164,10 @@ class Gateway:
         if isinstance(submission, TensorSubmission):
             return await self._prepare_tensors(submission)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
-        version = await self.version_for(spec.name, submission.version,
-                                         Sticky(submission.client_id, submission.rollout_key))
+        version = submission.version
+        if version or self.versions.may_pick(spec.name):
+            version = await self.version_for(spec.name, version, Sticky(
+                submission.client_id, submission.rollout_key))
         if spec.input_kind == "image":
             await asyncio.to_thread(check_payload, spec.input_kind, submission.payload)
         else:
@@ -307,7 +309,7 @@ class Gateway:
 
     def _count(self, task: Task, admitted: Admitted) -> None:
         model = task.model
-        self.metrics.accepted.labels(model, task.model_version).inc()
+        self.metrics.accepted_child(model, task.model_version).inc()
         if admitted.how != "queued":
             self.metrics.shared.labels(model, admitted.how, task.model_version).inc()
         rollout = self.versions.cached(model)

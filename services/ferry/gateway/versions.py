@@ -49,6 +49,11 @@ class Versions:
             log.error("a stored rollout is invalid (keeping the last copy): %s", exc)
         self._read_at = self.clock()
 
+    def may_pick(self, model: str) -> bool:
+        """Whether a request of ``model`` that pins no version may be given one: the model has
+        a rollout, or the copy is due for a read (False: Triton's policy picks, at no cost)."""
+        return model in self._rollouts or self.clock() - self._read_at >= self.refresh_s
+
     def cached(self, model: str) -> Rollout | None:
         """The model's rollout as last read, without reading."""
         return self._rollouts.get(model)

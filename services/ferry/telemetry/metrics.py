@@ -7,6 +7,7 @@ and ``/metrics`` on any worker reports the sum over all of them.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -51,12 +52,20 @@ class BatcherMetrics:
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
         self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
                                 "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
-        self.circuit = Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, "
-                             "1 half-open, 2 open", ["model"], registry=r)
-        self.window = Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at "
-                            "once (its instances, less while calls run slow)", ["model"],
-                            registry=r)
+        self.circuit, self.window = _model_gauges(r)
         self.queue_depth, self.partition_depth, self.partition_pending = _depth_metrics(r)
+        # label children by their values, looked up per task: labels() costs more than a dict
+        self.finished_child = functools.lru_cache(maxsize=4096)(self.finished.labels)
+        self.queue_wait_child = functools.lru_cache(maxsize=4096)(self.queue_wait.labels)
+        self._call_children = functools.lru_cache(maxsize=4096)(
+            lambda model, version: (self.infer_seconds.labels(model, version),
+                                    self.batch_size.labels(model, version)))
+
+    def observe_call(self, model: str, version: str, size: int, seconds: float) -> None:
+        """One Triton call of ``size`` rows, answered by ``version`` in ``seconds``."""
+        infer_seconds, batch_size = self._call_children(model, version)
+        infer_seconds.observe(seconds)
+        batch_size.observe(size)
 
 
 class GatewayMetrics:
@@ -89,6 +98,7 @@ class GatewayMetrics:
                                  registry=r)
         self.rpcs, self.rpc_latency = _rpc_metrics(r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self.accepted_child = functools.lru_cache(maxsize=4096)(self.accepted.labels)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count one answered request (label children are cached: this is on every request)."""
@@ -123,6 +133,14 @@ def _rpc_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
                     "it), by method and status code", ["method", "code"], registry=registry),
             Histogram("ferry_grpc_request_seconds", "gRPC call duration (a stream: each "
                       "request's)", ["method"], buckets=LATENCY_BUCKETS, registry=registry))
+
+
+def _model_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
+    """Each model's circuit breaker and in-flight window."""
+    return (Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, 1 half-open, "
+                  "2 open", ["model"], registry=registry),
+            Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at once (its "
+                  "instances, less while calls run slow)", ["model"], registry=registry))
 
 
 def _depth_metrics(registry: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
