@@ -1,5 +1,6 @@
-"""The batcher's part in model versions: every task it ends is tallied by (model, version) and
-added into Redis every ``FLUSH_S`` (the rollouts' figures, merged over every batcher); the
+"""The batcher's part in model versions: every task it ends of a model that has a rollout is
+tallied by (model, version) and added into Redis every ``FLUSH_S`` (the rollouts' figures,
+merged over every batcher; which models have one is read at each flush); the
 cascade's reviews (``reviews``); and, on the batcher that owns partition 0, the rollouts'
 keeper (the guard's decisions and the shadow comparison), every ``rollout_check_s``."""
 
@@ -25,6 +26,7 @@ from ferry.rollouts.window import Tally
 from ferry.settings import BatcherSettings
 from ferry.tasks.record import Status, StoredRecord
 from ferry.telemetry.metrics import BatcherMetrics
+from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 FLUSH_S = 1.0
@@ -44,6 +46,7 @@ class VersionDesk:
         self.settings = settings
         self.metrics = metrics
         self.tally = Tally()
+        self.watched: frozenset[str] = frozenset()  # models with a rollout: their tasks tallied
         self.store = RolloutStore(hot)
         self.declared = parse_declared(settings.rollouts)
         cascades = parse_cascades(settings.cascades)
@@ -54,9 +57,10 @@ class VersionDesk:
         self._loops: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        if self.declared:
-            with contextlib.suppress(*REDIS_UNAVAILABLE):  # the gateways write it too
+        with contextlib.suppress(*REDIS_UNAVAILABLE):  # the gateways write it too; and the
+            if self.declared:  # models are read again at every flush
                 await apply_declared(self.store, self.declared)
+            self.watched = frozenset(await self.store.models())
         self._loops = [asyncio.create_task(self._every(FLUSH_S, self.flush), name="ferry-tally")]
         if self.keeper is not None:
             self._loops.append(asyncio.create_task(
@@ -90,17 +94,21 @@ class VersionDesk:
 
     def settled(self, outcomes: Sequence[Outcome], finished_at: float) -> None:
         """Tally each outcome; write each review's end into the record it reviewed."""
-        tally = self.tally
+        watched = self.watched
         for outcome in outcomes:
             task = outcome.delivery.task
             if task is None:
                 continue
-            total_s = max(0.0, finished_at - task.enqueued_at_ms / 1000.0)
-            tally.add(task.model, outcome.model_version or task.model_version, finished_at,
-                      error=outcome.status is Status.FAILED,
-                      queue_s=max(0.0, total_s - outcome.infer_s), triton_s=outcome.infer_s)
+            if task.model in watched:
+                self._tally(task, outcome, finished_at)
             if task.review_of and self.reviews is not None:
                 self.reviews.finish(task, outcome)
+
+    def _tally(self, task: Task, outcome: Outcome, finished_at: float) -> None:
+        total_s = max(0.0, finished_at - task.enqueued_at_ms / 1000.0)
+        self.tally.add(task.model, outcome.model_version or task.model_version, finished_at,
+                       error=outcome.status is Status.FAILED,
+                       queue_s=max(0.0, total_s - outcome.infer_s), triton_s=outcome.infer_s)
 
     async def flush(self) -> None:
         """Add what was tallied into Redis (kept for the next flush if Redis refuses)."""
@@ -110,6 +118,7 @@ class VersionDesk:
         except REDIS_UNAVAILABLE:
             self.tally.merge(drained)
             raise
+        self.watched = frozenset(await self.store.models())
 
     async def _keep(self) -> None:
         assert self.keeper is not None
