@@ -10,6 +10,9 @@ traffic.
    its CPU), interactive requests at a steady rate alone, then the same while a job runs: the
    interactive p99 with the job against without it and t(64), and how busy the backend was
    while the job had items.
+3. **Cascade.** The same interactive rate while the model reviews each of its own answers at
+   batch priority (``FERRY_CASCADES``, ``when: always``, the review pinned to version 1): the
+   interactive p99 against its p99 alone and t(64), and how many answers were reviewed.
 """
 
 from __future__ import annotations
@@ -77,6 +80,17 @@ class HybridResult:
     job_items_per_s: float
     alone_errors: int
     with_job_errors: int
+
+
+@dataclass
+class CascadeResult:
+    rate: float
+    alone_p99_ms: float
+    with_reviews_p99_ms: float
+    t64_ms: float
+    reviewed: int  # of the interactive answers sampled, those whose review had ended
+    sampled: int
+    errors: int
 
 
 def sample_images(folder: Path, count: int) -> Path:
@@ -206,6 +220,52 @@ async def hybrid(stack: BenchStack, quick: bool) -> HybridResult:
         alone.count - alone.successes, with_job.count - with_job.successes)
 
 
+async def cascade(stack: BenchStack, mixed: HybridResult, quick: bool) -> CascadeResult:
+    """The hybrid's interactive rate again, each answer reviewed by its own model."""
+    model = HYBRID.model("ferry-1req")
+    stack.restart_batcher(cascades=json.dumps({model: {
+        "review_model": model, "review_version": "1", "when": "always"}}))
+    seconds = 3.0 if quick else HYBRID_SECONDS
+    reviewed = await run("ferry-1req", stack.gateway_url, model, mixed.rate,
+                         int(mixed.rate * seconds), seed=13)
+    stack.wait_idle()
+    ended, sampled = await _reviews_ended(stack, model, 50)
+    stack.restart_batcher(cascades="")
+    return CascadeResult(mixed.rate, mixed.alone_p99_ms, reviewed.p99_ms, SLOW.t_ms(64), ended,
+                         sampled, reviewed.count - reviewed.successes)
+
+
+async def _reviews_ended(stack: BenchStack, model: str, count: int) -> tuple[int, int]:
+    """Of ``count`` new requests' answers, how many have a review that ended (a check that the
+    cascade ran)."""
+    ended = 0
+    async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=60) as client:
+        for i in range(count):
+            answer = (await client.post(f"/v1/inference?model={model}", content=f"r{i}",
+                                        headers={"Content-Type": "text/plain",
+                                                 "Prefer": "wait=20"})).json()
+            for _ in range(100):
+                record = (await client.get(f"/v1/result/{answer['task_id']}")).json()
+                if record.get("review", {}).get("status") == "SUCCESS":
+                    ended += 1
+                    break
+                await asyncio.sleep(0.1)
+    return ended, count
+
+
+def cascade_lines(c: CascadeResult) -> list[str]:
+    within = c.with_reviews_p99_ms - c.alone_p99_ms <= c.t64_ms
+    return ["**The cascade beside interactive traffic** (the same backend and rate): the model "
+            "reviews each of its own answers at batch priority.", "",
+            "| interactive p99 alone | with reviews | difference | t(64) | answers reviewed "
+            "(of a sample) | interactive errors |", "|---|---|---|---|---|---|",
+            f"| {c.alone_p99_ms:.1f} ms | {c.with_reviews_p99_ms:.1f} ms | "
+            f"{c.with_reviews_p99_ms - c.alone_p99_ms:+.1f} ms | {c.t64_ms:g} ms | "
+            f"{c.reviewed} of {c.sampled} | {c.errors} |", "",
+            f"Target: the p99 within one batch time of its p99 alone "
+            f"({'met' if within else 'missed'}).", ""]
+
+
 def section(points: list[SizePoint], mixed: HybridResult, note: str) -> list[str]:
     lines = [HEADING, "", note, "",
              "**The batch image warehouse**: a job of sample images through the moderation "
@@ -235,9 +295,11 @@ def section(points: list[SizePoint], mixed: HybridResult, note: str) -> list[str
     return lines
 
 
-def save(state: Path, points: list[SizePoint], mixed: HybridResult) -> None:
+def save(state: Path, points: list[SizePoint], mixed: HybridResult,
+         reviews: CascadeResult) -> None:
     (state / "jobs.json").write_text(json.dumps({"sizes": [asdict(p) for p in points],
-                                                 "hybrid": asdict(mixed)}))
+                                                 "hybrid": asdict(mixed),
+                                                 "cascade": asdict(reviews)}))
 
 
 def repository(target: Path) -> Path:
@@ -248,8 +310,9 @@ def repository(target: Path) -> Path:
     return target
 
 
-async def measure(state: Path, quick: bool) -> tuple[list[SizePoint], HybridResult]:
-    """Both parts, on one stack of their own (moderation and the slow backend)."""
+async def measure(state: Path, quick: bool
+                  ) -> tuple[list[SizePoint], HybridResult, CascadeResult]:
+    """Every part, on one stack of their own (moderation and the slow backend)."""
     ranges = image_ranges(quick)
     folder = sample_images(state / "job-images", ranges[-1][1] + ranges[-1][2])
     models = repository(state / "job-models")
@@ -261,10 +324,11 @@ async def measure(state: Path, quick: bool) -> tuple[list[SizePoint], HybridResu
         points = await batch_sizes(stack, folder, quick)
         stack.restart_batcher(max_batch=64)
         mixed = await hybrid(stack, quick)
+        reviews = await cascade(stack, mixed, quick)
     finally:
         stack.stop()
-    save(state, points, mixed)
-    return points, mixed
+    save(state, points, mixed, reviews)
+    return points, mixed, reviews
 
 
 def draw(points: list[SizePoint], path: Path) -> None:
@@ -288,14 +352,14 @@ def draw(points: list[SizePoint], path: Path) -> None:
 async def write_section(out: Path, figures: Path, state: Path, quick: bool,
                         command: str) -> None:
     started = datetime.datetime.now(datetime.UTC)
-    points, mixed = await measure(state, quick)
+    points, mixed, reviews = await measure(state, quick)
     minutes = (datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60
     figures.mkdir(parents=True, exist_ok=True)
     figure = figures / "job-batch-sizes.png"
     draw(points, figure)
     note = (f"Measured by `{command}` on {started:%Y-%m-%d %H:%M} UTC (this part took "
             f"{minutes:.1f} minutes; alone: `.venv/bin/python -m loadtest.bench --only jobs`).")
-    lines = section(points, mixed, note)
+    lines = section(points, mixed, note) + cascade_lines(reviews)
     at = lines.index("") + 3  # after the note: the figure
     lines[at:at] = [f"![images/s and model time per image against the batch limit]"
                     f"({os.path.relpath(figure, out.parent)})", ""]

@@ -1,11 +1,10 @@
 """The two-tier cascade on a real Triton: the first answer at once, a review at batch priority
-written into its record (and its webhook sent again), only where the condition holds; and under
-load, interactive latency within one batch time of its value without the cascade."""
+written into its record (and its webhook sent again), only where the condition holds, and every
+answer reviewed under load."""
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from typing import Any
 
@@ -95,50 +94,47 @@ async def test_only_answers_that_meet_the_condition_are_reviewed(
     assert labels == ["FACE_FEMALE"]
 
 
-async def test_reviews_under_load_cost_interactive_work_at_most_a_batch_time(
+async def test_under_load_every_answer_is_reviewed_behind_interactive_work(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
-    """``sim_overload`` (t(B) = 50 + 2B ms, batches of 8) reviews its own answers: the reviews
-    share its instance at batch priority, so an interactive request waits at most for one batch
-    of reviews at Triton (66 ms) more than without them."""
+    """``sim_overload`` (t(B) = 50 + 2B ms, batches of 8) reviews its own answers under an
+    open-loop load: every answer is answered at once and reviewed later, at batch priority.
+    (What the reviews cost interactive latency is measured, not asserted: ``make bench``'s
+    cascade part, in BENCHMARKS.md.)"""
     url = triton_server.grpc_url
     cascades = orjson.dumps({"sim_overload": {"review_model": "sim_overload",
                                               "review_version": "1",
                                               "when": "always"}}).decode()
-    p99 = {}
-    for name, batcher in (("alone", batcher_settings(redis_url, url, max_wait_ms=5)),
-                          ("cascade", batcher_settings(redis_url, url, max_wait_ms=5,
-                                                       cascades=cascades))):
-        async with running_stack(gateway_settings(redis_url, url, cache_ttl_s=0),
-                                 batcher) as stack:
-            p99[name] = await _open_loop_p99(stack.client, name, rate=10, seconds=10)
-    print(f"interactive p99: {p99}")
-    assert p99["cascade"] <= p99["alone"] + 0.066, p99
+    async with running_stack(gateway_settings(redis_url, url, cache_ttl_s=0),
+                             batcher_settings(redis_url, url, max_wait_ms=5,
+                                              cascades=cascades)) as stack:
+        answers = await _open_loop(stack.client, rate=10, seconds=5)
+        ended = [await reviewed(stack.client, a["task_id"]) for a in answers]
+        reviews = [(await stack.client.get(f"/v1/result/{r['review']['task_id']}")).json()
+                   for r in ended[:5]]
+    assert all(a["status"] == "SUCCESS" and a["review"]["status"] == "PENDING"
+               for a in answers)  # answered before the review ran
+    assert [r["review"]["status"] for r in ended] == ["SUCCESS"] * len(answers)
+    assert all(r["priority"] == "batch" and r["model_version"] == "1" for r in reviews)
 
 
-async def _open_loop_p99(client: httpx.AsyncClient, tag: str, rate: float,
-                         seconds: float) -> float:
-    """Requests at ``rate`` a second for ``seconds``, each timed to its answer: their p99."""
-    latencies: list[float] = []
-    reviews: list[bool] = []
-
-    async def one(i: int) -> None:
-        started = time.monotonic()
+async def _open_loop(client: httpx.AsyncClient, rate: float, seconds: float
+                     ) -> list[dict[str, Any]]:
+    """Requests at ``rate`` a second for ``seconds`` (``Prefer: wait``): their answers."""
+    async def one(i: int) -> dict[str, Any]:
         response = await client.post("/v1/inference?model=sim_overload",
-                                     content=f"{tag}-{i}".encode(),
+                                     content=f"load-{i}".encode(),
                                      headers={"Content-Type": "text/plain",
                                               "Prefer": "wait=20"})
         assert response.status_code == 200, response.text
-        latencies.append(time.monotonic() - started)
-        reviews.append("review" in response.json())
+        body: dict[str, Any] = response.json()
+        return body
 
     tasks, start = [], time.monotonic()
     for i in range(int(rate * seconds)):
         await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
         tasks.append(asyncio.create_task(one(i)))
-    await asyncio.gather(*tasks)
-    assert set(reviews) == {tag == "cascade"}  # every answer reviewed, or none
-    return statistics.quantiles(latencies, n=100)[98]
+    return list(await asyncio.gather(*tasks))
 
 
 def _blank() -> bytes:
