@@ -1,6 +1,7 @@
-"""The batcher's part in model versions: every task it ends of a model that has a rollout is
+"""The batcher's part in model versions: every task it ends that was sent to a version (pinned
+by its request, or given one by its model's rollout; a task left to Triton's policy is not) is
 tallied by (model, version) and added into Redis every ``FLUSH_S`` (the rollouts' figures,
-merged over every batcher; which models have one is read at each flush); the
+merged over every batcher); the
 cascade's reviews (``reviews``); and, on the batcher that owns partition 0, the rollouts'
 keeper (the guard's decisions and the shadow comparison), every ``rollout_check_s``."""
 
@@ -46,7 +47,6 @@ class VersionDesk:
         self.settings = settings
         self.metrics = metrics
         self.tally = Tally()
-        self.watched: frozenset[str] = frozenset()  # models with a rollout: their tasks tallied
         self.store = RolloutStore(hot)
         self.declared = parse_declared(settings.rollouts)
         cascades = parse_cascades(settings.cascades)
@@ -57,10 +57,9 @@ class VersionDesk:
         self._loops: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # the gateways write it too; and the
-            if self.declared:  # models are read again at every flush
+        if self.declared:
+            with contextlib.suppress(*REDIS_UNAVAILABLE):  # the gateways write it too
                 await apply_declared(self.store, self.declared)
-            self.watched = frozenset(await self.store.models())
         self._loops = [asyncio.create_task(self._every(FLUSH_S, self.flush), name="ferry-tally")]
         if self.keeper is not None:
             self._loops.append(asyncio.create_task(
@@ -94,12 +93,11 @@ class VersionDesk:
 
     def settled(self, outcomes: Sequence[Outcome], finished_at: float) -> None:
         """Tally each outcome; write each review's end into the record it reviewed."""
-        watched = self.watched
         for outcome in outcomes:
             task = outcome.delivery.task
             if task is None:
                 continue
-            if task.model in watched:
+            if task.model_version:  # a rollout's tasks always are: it gives them a version
                 self._tally(task, outcome, finished_at)
             if task.review_of and self.reviews is not None:
                 self.reviews.finish(task, outcome)
@@ -112,13 +110,14 @@ class VersionDesk:
 
     async def flush(self) -> None:
         """Add what was tallied into Redis (kept for the next flush if Redis refuses)."""
+        if not len(self.tally):
+            return
         drained = self.tally.drain()
         try:
             await self.store.add_tally(drained)
         except REDIS_UNAVAILABLE:
             self.tally.merge(drained)
             raise
-        self.watched = frozenset(await self.store.models())
 
     async def _keep(self) -> None:
         assert self.keeper is not None
