@@ -229,8 +229,7 @@ async def cascade(stack: BenchStack, mixed: HybridResult, quick: bool) -> Cascad
     reviewed = await run("ferry-1req", stack.gateway_url, model, mixed.rate,
                          int(mixed.rate * seconds), seed=13)
     stack.wait_idle()
-    ended, sampled = await _reviews_ended(stack, model, 50)
-    stack.restart_batcher(cascades="")
+    ended, sampled = await _reviews_ended(stack, model, 10 if quick else 50)
     return CascadeResult(mixed.rate, mixed.alone_p99_ms, reviewed.p99_ms, SLOW.t_ms(64), ended,
                          sampled, reviewed.count - reviewed.successes)
 
