@@ -57,6 +57,7 @@ def test_shadows_copy_a_share_of_the_stable_requests_only() -> None:
     ({"stable": "1", "steps": [0, 50]}, "steps"),
     ({"stable": "1", "colour": "red"}, "unknown rollout field"),
     ({"stable": "1", "share": "lots"}, "rollout:"),
+    ({"stable": "1", "compare": {"kind": "fuzzy"}}, "compare takes kind"),
 ])
 def test_a_rollout_that_cannot_be_served_is_refused_naming_why(doc: dict[str, object],
                                                                wrong: str) -> None:

@@ -31,17 +31,20 @@ class RolloutKeeper:
         self.read = read
         self.on_decision = on_decision
 
-    async def round(self, now: float | None = None) -> None:
+    async def round(self, now: float | None = None) -> dict[str, Rollout]:
+        """One round; every rollout as the round left it."""
         now = time.time() if now is None else now
         rollouts = await self.store.all()
-        for rollout in rollouts.values():
+        for model, rollout in rollouts.items():
             if rollout.live:
-                await self.guard(rollout, now)
+                rollouts[model] = await self.guard(rollout, now)
         for model, rollout in rollouts.items():
             await self.compare_pairs(model, Comparison.from_json(rollout.compare), now)
+        return rollouts
 
-    async def guard(self, rollout: Rollout, now: float) -> Decision:
-        """Decide for one rollout, and carry the decision out (logged with its figures)."""
+    async def guard(self, rollout: Rollout, now: float) -> Rollout:
+        """Decide for one rollout, and carry the decision out (logged with its figures); the
+        rollout as it stands after (as it was, if another change came first)."""
         stable = await self.store.figures(rollout.model, rollout.stable, rollout.since, now)
         candidate = await self.store.figures(rollout.model, rollout.candidate, rollout.since,
                                              now)
@@ -51,7 +54,7 @@ class RolloutKeeper:
                 "figures": figures}
         await self.store.note_check(rollout.model, look)
         if decision.action == "hold":
-            return decision
+            return rollout
         after = _applied(rollout, decision, now)
         entry = {"at": now, "action": decision.action, "by": "guard", "reason": decision.reason,
                  "share_from": rollout.share, "share": after.share, "stable": after.stable,
@@ -60,7 +63,8 @@ class RolloutKeeper:
             log.warning("rollout of %s: %s (%s)", rollout.model, decision.action,
                         decision.reason)
             self.on_decision(after, decision)
-        return decision
+            return after
+        return rollout
 
     async def compare_pairs(self, model: str, how: Comparison, now: float) -> int:
         """Compare the pairs whose tasks have both ended; how many were settled."""

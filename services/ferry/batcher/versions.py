@@ -121,8 +121,7 @@ class VersionDesk:
 
     async def _keep(self) -> None:
         assert self.keeper is not None
-        await self.keeper.round()
-        for model, rollout in (await self.store.all()).items():
+        for model, rollout in (await self.keeper.round()).items():
             self.metrics.rollout_share.labels(model, rollout.candidate).set(
                 rollout.share if rollout.live else 0.0)
 

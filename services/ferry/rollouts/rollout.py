@@ -19,6 +19,7 @@ from typing import Any, Literal
 import orjson
 
 from ferry.errors import BadRequestError, ConfigError
+from ferry.rollouts.compare import Comparison
 
 State = Literal["canary", "promoted", "rolled_back", "stable"]
 STATES: tuple[State, ...] = ("canary", "promoted", "rolled_back", "stable")
@@ -171,6 +172,7 @@ def _number(value: Any, name: str) -> float:
 
 def check(rollout: Rollout) -> None:
     """Refuse a rollout that cannot be served (a 400 naming the field)."""
+    Comparison.from_json(rollout.compare)  # its own 400: the keeper reads it every round
     problems = [*_version_problems(rollout), *_rule_problems(rollout)]
     if problems:
         raise BadRequestError("invalid_rollout", f"rollout of {rollout.model!r}: "

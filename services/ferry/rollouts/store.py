@@ -72,10 +72,6 @@ class RolloutStore:
             found[model] = Rollout.from_json(orjson.loads(flat[i + 1]), model)
         return found
 
-    async def models(self) -> list[str]:
-        """The models that have a rollout."""
-        return [raw.decode() for raw in await self.client.execute("HKEYS", keys.ROLLOUTS) or []]
-
     async def get(self, model: str) -> Rollout | None:
         raw = await self.client.execute("HGET", keys.ROLLOUTS, model)
         return Rollout.from_json(orjson.loads(raw), model) if raw else None

@@ -40,7 +40,7 @@ class BatcherMetrics:
         self.finished = Counter("ferry_tasks_finished_total", "Tasks given a final status, by "
                                 "the version that answered (or was asked for)",
                                 ["model", "status", "version"], registry=r)
-        self.rollout_share, self.rollout_decisions, self.shadow_agreement = _rollout_metrics(r)
+        self.rollout_share, self.rollout_decisions = _rollout_metrics(r)
         self.infer_failures = Counter("ferry_infer_failures_total", "Failed Triton infer calls",
                                       ["model", "kind"], registry=r)
         self.reclaimed = Counter("ferry_tasks_reclaimed_total",
@@ -153,14 +153,12 @@ def _depth_metrics(registry: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge]:
                   "batcher holds (read, not finished)", ["partition"], registry=registry))
 
 
-def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter, Gauge]:
+def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter]:
     """What the rollouts' keeper reports (on the batcher that owns partition 0)."""
     return (Gauge("ferry_rollout_candidate_share", "Percent of a model's requests its rollout's "
                   "candidate answers", ["model", "candidate"], registry=registry),
             Counter("ferry_rollout_decisions_total", "Rollout changes the guard made: step, "
-                    "promote, rollback", ["model", "action"], registry=registry),
-            Gauge("ferry_shadow_agreement", "Share of compared shadow answers that agree with "
-                  "the primary's", ["model", "candidate"], registry=registry))
+                    "promote, rollback", ["model", "action"], registry=registry))
 
 
 GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
