@@ -13,11 +13,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
 from ferry.errors import ConfigError, DependencyUnavailableError
-from ferry.resp.client import Commands, RedisAddress, RespClient
+from ferry.resp.client import Commands, Locate, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
+from ferry.resp.sentinel import Sentinels, sentinel_nodes
 from ferry.settings import CommonSettings
 
 SlowRedis = aioredis.Redis | RedisCluster  # redis-py, for the occasional work
@@ -40,12 +42,36 @@ def connect(settings: CommonSettings) -> SlowRedis:
             settings.redis_url, max_connections=settings.redis_max_connections,
             socket_timeout=settings.redis_socket_timeout_s,
             socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
+    if settings.redis_sentinels.strip():
+        return _through_sentinels(settings)
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s, health_check_interval=30,
         socket_timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
     return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()
+
+
+def _through_sentinels(settings: CommonSettings) -> aioredis.Redis:
+    """redis-py's client of the master the sentinels name: it asks them again after a broken
+    connection or a ``READONLY`` reply."""
+    found = address(settings)
+    extra = _credentials(settings)
+    extra.update(username=found.username, password=found.password)
+    if found.tls:
+        extra["ssl"] = True
+    sentinel_extra = {k: v for k, v in extra.items() if k.startswith("ssl")}
+    if settings.redis_sentinel_password:
+        sentinel_extra["password"] = settings.redis_sentinel_password
+    timeouts = {"socket_timeout": settings.redis_socket_timeout_s,
+                "socket_connect_timeout": settings.redis_socket_timeout_s}
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel_nodes(settings.redis_sentinels), sentinel_kwargs={**sentinel_extra, **timeouts},
+        **timeouts, **extra)
+    master: aioredis.Redis = sentinels.master_for(
+        settings.redis_sentinel_master, db=found.db,
+        max_connections=settings.redis_max_connections)
+    return master
 
 
 async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None:
@@ -93,7 +119,17 @@ def lean(settings: CommonSettings, name: str) -> Commands:
     if settings.redis_cluster:
         return cluster_client(settings, name)
     return RespClient(address(settings), timeout_s=settings.redis_socket_timeout_s,
-                      connect_timeout_s=settings.redis_socket_timeout_s, name=name)
+                      connect_timeout_s=settings.redis_socket_timeout_s, name=name,
+                      locate=locator(settings))
+
+
+def locator(settings: CommonSettings) -> Locate | None:
+    """With ``redis_sentinels``, what finds the master (for the lean clients); else None."""
+    if not settings.redis_sentinels.strip():
+        return None
+    return Sentinels(sentinel_nodes(settings.redis_sentinels), settings.redis_sentinel_master,
+                     address(settings), password=settings.redis_sentinel_password,
+                     timeout_s=min(settings.redis_socket_timeout_s, 2.0)).master
 
 
 def text(value: Any) -> str:

@@ -22,6 +22,7 @@ from ferry.auth.base import check_key_source, parse_algorithms
 from ferry.durations import parse_window
 from ferry.errors import BadRequestError, ConfigError
 from ferry.resp.client import RedisAddress
+from ferry.resp.sentinel import sentinel_nodes
 from ferry.rollouts.cascade import parse_cascades
 from ferry.rollouts.rollout import parse_declared
 from ferry.telemetry.logs import parse as parse_log_level
@@ -67,6 +68,17 @@ class CommonSettings:
                                  "system's)")
     redis_cert_file: str = setting("", "client certificate for rediss:// (mutual TLS)")
     redis_key_file: str = setting("", "its private key")
+    redis_sentinels: str = setting("", "Redis Sentinels, host:port comma-separated: the master "
+                                   "is found through them and followed across a failover "
+                                   "(redis_url then gives only the database, credentials and "
+                                   "TLS)")
+    redis_sentinel_master: str = setting("mymaster", "the master's name the sentinels monitor")
+    redis_sentinel_password: str = setting("", "the sentinels' own password, if they have one "
+                                           "(or FERRY_REDIS_SENTINEL_PASSWORD_FILE)")
+    redis_min_replicas: int = setting(0, "replicas that must confirm an admission's writes "
+                                      "(WAIT) before it is answered; unconfirmed tasks are "
+                                      "withdrawn and answered 503 (docs/redis.md)")
+    redis_wait_ms: int = setting(500, "how long an admission waits for redis_min_replicas")
     triton_ssl: bool = setting(False, "gRPC over TLS to Triton")
     triton_ca_file: str = setting("", "CA bundle that verifies Triton (default: the system's)")
     triton_cert_file: str = setting("", "client certificate for Triton (mutual TLS)")
@@ -94,12 +106,24 @@ class CommonSettings:
                 self.triton_cert_file) != bool(self.triton_key_file):
             raise ConfigError("a client certificate and its key go together (redis_cert_file "
                               "and redis_key_file, triton_cert_file and triton_key_file)")
+        self._check_redis()
+        if (self.triton_ca_file or self.triton_cert_file) and not self.triton_ssl:
+            raise ConfigError("triton_ca_file and triton_cert_file need triton_ssl=true")
+
+    def _check_redis(self) -> None:
         if self.redis_cluster and (self.redis_url.startswith("unix:")
                                    or RedisAddress.from_url(self.redis_url).db != 0):
             raise ConfigError("a Redis Cluster is reached over redis:// or rediss:// and has "
                               "only database 0")
-        if (self.triton_ca_file or self.triton_cert_file) and not self.triton_ssl:
-            raise ConfigError("triton_ca_file and triton_cert_file need triton_ssl=true")
+        if self.redis_sentinels.strip():
+            if self.redis_cluster:
+                raise ConfigError("redis_sentinels and redis_cluster exclude each other: a "
+                                  "Redis Cluster fails over by itself")
+            if not self.redis_sentinel_master:
+                raise ConfigError("redis_sentinels needs redis_sentinel_master")
+            sentinel_nodes(self.redis_sentinels)
+        if self.redis_min_replicas < 0 or self.redis_wait_ms < 1:
+            raise ConfigError("redis_min_replicas must be 0 or more and redis_wait_ms at least 1")
 
     @property
     def webhook_hosts(self) -> frozenset[str]:

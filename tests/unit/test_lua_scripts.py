@@ -151,4 +151,4 @@ def test_the_package_ships_the_scripts() -> None:
     shipped = pyproject["tool"]["setuptools"]["package-data"]["ferry"]
     lua = Path(scripts.__file__).parent / "lua"
     assert "tasks/lua/*.lua" in shipped
-    assert {p.stem for p in lua.glob("*.lua")} == {"common", *BY_NAME}
+    assert {p.stem for p in lua.glob("*.lua")} == {"common", "unqueue", *BY_NAME}

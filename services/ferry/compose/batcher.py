@@ -11,7 +11,7 @@ from ferry import keys
 from ferry.compose.triton import triton_backend
 from ferry.queue.base import TaskQueue
 from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean
+from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean, locator
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, parse_partitions
@@ -56,9 +56,11 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,
                            dead_letter_maxlen=settings.dead_letter_maxlen,
-                           cache_ttl_s=settings.cache_ttl_s)
+                           cache_ttl_s=settings.cache_ttl_s,
+                           min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms)
     cancels = Subscriber(address(settings), keys.CANCEL_CHANNEL, lambda message: None,
-                         lambda: None, timeout_s=settings.redis_socket_timeout_s)
+                         lambda: None, timeout_s=settings.redis_socket_timeout_s,
+                         locate=locator(settings))
     return BatcherParts(
         settings=settings, consumer=consumer, cancels=cancels,
         backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s,

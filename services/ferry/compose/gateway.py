@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ferry import keys
 from ferry.access import Access
 from ferry.compose.triton import triton_backend
-from ferry.redis_conn import SlowRedis, address, connect, lean
+from ferry.redis_conn import SlowRedis, address, connect, lean, locator
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import GatewaySettings
@@ -40,10 +40,12 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
     hot = lean(settings, "ferry-gateway")
     store = RedisTaskStore(hot, partitions=settings.partitions,
                            result_ttl_s=settings.result_ttl_s,
-                           pending_ttl_s=settings.pending_ttl_s)
+                           pending_ttl_s=settings.pending_ttl_s,
+                           min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms)
     waiters = ResultWaiters(store.read)
     subscriber = Subscriber(address(settings), keys.DONE_CHANNEL, waiters.on_announcement,
-                            waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
+                            waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,
+                            locate=locator(settings))
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),

@@ -14,7 +14,7 @@ import asyncio
 import collections
 import hashlib
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -26,6 +26,7 @@ from ferry.errors import ConfigError, DependencyUnavailableError, FerryError
 HOLD_DOWN_S = 0.5  # after a failed connection attempt, how long callers fail without retrying
 Arg = bytes | str | int | float
 Command = Sequence[Arg]  # or a Packed command, sent as it is
+Locate = Callable[[], Awaitable["RedisAddress"]]  # where the master is now (Redis Sentinel)
 
 
 class RespError(FerryError):
@@ -168,11 +169,21 @@ class _Connection(asyncio.Protocol):
                 self._fail(RespConnectionError("Redis sent a reply nobody asked for"))
                 return
             future, _ = self._waiting.popleft()
-            if not future.done():  # a caller that gave up (cancelled) no longer wants it
-                if isinstance(reply, RespError):
-                    future.set_exception(_error_reply(reply))
-                else:
-                    future.set_result(reply)
+            if isinstance(reply, RespError):
+                reply = self._error(reply)
+                if not future.done():  # a caller that gave up (cancelled) no longer wants it
+                    future.set_exception(reply)
+            elif not future.done():
+                future.set_result(reply)
+
+    def _error(self, reply: RespError) -> RespError:
+        """An error reply as raised; ``READONLY`` (this server was demoted to a replica in a
+        failover) also retires the connection, so the next command finds the master again."""
+        error = _error_reply(reply)
+        if str(error).startswith("READONLY") and self.closed is None:
+            self.closed = error  # no new command is sent here; the ones in flight still end
+            self._loop.call_soon(self._fail, error)
+        return error
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RespConnectionError(f"connection to Redis lost: {exc or 'closed by peer'}"))
@@ -240,8 +251,10 @@ class RespClient:
     """Commands over one lazily (re)opened connection; safe to share between coroutines."""
 
     def __init__(self, address: RedisAddress, *, timeout_s: float = 10.0,
-                 connect_timeout_s: float = 10.0, name: str = "ferry") -> None:
+                 connect_timeout_s: float = 10.0, name: str = "ferry",
+                 locate: Locate | None = None) -> None:
         self.address = address
+        self.locate = locate  # with Sentinel: asked for the master's address at every connect
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.name = name
@@ -350,17 +363,21 @@ class RespClient:
 
     async def _open(self) -> _Connection:
         loop = asyncio.get_running_loop()
+        address = self.address if self.locate is None else await self.locate()
         connection = await open_connection(
-            self.address, lambda: _Connection(loop, self.timeout_s), self.connect_timeout_s)
+            address, lambda: _Connection(loop, self.timeout_s), self.connect_timeout_s)
         try:
-            greeting = handshake(self.address, self.name)
+            greeting = handshake(address, self.name)
             setup = [*greeting, ("CLIENT", "ID"),
                      *(("SCRIPT", "LOAD", source) for source in self._scripts.values())]
+            if self.locate is not None:
+                setup.append(("ROLE",))
             replies = await asyncio.gather(*connection.send(setup), return_exceptions=True)
-            for reply in replies:
-                if isinstance(reply, BaseException):
-                    raise reply
+            raise_first(replies)
             connection.client_id = int(cast(int, replies[len(greeting)]))
+            if self.locate is not None and not _is_master(replies[-1]):
+                raise RespUnavailableError(f"Redis at {address} is not the master (yet): the "
+                                           "sentinels have not seen the failover through")
         except RespUnavailableError:
             connection.close()
             raise
@@ -404,6 +421,11 @@ def handshake(address: RedisAddress, name: str, *, select: bool = True) -> list[
         commands.append(("SELECT", address.db))
     commands.append(("CLIENT", "SETNAME", name))
     return commands
+
+
+def _is_master(role: Any) -> bool:
+    """Whether a ``ROLE`` reply is a master's."""
+    return bool(role) and role[0] == b"master"
 
 
 def raise_first(replies: Sequence[Any]) -> None:

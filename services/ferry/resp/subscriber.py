@@ -17,6 +17,7 @@ import hiredis
 
 from ferry.backoff import backoff_delay
 from ferry.resp.client import (
+    Locate,
     RedisAddress,
     RespConnectionError,
     RespError,
@@ -72,8 +73,10 @@ class Subscriber:
 
     def __init__(self, address: RedisAddress, channel: str, on_message: Callable[[bytes], None],
                  on_connect: Callable[[], None], *, timeout_s: float = 10.0,
-                 ping_interval_s: float = 5.0, name: str = "ferry-subscriber") -> None:
+                 ping_interval_s: float = 5.0, name: str = "ferry-subscriber",
+                 locate: Locate | None = None) -> None:
         self.address = address
+        self.locate = locate  # with Sentinel: the master, found again at every connect
         self.channel = channel.encode()
         self.on_message = on_message
         self.on_connect = on_connect
@@ -121,13 +124,14 @@ class Subscriber:
                             backoff_delay(min(failures + 1, 8), 0.1, 2.0, jitter=1.0))
 
     async def _session(self) -> None:
+        address = self.address if self.locate is None else await self.locate()
         sub = await open_connection(
-            self.address, lambda: _Subscription(self.channel, self.on_message), self.timeout_s)
+            address, lambda: _Subscription(self.channel, self.on_message), self.timeout_s)
         self._current = sub
         try:
             if self._stopping.is_set():
                 return
-            for command in handshake(self.address, self.name, select=False):
+            for command in handshake(address, self.name, select=False):
                 sub.send(*(str(a) if isinstance(a, int | float) else a for a in command))
             sub.send("SUBSCRIBE", self.channel)
             async with asyncio.timeout(self.timeout_s):

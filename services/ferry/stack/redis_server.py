@@ -90,15 +90,15 @@ def start_redis_cluster(
     return procs, f"redis://{LOOPBACK}:{ports[0]}/0"
 
 
-def create_cluster(ports: list[int], timeout_s: float) -> None:
-    """Join loopback nodes into one cluster (slots spread evenly) and wait for ``cluster_state:ok``
-    on every node."""
+def create_cluster(ports: list[int], timeout_s: float, replicas: int = 0) -> None:
+    """Join loopback nodes into one cluster (slots spread evenly, ``replicas`` replicas per
+    master) and wait for ``cluster_state:ok`` on every node."""
     cli = shutil.which("redis-cli")
     if cli is None:
         raise StartupError("redis-cli not found on PATH (Debian: apt-get install redis-tools)")
     created = subprocess.run(  # noqa: S603 - argv is built by Ferry, never a shell
         [cli, "--cluster", "create", *(f"{LOOPBACK}:{p}" for p in ports),
-         "--cluster-replicas", "0", "--cluster-yes"],
+         "--cluster-replicas", str(replicas), "--cluster-yes"],
         capture_output=True, text=True, timeout=timeout_s, check=False)
     if created.returncode != 0:
         raise StartupError(f"redis-cli --cluster create failed: {created.stdout[-500:]}"

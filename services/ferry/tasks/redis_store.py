@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ferry import keys
 from ferry.codec import dumps, encode_task
+from ferry.errors import ServiceUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, Commands
 from ferry.tasks import scripts
@@ -40,6 +41,7 @@ from ferry.tasks.record import (
     cancelled_tail,
     status_fragment,
 )
+from ferry.tasks.replication import ReplicaAcks
 from ferry.tasks.scripts import (
     AdmitArgs,
     AdmitKeys,
@@ -50,6 +52,9 @@ from ferry.tasks.scripts import (
     CompleteItem,
     CompleteKeys,
     HealKeys,
+    Withdrawal,
+    WithdrawArgs,
+    WithdrawKeys,
 )
 from ferry.v1.task_pb2 import Task
 
@@ -85,8 +90,11 @@ class RedisTaskStore:
 
     def __init__(self, client: Commands, *, partitions: int, result_ttl_s: int,
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
-                 inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0) -> None:
+                 inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0,
+                 min_replicas: int = 0, wait_ms: int = 500) -> None:
         self.client = client
+        # With replicas to confirm: every admission that wrote waits for them (or is withdrawn)
+        self.acks = ReplicaAcks(client, min_replicas, wait_ms) if min_replicas > 0 else None
         self.partitions = partitions
         self.result_ttl_s = result_ttl_s
         self.pending_ttl_s = pending_ttl_s
@@ -99,6 +107,7 @@ class RedisTaskStore:
         self._heal = client.register_script(scripts.source(scripts.HEAL))
         self._cancel = client.register_script(scripts.source(scripts.CANCEL))
         self._review = client.register_script(scripts.source(scripts.REVIEW))
+        self._withdraw = client.register_script(scripts.source(scripts.WITHDRAW))
 
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))
@@ -111,6 +120,8 @@ class RedisTaskStore:
             self._admit_keys(task, partition, sharing),
             self._admit_args(task, partition, pending, encoded=encoded, admission=admission,
                              sharing=sharing, owner=owner))))
+        if self.acks is not None and verdict in _WROTE:
+            await self._confirm(task.task_id, partition, hit=verdict is AdmitVerdict.HIT)
         if verdict is AdmitVerdict.QUEUED:
             return Admitted(StoredRecord(pending.status, encoded.body))
         if verdict is AdmitVerdict.COLLAPSED:
@@ -123,6 +134,26 @@ class RedisTaskStore:
         if verdict is AdmitVerdict.OWNER_FULL:
             raise owner.too_many(int(value), self.partitions)
         raise admission.too_slow(task.model, priority, float(value))
+
+    async def _confirm(self, task_id: str, partition: int, *, hit: bool) -> None:
+        """Wait until the replicas have the admission; if they do not in time, withdraw it
+        (unless a batcher has it already: then it stands) and answer 503."""
+        assert self.acks is not None
+        slot = self._slots[partition]
+        task_key = slot.task_prefix + task_id
+        if await self.acks.confirmed(task_key):
+            return
+        outcome = Withdrawal(int(await self.client.execute(*self._withdraw.command(
+            WithdrawKeys(task_key=task_key, backlog=slot.backlog,
+                         followers=slot.followers_prefix + task_id),
+            WithdrawArgs(task_id=task_id, group=keys.CONSUMER_GROUP,
+                         followers_prefix=slot.followers_prefix, hit=int(hit))))))
+        if outcome is Withdrawal.GONE:
+            raise ServiceUnavailableError(
+                "not_replicated",
+                f"Redis could not confirm within {self.acks.wait_ms} ms that "
+                f"{self.acks.replicas} replica(s) have the task, so it was withdrawn: send it "
+                "again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
 
     def _admit_keys(self, task: Task, partition: int, sharing: Sharing) -> AdmitKeys:
         slot = self._slots[partition]
@@ -255,6 +286,9 @@ class RedisTaskStore:
             for priority, count in zip(BY_URGENCY, counts, strict=True):
                 totals[priority] += int(count or 0)
         return totals
+
+
+_WROTE = frozenset({AdmitVerdict.QUEUED, AdmitVerdict.COLLAPSED, AdmitVerdict.HIT})
 
 
 @functools.lru_cache(maxsize=1024)

@@ -129,6 +129,26 @@ class CancelArgs(NamedTuple):
     followers_prefix: str
 
 
+class WithdrawKeys(NamedTuple):
+    task_key: str
+    backlog: str
+    followers: str  # the task's own followers list
+
+
+class WithdrawArgs(NamedTuple):
+    task_id: str
+    group: str
+    followers_prefix: str
+    hit: int  # 1: the admission was answered from the cache
+
+
+class Withdrawal(IntEnum):
+    """What the withdraw script did with an admission replicas did not confirm."""
+
+    GONE = 1  # deleted (or never on this server): the client is told to try again
+    KEPT = 0  # a batcher has it, others follow it, or it ended: it stands
+
+
 class HealKeys(NamedTuple):
     backlog: str  # then each of the partition's streams
 
@@ -163,10 +183,12 @@ ADMIT = ScriptSpec("admit", AdmitKeys._fields, AdmitArgs._fields,
 COMPLETE = ScriptSpec("complete", CompleteKeys._fields, CompleteArgs._fields,
                       item=CompleteItem._fields, more_keys="FIRST_TASK_KEY")
 CANCEL = ScriptSpec("cancel", CancelKeys._fields, CancelArgs._fields,
-                    results=(CancelOutcome, "OUTCOME_"))
+                    results=(CancelOutcome, "OUTCOME_"), fragments=("common", "unqueue"))
+WITHDRAW = ScriptSpec("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,
+                      results=(Withdrawal, "WITHDRAW_"), fragments=("common", "unqueue"))
 HEAL = ScriptSpec("heal", HealKeys._fields, more_keys="FIRST_STREAM", fragments=())
 REVIEW = ScriptSpec("review", ReviewKeys._fields, ReviewArgs._fields)
-SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW)
+SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW, WITHDRAW)
 
 
 def read_lua(name: str) -> str:

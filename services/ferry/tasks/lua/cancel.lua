@@ -28,34 +28,14 @@ local function cancelled()
   return {OUTCOME_CANCELLED, body}
 end
 
--- A follower leaves its leader's list, which goes on for the others.
-local function unfollow(leader)
-  local list = followers_prefix .. leader
-  for _, follower in ipairs(redis.call('LRANGE', list, 0, -1)) do
-    if string.sub(follower, 1, #task_id) == task_id then redis.call('LREM', list, 1, follower) end
-  end
-end
-
--- Whether the entry left its stream unread, and its counts the backlog.
-local function unqueued()
-  local entry, stream = state[3], state[4]
-  if not (entry and stream) then return false end
-  local held = redis.pcall('XPENDING', stream, group, entry, entry, 1)
-  if held.err then held = {} end  -- no consumer group yet: no batcher has read anything
-  if #held > 0 or redis.call('XDEL', stream, entry) ~= 1 then return false end
-  leave(backlog, state[5])
-  leave(backlog, state[7])
-  return true
-end
-
 if not status or (client_id ~= '' and state[6] ~= client_id) then return {OUTCOME_UNKNOWN} end
 if status ~= PENDING then return {OUTCOME_FINAL, status, body} end
 if state[8] then
-  unfollow(state[8])
+  unfollow(followers_prefix .. state[8], task_id)
   return cancelled()
 end
 if redis.call('LLEN', followers) > 0 then return {OUTCOME_SHARED} end
-if unqueued() then return cancelled() end
+if unqueue(state[4], state[3], group, backlog, state[5], state[7]) then return cancelled() end
 redis.call('HSET', task_key, 'cancel', '1')
 redis.call('PUBLISH', cancel_channel, task_id)
 return {OUTCOME_SIGNALLED}
