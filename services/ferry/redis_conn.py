@@ -68,10 +68,23 @@ def _through_sentinels(settings: CommonSettings) -> aioredis.Redis:
     sentinels = Sentinel(  # type: ignore[no-untyped-call]
         sentinel_nodes(settings.redis_sentinels), sentinel_kwargs={**sentinel_extra, **timeouts},
         **timeouts, **extra)
-    master: aioredis.Redis = sentinels.master_for(
-        settings.redis_sentinel_master, db=found.db,
+    master: _SentinelMaster = sentinels.master_for(
+        settings.redis_sentinel_master, redis_class=_SentinelMaster, db=found.db,
         max_connections=settings.redis_max_connections)
+    master.sentinel_clients = list(sentinels.sentinels)
     return master
+
+
+class _SentinelMaster(aioredis.Redis):
+    """redis-py's client of a master found through sentinels, which closes its connections to
+    the sentinels too when it is closed."""
+
+    sentinel_clients: list[aioredis.Redis]
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        for client in getattr(self, "sentinel_clients", ()):
+            await client.aclose()
 
 
 async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None:
@@ -83,6 +96,32 @@ async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None
     if info.get("cluster_enabled"):
         raise ConfigError(f"Redis at {address(settings)} is a Redis Cluster node: set "
                           "FERRY_REDIS_CLUSTER=true (redis_cluster)")
+
+
+def unavailable(exc: Exception) -> tuple[str, str]:
+    """The error code and message a client gets for a Redis that cannot serve now: one out of
+    memory says so (nothing was written: Redis refuses a script's first write whole)."""
+    if str(exc).startswith("OOM"):
+        return ("redis_out_of_memory", "Redis is out of memory (maxmemory reached, writes "
+                "refused): nothing was queued; retry later")
+    return "unavailable", f"a dependency is unavailable: {exc}"
+
+
+FULL = 0.98  # used_memory / maxmemory from which Redis is as good as out of memory
+
+
+async def out_of_memory(redis: SlowRedis) -> str | None:
+    """Why Redis will refuse writes for want of memory (``maxmemory`` reached under
+    ``noeviction``: its OOM replies), or None. A Redis Cluster: the fullest node."""
+    info: Any = await redis.info("memory")
+    nodes = [info] if "used_memory" in info else list(info.values())  # per node, from a cluster
+    for node in nodes:
+        used, limit = int(node.get("used_memory", 0)), int(node.get("maxmemory", 0))
+        policy = str(node.get("maxmemory_policy", "noeviction"))
+        if limit and used >= FULL * limit and policy == "noeviction":
+            return (f"out of memory: {used / 2**20:.1f} MiB used of maxmemory "
+                    f"{limit / 2**20:.1f} MiB (noeviction: writes are refused)")
+    return None
 
 
 def _credentials(settings: CommonSettings) -> dict[str, Any]:

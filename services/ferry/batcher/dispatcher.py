@@ -224,6 +224,9 @@ class Dispatcher:
     def cancelled(self, delivery: Delivery) -> bool:
         return delivery.task is not None and delivery.task.task_id in self._cancelled
 
+    def running(self) -> bool:
+        return not self.shared.stopping.is_set()
+
     def breaker(self, model: str) -> CircuitBreaker:
         return self.models.breaker(model)
 

@@ -36,6 +36,7 @@ from ferry.errors import (
 )
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.resp.client import RespUnavailableError
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore, Completion
 from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
@@ -167,6 +168,10 @@ class BatchContext(Protocol):
         """Whether a client cancelled the delivery's task."""
         ...
 
+    def running(self) -> bool:
+        """Whether the batcher goes on (False once it stops: work is handed back)."""
+        ...
+
 
 class Desk(Protocol):
     """What settling a batch tells the batcher's version desk (``batcher.versions``)."""
@@ -198,6 +203,9 @@ class Standalone:
 
     def observe_call(self, model: str, size: int, seconds: float) -> None:
         return None
+
+    def running(self) -> bool:
+        return True
 
     def cancelled(self, delivery: Delivery) -> bool:
         return False
@@ -421,12 +429,14 @@ class BatchExecutor:
         if self.desk is not None:
             outcomes = await self.desk.prepare(outcomes)
         completions = [o.completion(finished_at) for o in outcomes]
-        for attempt in range(1, self.settings.max_attempts + 1):
+        attempt = failures = 0
+        while failures < self.settings.max_attempts:
+            attempt += 1
             try:
                 written = await self.store.complete(completions)
             except REDIS_UNAVAILABLE as exc:
-                log.warning("could not settle %d task(s) (try %d): %s", len(outcomes), attempt, exc)
-                await self.sleep(backoff_delay(attempt, 0.1, 2.0, self.jitter()))
+                failures += self._settle_failed(exc, len(outcomes), attempt)
+                await self.sleep(backoff_delay(min(attempt, 8), 0.1, 2.0, self.jitter()))
                 continue
             settled = [o for o, new in zip(outcomes, written, strict=True) if new]
             self._count(settled)
@@ -437,6 +447,18 @@ class BatchExecutor:
                               {"ferry.tasks": len(outcomes), "ferry.attempt": attempt})
             return True
         return False
+
+    def _settle_failed(self, exc: Exception, tasks: int, attempt: int) -> int:
+        """Count a failed write of results; 1 if it counts against ``max_attempts``. A refusal
+        (out of memory, a replica, loading...) wrote nothing and is tried again for as long as
+        the batcher runs: the answers are kept, never dropped, and Triton is not asked again."""
+        reason = str(exc).split(" ", 1)[0] if isinstance(exc, RespUnavailableError) else \
+            "connection"
+        self.metrics.settle_retries.labels(reason).inc()
+        if attempt == 1 or attempt % 20 == 0:
+            log.warning("could not settle %d task(s) (try %d): %s", tasks, attempt, exc)
+        refused = isinstance(exc, RespUnavailableError) and self.context.running()
+        return 0 if refused else 1
 
     def _count(self, settled: Sequence[Outcome]) -> None:
         finished = self.metrics.finished_child

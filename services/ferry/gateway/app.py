@@ -29,7 +29,7 @@ from ferry.oip.grpc_service import InferenceService
 from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
 from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.triton.base import InferenceBackend
@@ -133,12 +133,11 @@ def _install_error_handlers(api: FastAPI) -> None:
             headers["Allow"] = _allowed(api, request) or headers.get("Allow", "")
         return error_response(exc.status_code, code, str(exc.detail), headers)
 
-    async def unavailable(_: Request, exc: Exception) -> JSONResponse:
-        return error_response(503, "unavailable", f"a dependency is unavailable: {exc}",
-                              {"Retry-After": "1"})
+    async def refused(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(503, *unavailable(exc), {"Retry-After": "1"})
 
     for kind in REDIS_UNAVAILABLE:
-        api.add_exception_handler(kind, unavailable)
+        api.add_exception_handler(kind, refused)
 
 
 def _allowed(api: FastAPI, request: Request) -> str:

@@ -23,7 +23,7 @@ from ferry.access import ANONYMOUS, Caller
 from ferry.errors import BadRequestError, ClientError
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.webhooks import check_callback
@@ -189,8 +189,10 @@ class HotLane:
             status, body, answer_headers = (exc.status, error_body(exc.code, exc.message),
                                             exc.headers())
         except REDIS_UNAVAILABLE as exc:
-            status, body, answer_headers = 503, error_body(
-                "unavailable", f"a dependency is unavailable: {exc}"), [(b"retry-after", b"1")]
+            code, message = unavailable(exc)
+            self.metrics.rejected.labels("503", code).inc()
+            status, body, answer_headers = 503, error_body(code, message), [
+                (b"retry-after", b"1")]
         except Exception:
             log.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             status, body, answer_headers = 500, error_body(

@@ -109,6 +109,22 @@ class SentinelGroup:
             time.sleep(0.1)
         raise StartupError(f"the sentinels did not fail {self.name} over in {timeout_s:g} s")
 
+    def restart(self, node: RedisNode, timeout_s: float = 30.0) -> None:
+        """Start a killed node again as a replica of the master the sentinels name (never as
+        an empty master: its replicas would copy its emptiness)."""
+        port = self.master_port()
+        node.extra = ["--replicaof", LOOPBACK, str(port)] if port and port != node.port else []
+        node.start(timeout_s)
+
+    def wait_replica(self, node: RedisNode, timeout_s: float = 30.0) -> None:
+        """Until ``node`` is a replica in sync with the master."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if b"master_link_status:up" in _ask(node.port, "INFO", "replication"):
+                return
+            time.sleep(0.1)
+        raise StartupError(f"redis on {node.port} did not catch up as a replica")
+
     def stop(self) -> None:
         for sentinel in self.sentinels:
             sentinel.stop(grace_s=5)

@@ -139,21 +139,25 @@ class RedisTaskStore:
         """Wait until the replicas have the admission; if they do not in time, withdraw it
         (unless a batcher has it already: then it stands) and answer 503."""
         assert self.acks is not None
-        slot = self._slots[partition]
-        task_key = slot.task_prefix + task_id
+        task_key = self._slots[partition].task_prefix + task_id
         if await self.acks.confirmed(task_key):
             return
-        outcome = Withdrawal(int(await self.client.execute(*self._withdraw.command(
-            WithdrawKeys(task_key=task_key, backlog=slot.backlog,
-                         followers=slot.followers_prefix + task_id),
-            WithdrawArgs(task_id=task_id, group=keys.CONSUMER_GROUP,
-                         followers_prefix=slot.followers_prefix, hit=int(hit))))))
-        if outcome is Withdrawal.GONE:
+        if await self.withdraw(task_id, hit=hit) is Withdrawal.GONE:
             raise ServiceUnavailableError(
                 "not_replicated",
                 f"Redis could not confirm within {self.acks.wait_ms} ms that "
                 f"{self.acks.replicas} replica(s) have the task, so it was withdrawn: send it "
                 "again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
+
+    async def withdraw(self, task_id: str, *, hit: bool = False) -> Withdrawal:
+        """Take an admission back as if it had never been, unless a batcher has read it,
+        others follow it, or it has ended (see withdraw.lua)."""
+        slot = self._slots[keys.partition_of(task_id, self.partitions)]
+        return Withdrawal(int(await self.client.execute(*self._withdraw.command(
+            WithdrawKeys(task_key=slot.task_prefix + task_id, backlog=slot.backlog,
+                         followers=slot.followers_prefix + task_id),
+            WithdrawArgs(task_id=task_id, group=keys.CONSUMER_GROUP,
+                         followers_prefix=slot.followers_prefix, hit=int(hit))))))
 
     def _admit_keys(self, task: Task, partition: int, sharing: Sharing) -> AdmitKeys:
         slot = self._slots[partition]

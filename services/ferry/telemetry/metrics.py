@@ -47,6 +47,10 @@ class BatcherMetrics:
                                  "Tasks taken over from a consumer that went idle", registry=r)
         self.dead_lettered = Counter("ferry_tasks_dead_lettered_total",
                                      "Tasks written to the dead-letter streams", registry=r)
+        self.settle_retries = Counter("ferry_settle_retries_total", "Writes of results that "
+                                      "Redis refused (by its reason: OOM, READONLY, LOADING...) "
+                                      "or that failed (connection), tried again", ["reason"],
+                                      registry=r)
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
