@@ -43,14 +43,7 @@ class BatcherMetrics:
         self.rollout_share, self.rollout_decisions = _rollout_metrics(r)
         self.infer_failures = Counter("ferry_infer_failures_total", "Failed Triton infer calls",
                                       ["model", "kind"], registry=r)
-        self.reclaimed = Counter("ferry_tasks_reclaimed_total",
-                                 "Tasks taken over from a consumer that went idle", registry=r)
-        self.dead_lettered = Counter("ferry_tasks_dead_lettered_total",
-                                     "Tasks written to the dead-letter streams", registry=r)
-        self.settle_retries = Counter("ferry_settle_retries_total", "Writes of results that "
-                                      "Redis refused (by its reason: OOM, READONLY, LOADING...) "
-                                      "or that failed (connection), tried again", ["reason"],
-                                      registry=r)
+        self.reclaimed, self.dead_lettered, self.settle_retries = _recovery_metrics(r)
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
@@ -70,6 +63,16 @@ class BatcherMetrics:
         infer_seconds, batch_size = self._call_children(model, version)
         infer_seconds.observe(seconds)
         batch_size.observe(size)
+
+
+def _recovery_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Counter]:
+    return (Counter("ferry_tasks_reclaimed_total",
+                    "Tasks taken over from a consumer that went idle", registry=r),
+            Counter("ferry_tasks_dead_lettered_total",
+                    "Tasks written to the dead-letter streams", registry=r),
+            Counter("ferry_settle_retries_total", "Writes of results that Redis refused (by "
+                    "its reason: OOM, READONLY, LOADING...) or that failed (connection), tried "
+                    "again", ["reason"], registry=r))
 
 
 class GatewayMetrics:

@@ -32,12 +32,138 @@ checkov.io/skip2: CKV_K8S_15=IfNotPresent by default (pullPolicy is a value); wi
 
 {{- define "ferry.redisHost" -}}{{ include "ferry.fullname" . }}-redis{{- end -}}
 
+{{- define "ferry.redisImage" -}}
+{{- $i := .Values.redis.image -}}
+{{- if $i.digest -}}{{ $i.repository }}@{{ $i.digest }}{{- else -}}{{ $i.repository }}:{{ $i.tag }}{{- end -}}
+{{- end -}}
+
+{{- /* With sentinels, the URL gives only the database, credentials and TLS: its host is ignored. */ -}}
 {{- define "ferry.redisUrl" -}}
-{{- if and .Values.redis.builtin .Values.redis.cluster -}}
+{{- include "ferry.redisCheck" . -}}
+{{- if and .Values.redis.builtin .Values.redis.sentinel.enabled -}}redis://{{ include "ferry.redisHost" . }}-headless:6379/0
+{{- else if .Values.redis.builtin -}}redis://{{ include "ferry.redisHost" . }}:6379/0
+{{- else -}}{{ required "redis.externalUrl is required when redis.builtin is false" .Values.redis.externalUrl }}{{- end -}}
+{{- end -}}
+
+{{- /* The Redis values that cannot go together, each refused with its reason. */ -}}
+{{- define "ferry.redisCheck" -}}
+{{- $r := .Values.redis -}}
+{{- $s := $r.sentinel -}}
+{{- if and $r.builtin $r.cluster -}}
 {{- fail "redis.cluster needs an external Redis Cluster (redis.builtin=false, redis.externalUrl)" -}}
 {{- end -}}
-{{- if .Values.redis.builtin -}}redis://{{ include "ferry.redisHost" . }}:6379/0
-{{- else -}}{{ required "redis.externalUrl is required when redis.builtin is false" .Values.redis.externalUrl }}{{- end -}}
+{{- if and $s.enabled $r.cluster -}}
+{{- fail "redis.sentinel and redis.cluster exclude each other: a Redis Cluster fails over by itself" -}}
+{{- end -}}
+{{- if and $r.builtin (or $s.externalAddresses $s.existingPasswordSecret) -}}
+{{- fail "redis.sentinel.externalAddresses and .existingPasswordSecret name sentinels outside the chart: they need redis.builtin=false (the built-in group has its own, with Redis's password)" -}}
+{{- end -}}
+{{- if and $s.enabled (not $r.builtin) (not $s.externalAddresses) -}}
+{{- fail "redis.sentinel.externalAddresses (host:port of each sentinel) is required for an external Redis with redis.sentinel.enabled" -}}
+{{- end -}}
+{{- if and $r.builtin (not (kindIs "invalid" $r.minReplicas)) -}}
+{{- $replicas := ternary (int $s.replicas) 0 $s.enabled -}}
+{{- if gt (int $r.minReplicas) $replicas -}}
+{{- fail (printf "redis.minReplicas (%d) exceeds the built-in Redis's replicas (%d): no admission could be confirmed (redis.sentinel.enabled and .replicas add them)" (int $r.minReplicas) $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* FERRY_REDIS_SENTINELS: the chart's sentinels by their pods' names, or the external ones. */ -}}
+{{- define "ferry.redisSentinels" -}}
+{{- $s := .Values.redis.sentinel -}}
+{{- if and $s.enabled .Values.redis.builtin -}}
+{{- $name := printf "%s-sentinel" (include "ferry.redisHost" .) -}}
+{{- $addresses := list -}}
+{{- range $i := until (int $s.sentinels) -}}
+{{- $addresses = append $addresses (printf "%s-%d.%s.%s.svc:26379" $name $i $name $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $addresses -}}
+{{- else if $s.enabled -}}{{ join "," $s.externalAddresses }}
+{{- end -}}
+{{- end -}}
+
+{{- /* The chart's Redis nodes, host:port, the first the first master. */ -}}
+{{- define "ferry.redisNodes" -}}
+{{- $host := include "ferry.redisHost" . -}}
+{{- $nodes := list -}}
+{{- range $i := until (add1 (int .Values.redis.sentinel.replicas) | int) -}}
+{{- $nodes = append $nodes (printf "%s-%d.%s-headless.%s.svc:6379" $host $i $host $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $nodes -}}
+{{- end -}}
+
+{{- /* The Secret with the sentinels' password: Redis's for the built-in ones; empty: none. */ -}}
+{{- define "ferry.redisSentinelSecret" -}}
+{{- if .Values.redis.sentinel.enabled -}}
+{{- if .Values.redis.builtin -}}{{ include "ferry.redisSecret" . }}
+{{- else -}}{{ .Values.redis.sentinel.existingPasswordSecret }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* ... where it is not Redis's own, already mounted: a volume of its own in Ferry's pods. */ -}}
+{{- define "ferry.externalSentinelSecret" -}}
+{{- if not .Values.redis.builtin -}}{{ include "ferry.redisSentinelSecret" . }}{{- end -}}
+{{- end -}}
+
+{{- /* A KEDA Redis Streams trigger's type and where it finds Redis (autoscaling.keda.redisAddress:
+the nodes of a Redis Cluster, the sentinels with redis.sentinel, else the server). */ -}}
+{{- define "ferry.kedaRedisTrigger" -}}
+{{- $k := .Values.autoscaling.keda -}}
+{{- if .Values.redis.cluster -}}
+- type: redis-cluster-streams
+  metadata:
+    addresses: {{ $k.redisAddress | quote }}
+{{- else if .Values.redis.sentinel.enabled -}}
+- type: redis-sentinel-streams
+  metadata:
+    addresses: {{ $k.redisAddress | default (include "ferry.redisSentinels" .) | quote }}
+    sentinelMaster: {{ .Values.redis.sentinel.masterName | quote }}
+{{- else -}}
+- type: redis-streams
+  metadata:
+    address: {{ $k.redisAddress | default (printf "%s:6379" (include "ferry.redisHost" .)) | quote }}
+{{- end -}}
+{{- end -}}
+
+{{- /* What scripts/redis-sentinel.sh needs to know, in nodes and sentinels alike. */ -}}
+{{- define "ferry.redisSentinelEnv" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- {name: NODES, value: {{ include "ferry.redisNodes" . | quote }}}
+- {name: SENTINELS, value: {{ include "ferry.redisSentinels" . | quote }}}
+- {name: MASTER_NAME, value: {{ .Values.redis.sentinel.masterName | quote }}}
+- {name: PASSWORD_FILE, value: /var/run/secrets/ferry/redis/password}
+{{- end -}}
+
+{{- /* The Redis nodes and sentinels, as NetworkPolicy peers: they reach each other. */ -}}
+{{- define "ferry.redisGroupPeers" -}}
+- podSelector:
+    matchLabels:
+      {{- include "ferry.selector" (dict "root" . "component" "redis") | nindent 6 }}
+- podSelector:
+    matchLabels:
+      {{- include "ferry.selector" (dict "root" . "component" "redis-sentinel") | nindent 6 }}
+{{- end -}}
+
+{{- /* Pods of one component on different nodes where the scheduler can: a node lost takes one. */ -}}
+{{- define "ferry.spreadRedis" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "ferry.selector" . | nindent 12 }}
+{{- end -}}
+
+{{- /* FERRY_REDIS_MIN_REPLICAS: redis.minReplicas, else 1 with sentinels; empty: not set (0). */ -}}
+{{- define "ferry.redisMinReplicas" -}}
+{{- $r := .Values.redis -}}
+{{- if not (kindIs "invalid" $r.minReplicas) -}}{{ int $r.minReplicas }}
+{{- else if $r.sentinel.enabled -}}1
+{{- end -}}
 {{- end -}}
 
 {{- define "ferry.redisSecret" -}}
@@ -92,6 +218,25 @@ seccompProfile:
 {{- if .Values.redis.cluster }}
 - name: FERRY_REDIS_CLUSTER
   value: "true"
+{{- end }}
+{{- if .Values.redis.sentinel.enabled }}
+- name: FERRY_REDIS_SENTINELS
+  value: {{ include "ferry.redisSentinels" . | quote }}
+- name: FERRY_REDIS_SENTINEL_MASTER
+  value: {{ .Values.redis.sentinel.masterName | quote }}
+{{- if .Values.redis.builtin }}
+- name: FERRY_REDIS_SENTINEL_PASSWORD_FILE
+  value: /var/run/secrets/ferry/redis/password
+{{- else if include "ferry.externalSentinelSecret" . }}
+- name: FERRY_REDIS_SENTINEL_PASSWORD_FILE
+  value: /var/run/secrets/ferry/redis-sentinel/password
+{{- end }}
+{{- end }}
+{{- with include "ferry.redisMinReplicas" . }}
+- name: FERRY_REDIS_MIN_REPLICAS
+  value: {{ . | quote }}
+- name: FERRY_REDIS_WAIT_MS
+  value: {{ $.Values.redis.waitMs | quote }}
 {{- end }}
 - name: FERRY_TRITON_URL
   value: {{ include "ferry.tritonUrl" . | quote }}
