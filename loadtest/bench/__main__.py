@@ -6,6 +6,7 @@
                                                        # alone: that section of BENCHMARKS.md
     .venv/bin/python -m loadtest.bench --only keepup   # ten fresh stacks at 78%: that section
     .venv/bin/python -m loadtest.bench --only jobs     # bulk jobs: batch sizes, hybrid
+    .venv/bin/python -m loadtest.bench --only durability  # the cost of WAIT, of fsync always
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import goals, jobs, keepup
+from loadtest.bench import durability, goals, jobs, keepup
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -177,6 +178,11 @@ async def bench(args: argparse.Namespace) -> int:
                                  args.command)
         log.info("wrote the bulk-jobs section of %s", args.out)
         return 0
+    if args.only == "durability":
+        await asyncio.to_thread(durability.write_section, Path(args.out), state, args.quick,
+                                args.command)
+        log.info("wrote the durability section of %s", args.out)
+        return 0
     chosen = scenarios(args.quick)
     if args.only != "sweep":
         perf_analyzer()  # missing: say so now, not after the sweep
@@ -212,6 +218,7 @@ async def bench(args: argparse.Namespace) -> int:
     write(report, args, state, sweep)
     await keep_up(args, state)
     await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
+    await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -236,8 +243,8 @@ def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--only", choices=("all", "sweep", "goodput", "keepup", "jobs"),
-                        default="all",
+    parser.add_argument("--only", default="all",
+                        choices=("all", "sweep", "goodput", "keepup", "jobs", "durability"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "

@@ -35,15 +35,18 @@ Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway,
 
 
 def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
-            redis_pid: int, model: str, rates: list[float], seconds: float,
-            seed: int, flow: str = "ferry-1req") -> dict[float, Row]:
-    """One round of one tree: start its gateway and batcher, run each rate, stop them."""
+            redis_pid: int | list[int], model: str, rates: list[float], seconds: float,
+            seed: int, flow: str = "ferry-1req",
+            env: dict[str, str] | None = None) -> dict[float, Row]:
+    """One round of one tree: start its gateway and batcher, run each rate, stop them (``env``:
+    more settings for both, as FERRY_* variables; ``redis_pid``: every Redis process whose CPU
+    is Redis's, replicas included)."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
                               grpc_port=grpc_port, default_model=model)
     batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0,
                               triton_http_url=triton_http)
-    extra = {"PYTHONPATH": tree}
+    extra = {"PYTHONPATH": tree, **(env or {})}
     procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],
                                   env=env_with({**to_env(settings, type(settings)), **extra}),
                                   log_path=state / f"{name}.log")
@@ -57,7 +60,7 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
         time.sleep(1.0)
         uvloop.run(run("ferry-1req", url, model, 10, 10))  # warm up
         groups = {name: family(proc.pid or 0) for name, proc in procs.items()}
-        groups["redis"] = [redis_pid]
+        groups["redis"] = redis_pid if isinstance(redis_pid, list) else [redis_pid]
         for rate in rates:
             before = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
             count = int(rate * seconds)

@@ -10,12 +10,9 @@ import asyncio
 import hashlib
 import signal
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from redis.crc import key_slot
@@ -34,6 +31,7 @@ from ferry.tasks.record import TaskRecord
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.scripts import Withdrawal
 from ferry.v1.task_pb2 import Task
+from loadtest.failover import answer, drive, kill_master, lost_and_wrong
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batcher_settings,
@@ -45,86 +43,6 @@ from tests.integration.helpers import (
 )
 
 pytestmark = [pytest.mark.integration]
-
-Fault = tuple[float, Callable[[], Awaitable[None]]]  # seconds into the load, what happens then
-
-
-@dataclass
-class Ledger:
-    """What the load saw: every accepted task with its input, and the refusals retried."""
-
-    accepted: dict[str, bytes] = field(default_factory=dict)
-    retried: dict[str, int] = field(default_factory=dict)
-    given_up: int = 0
-
-
-async def _submit(client: httpx.AsyncClient, payload: bytes, ledger: Ledger) -> None:
-    """POST one input until it is accepted (with one Idempotency-Key: retries are safe)."""
-    headers = {"Content-Type": "application/octet-stream", "Idempotency-Key": uuid.uuid4().hex}
-    for attempt in range(60):
-        try:
-            response = await client.post("/v1/inference?model=sim", content=payload,
-                                         headers=headers)
-        except httpx.HTTPError as exc:
-            code = type(exc).__name__
-        else:
-            if response.status_code == 202:
-                ledger.accepted[str(response.json()["task_id"])] = payload
-                return
-            assert response.status_code in (429, 503), response.text  # never a 500
-            code = str(response.json()["error"]["code"])
-        ledger.retried[code] = ledger.retried.get(code, 0) + 1
-        await asyncio.sleep(min(0.05 * 2 ** attempt, 0.5))
-    ledger.given_up += 1
-
-
-async def _drive(client: httpx.AsyncClient, *, seconds: float, rate: float,
-                 faults: list[Fault]) -> Ledger:
-    """Open-loop load of distinct inputs at ``rate`` per second, with ``faults`` on time."""
-    ledger, sent = Ledger(), []
-    start = time.monotonic()
-    for at, fault in faults:
-        sent.append(asyncio.ensure_future(_at(start + at, fault)))
-    for index in range(int(seconds * rate)):
-        await asyncio.sleep(max(0.0, start + index / rate - time.monotonic()))
-        payload = f"ha-{index}-{uuid.uuid4().hex}".encode()
-        sent.append(asyncio.ensure_future(_submit(client, payload, ledger)))
-    await asyncio.gather(*sent)
-    return ledger
-
-
-async def _at(when: float, fault: Callable[[], Awaitable[None]]) -> None:
-    await asyncio.sleep(max(0.0, when - time.monotonic()))
-    await fault()
-
-
-async def _lost_and_wrong(client: httpx.AsyncClient, ledger: Ledger) -> tuple[list[str],
-                                                                              list[str]]:
-    """The accepted tasks that no longer exist or never ended, and those answered wrongly."""
-    lost: list[str] = []
-    wrong: list[str] = []
-
-    async def check(task_id: str, payload: bytes) -> None:
-        body: dict[str, Any] = {}
-        for _ in range(6):  # long polls, 10 s each at most
-            response = await client.get(f"/v1/result/{task_id}", params={"wait": 10})
-            body = response.json() if response.status_code == 200 else {}
-            if response.status_code != 200 or body.get("status") != "PENDING":
-                break
-        if body.get("status") != "SUCCESS":
-            lost.append(f"{task_id}: {body or response.status_code}")
-        elif _answer(body) != hashlib.sha256(payload).hexdigest():
-            wrong.append(task_id)
-
-    await asyncio.gather(*(check(t, p) for t, p in ledger.accepted.items()))
-    return lost, wrong
-
-
-def _answer(body: dict[str, Any]) -> str:
-    """The sim model's answer: the SHA-256 of the input it was given."""
-    output = body.get("output")
-    answer = output.get("OUTPUT") if isinstance(output, dict) else None
-    return str(answer.get("sha256")) if isinstance(answer, dict) else ""
 
 
 def _ha_settings(triton: TritonServer, redis_url: str, **redis_settings: Any
@@ -146,21 +64,6 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGrou
     group.stop()
 
 
-def _kill_master(group: SentinelGroup, log: list[str]) -> Callable[[], Awaitable[None]]:
-    """``kill -9`` of the master; once the sentinels have promoted a replica, the old master
-    starts again and rejoins as a replica."""
-    async def fault() -> None:
-        old = group.master()
-        old.kill(signal.SIGKILL)
-        started = time.monotonic()
-        new = await asyncio.to_thread(group.wait_failover, old.port)
-        log.append(f"master {old.port} killed; {new} promoted in "
-                   f"{time.monotonic() - started:.1f} s")
-        await asyncio.to_thread(group.restart, old)
-        await asyncio.to_thread(group.wait_replica, old)
-    return fault
-
-
 async def test_sentinel_failovers_under_load_lose_no_accepted_task(
         sentinels: SentinelGroup, triton_server: TritonServer) -> None:
     gateway, batcher = _ha_settings(
@@ -168,10 +71,10 @@ async def test_sentinel_failovers_under_load_lose_no_accepted_task(
         redis_sentinel_master=sentinels.name)
     log: list[str] = []
     async with running_stack(gateway, batcher) as stack:
-        ledger = await _drive(stack.client, seconds=16, rate=40,
-                              faults=[(3.0, _kill_master(sentinels, log)),
-                                      (10.0, _kill_master(sentinels, log))])
-        lost, wrong = await _lost_and_wrong(stack.client, ledger)
+        ledger = await drive(stack.client, seconds=16, rate=40,
+                              faults=[(3.0, kill_master(sentinels, log)),
+                                      (10.0, kill_master(sentinels, log))])
+        lost, wrong = await lost_and_wrong(stack.client, ledger)
     print(f"sentinel: {len(ledger.accepted)} accepted, retried {ledger.retried}; {log}")
     assert len(log) == 2, log  # both failovers happened under load
     assert len(ledger.accepted) >= 500 and ledger.given_up == 0
@@ -202,9 +105,9 @@ async def test_a_cluster_master_failover_under_load_loses_no_accepted_task(
         log.append(f"master {old.port} killed; {new.port} serves slot {slot}")
 
     async with running_stack(gateway, batcher) as stack:
-        ledger = await _drive(stack.client, seconds=10, rate=40,
+        ledger = await drive(stack.client, seconds=10, rate=40,
                               faults=[(3.0, kill_busy_master)])
-        lost, wrong = await _lost_and_wrong(stack.client, ledger)
+        lost, wrong = await lost_and_wrong(stack.client, ledger)
     print(f"cluster: {len(ledger.accepted)} accepted, retried {ledger.retried}; {log}")
     assert len(log) == 1
     assert len(ledger.accepted) >= 300 and ledger.given_up == 0
@@ -286,5 +189,5 @@ async def test_out_of_memory_refuses_admission_cleanly_and_keeps_results_until_i
     finally:
         redis_client.config_set("maxmemory", 0)
     assert [r["status"] for r in results] == ["SUCCESS"] * len(payloads)
-    assert [_answer(r) for r in results] == [hashlib.sha256(p).hexdigest() for p in payloads]
+    assert [answer(r) for r in results] == [hashlib.sha256(p).hexdigest() for p in payloads]
     assert registry.get_sample_value("ferry_tasks_reclaimed_total") == 0  # kept, not run again
