@@ -110,18 +110,28 @@ def unavailable(exc: Exception) -> tuple[str, str]:
 FULL = 0.98  # used_memory / maxmemory from which Redis is as good as out of memory
 
 
-async def out_of_memory(redis: SlowRedis) -> str | None:
-    """Why Redis will refuse writes for want of memory (``maxmemory`` reached under
-    ``noeviction``: its OOM replies), or None. A Redis Cluster: the fullest node."""
-    info: Any = await redis.info("memory")
-    nodes = [info] if "used_memory" in info else list(info.values())  # per node, from a cluster
-    for node in nodes:
+async def trouble(redis: SlowRedis, min_replicas: int = 0) -> str | None:
+    """Why Redis will refuse Ferry's admissions now though it answers, or None: out of memory
+    (``maxmemory`` reached under ``noeviction``), or fewer replicas than ``min_replicas``
+    connected (WAIT cannot be satisfied). A Redis Cluster: its worst master."""
+    for node in _per_node(await redis.info("memory"), "used_memory"):
         used, limit = int(node.get("used_memory", 0)), int(node.get("maxmemory", 0))
         policy = str(node.get("maxmemory_policy", "noeviction"))
         if limit and used >= FULL * limit and policy == "noeviction":
             return (f"out of memory: {used / 2**20:.1f} MiB used of maxmemory "
                     f"{limit / 2**20:.1f} MiB (noeviction: writes are refused)")
+    if min_replicas:
+        for node in _per_node(await redis.info("replication"), "role"):
+            replicas = int(node.get("connected_slaves", 0))
+            if node.get("role") == "master" and replicas < min_replicas:
+                return (f"{replicas} replica(s) connected, fewer than redis_min_replicas="
+                        f"{min_replicas}: admissions cannot be confirmed")
     return None
+
+
+def _per_node(info: Any, field: str) -> list[Any]:
+    """An INFO reply per node: redis-py's cluster client answers with one for each."""
+    return [info] if field in info else list(info.values())
 
 
 def _credentials(settings: CommonSettings) -> dict[str, Any]:

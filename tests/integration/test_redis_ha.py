@@ -131,6 +131,9 @@ async def test_an_admission_no_replica_confirms_is_withdrawn_and_answered_503(
             assert refused.json()["error"]["code"] == "not_replicated"
             assert "withdrawn" in refused.json()["error"]["message"]
             assert refused.headers["retry-after"] == "1"
+        ready = await stack.client.get("/readyz")
+        assert ready.status_code == 503
+        assert "fewer than redis_min_replicas=1" in ready.json()["checks"]["redis"]
     assert stream_lengths(redis_client) == 0
     assert not task_keys(redis_client)
 

@@ -32,7 +32,7 @@ from ferry.gateway.versions import Versions
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
-from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, out_of_memory
+from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble
 from ferry.rollouts.rollout import Sticky, parse_declared
 from ferry.rollouts.store import Pair, RolloutStore, apply_declared
 from ferry.tasks import idempotency
@@ -471,7 +471,8 @@ class Gateway:
         checks: dict[str, str] = {}
         try:
             await self.parts.redis.ping()
-            checks["redis"] = await out_of_memory(self.parts.redis) or "ok"
+            checks["redis"] = await trouble(self.parts.redis,
+                                            self.settings.redis_min_replicas) or "ok"
         except REDIS_UNAVAILABLE as exc:
             checks["redis"] = f"unreachable: {exc}"
         checks["triton"] = "ok" if await self.parts.backend.server_ready() else "not ready"
