@@ -7,6 +7,7 @@ hand-back, depth, readiness) through redis-py.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from dataclasses import replace
 from typing import Any
@@ -22,6 +23,7 @@ from ferry.resp.cluster import ClusterClient
 from ferry.resp.sentinel import Sentinels, sentinel_nodes
 from ferry.settings import CommonSettings
 
+log = logging.getLogger(__name__)
 SlowRedis = aioredis.Redis | RedisCluster  # redis-py, for the occasional work
 
 # Every way a call to Redis fails for now, from either client: redis-py's errors, a broken
@@ -127,6 +129,17 @@ async def trouble(redis: SlowRedis, min_replicas: int = 0) -> str | None:
                 return (f"{replicas} replica(s) connected, fewer than redis_min_replicas="
                         f"{min_replicas}: admissions cannot be confirmed")
     return None
+
+
+async def warn_of_eviction(redis: SlowRedis) -> None:
+    """Log a warning when Redis may evict keys: an evicted task record or stream is a lost
+    task, so Ferry's Redis must run ``maxmemory-policy noeviction``."""
+    for node in _per_node(await redis.info("memory"), "used_memory"):
+        policy = str(node.get("maxmemory_policy", "noeviction"))
+        if policy != "noeviction" and int(node.get("maxmemory", 0)):
+            log.warning("Redis evicts keys when full (maxmemory-policy %s): accepted tasks can "
+                        "be lost; set maxmemory-policy noeviction (docs/redis.md)", policy)
+            return
 
 
 def _per_node(info: Any, field: str) -> list[Any]:

@@ -32,7 +32,7 @@ from ferry.gateway.versions import Versions
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.priority import Priority
-from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble
+from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble, warn_of_eviction
 from ferry.rollouts.rollout import Sticky, parse_declared
 from ferry.rollouts.store import Pair, RolloutStore, apply_declared
 from ferry.tasks import idempotency
@@ -116,6 +116,7 @@ class Gateway:
         self.tracing.start()
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # a Redis still starting: checked later
             await check_cluster_mode(self.parts.settings, self.parts.redis)
+            await warn_of_eviction(self.parts.redis)
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # the batchers write it too
             await apply_declared(self.rollouts, parse_declared(self.settings.rollouts))
         await self.parts.backend.start()
