@@ -143,7 +143,7 @@ def _median(runs: list[Row]) -> list[float]:
 def write_section(out: Path, state: Path, quick: bool, command: str) -> None:
     """Measure and put the section in ``out`` (the report)."""
     started = datetime.datetime.now(datetime.UTC)
-    rates, rounds, seconds = ([50.0], 1, 2.0) if quick else ([400.0, 1200.0], 4, 10.0)
+    rates, rounds, seconds = ([50.0], 1, 2.0) if quick else ([200.0, 400.0], 4, 10.0)
     setups = (SETUPS[0], SETUPS[2]) if quick else SETUPS  # a quick run: the baseline and WAIT
     folder = state / "durability"
     shutil.rmtree(folder, ignore_errors=True)
