@@ -71,13 +71,13 @@ async def test_sentinel_failovers_under_load_lose_no_accepted_task(
         redis_sentinel_master=sentinels.name)
     log: list[str] = []
     async with running_stack(gateway, batcher) as stack:
-        ledger = await drive(stack.client, seconds=16, rate=40,
-                              faults=[(3.0, kill_master(sentinels, log)),
-                                      (10.0, kill_master(sentinels, log))])
+        ledger = await drive(stack.client, seconds=12, rate=40,
+                             faults=[(2.0, kill_master(sentinels, log)),
+                                     (7.0, kill_master(sentinels, log))])
         lost, wrong = await lost_and_wrong(stack.client, ledger)
     print(f"sentinel: {len(ledger.accepted)} accepted, retried {ledger.retried}; {log}")
     assert len(log) == 2, log  # both failovers happened under load
-    assert len(ledger.accepted) >= 500 and ledger.given_up == 0
+    assert len(ledger.accepted) >= 400 and ledger.given_up == 0
     assert not lost, f"{len(lost)} accepted tasks lost: {lost[:5]}"
     assert not wrong
 
@@ -169,7 +169,8 @@ async def test_withdrawal_takes_back_only_what_no_batcher_has_read(
 async def test_out_of_memory_refuses_admission_cleanly_and_keeps_results_until_it_can_write(
         redis_url: str, triton_server: TritonServer, redis_client: redis.Redis) -> None:
     gateway = gateway_settings(redis_url, triton_server.grpc_url)
-    batcher = batcher_settings(redis_url, triton_server.grpc_url, max_wait_ms=1500)
+    batcher = batcher_settings(redis_url, triton_server.grpc_url, max_wait_ms=1500,
+                               adaptive_flush=False)  # the batch leaves 1.5 s after its first
     payloads = [f"oom-{i}".encode() for i in range(20)]
     try:
         async with running_stack(gateway, batcher) as stack:
