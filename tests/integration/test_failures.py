@@ -103,6 +103,7 @@ async def test_triton_unreachable_past_the_outage_budget_ends_failed(
     assert stream_lengths(redis_client) == 0
 
 
+@pytest.mark.single_redis  # Triton's outage, not Redis's: the cluster run would only repeat it
 async def test_a_triton_restart_loses_nothing(
     redis_url: str, tmp_path: Path, redis_client: redis.Redis,
 ) -> None:
