@@ -50,6 +50,7 @@ def verdicts_section(verdicts: Verdicts) -> dict[str, Any]:
             "failure_reasons": dict(verdicts.reasons.most_common(10)),
             "lost": len(verdicts.lost),
             "lost_reasons": dict(Counter(r.split(" (")[0] for _, r in verdicts.lost)),
+            "lost_by_submission_s": when(t for t, _ in verdicts.lost),
             "wrong": len(verdicts.wrong),
             "wrong_tasks": [{"task_id": t.task_id, "why": why, "first_final": t.first_final}
                             for t, why in verdicts.wrong[:EXAMPLES]],
@@ -57,6 +58,13 @@ def verdicts_section(verdicts: Verdicts) -> dict[str, Any]:
             "duplicated_tasks": [{"task_id": t.task_id, "first": _brief(t.first_final),
                                   "again": _brief(t.reread)}
                                  for t in verdicts.duplicated[:EXAMPLES]]}
+
+
+def when(tasks: Iterable[Tracked], bucket_s: int = 5) -> dict[str, int]:
+    """How many of ``tasks`` were submitted in each ``bucket_s`` of the load (``"15-20"``):
+    set beside the faults' times, it says which fault they went with."""
+    counts = Counter(int(t.scheduled_s // bucket_s) * bucket_s for t in tasks)
+    return {f"{start}-{start + bucket_s}": n for start, n in sorted(counts.items())}
 
 
 def _brief(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -82,6 +90,8 @@ def summary(report: dict[str, Any]) -> str:
         f"  finished {res['finished']}; failure reasons {res['failure_reasons'] or '{}'}",
         f"  LOST {res['lost']} {res['lost_reasons'] or ''}   WRONG {res['wrong']}   "
         f"duplicated answers {res['duplicated']}",
+        *([f"  lost by submission time (s): {res['lost_by_submission_s']}"] if res["lost"]
+          else []),
         f"  faults injected ({sum(report['fault_counts'].values())}): "
         f"{report['fault_counts']}",
         *_fault_lines(report["faults"]),

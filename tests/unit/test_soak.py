@@ -14,7 +14,7 @@ from loadtest.soak.diagnose import MAX_DIAGNOSED, sample_of
 from loadtest.soak.ledger import Tracked, expected_output, judge, payload
 from loadtest.soak.memory import Sample, slope_per_minute, trends
 from loadtest.soak.plan import KINDS, Action, Kind, Target, backoff_s, deal, fault_plan
-from loadtest.soak.report import latency_by_minute, percentile
+from loadtest.soak.report import latency_by_minute, percentile, when
 
 
 @pytest.mark.parametrize("seed", range(50))
@@ -129,6 +129,10 @@ def test_lost_tasks_to_diagnose_are_taken_from_every_kind_of_loss() -> None:
     picked = sample_of(lost)
     assert len(picked) == MAX_DIAGNOSED
     assert any(why.startswith("never_final") for _, why in picked)
+
+
+def test_lost_tasks_are_counted_by_when_they_were_sent() -> None:
+    assert when([_task(1), _task(3), _task(12)]) == {"0-5": 2, "10-15": 1}
 
 
 def test_percentiles_and_latency_per_minute() -> None:
