@@ -6,6 +6,7 @@ from what it renders. The tools come from ``make tools`` (scripts/install-chart-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import subprocess
@@ -20,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "ferry"
 TOOLS = ROOT / ".tools"
 HELM = TOOLS / "bin" / "helm"
-VALUES = ["values.yaml", "values-gpu.yaml", "values-external-redis.yaml"]
+VALUES = ["values.yaml", "values-gpu.yaml", "values-external-redis.yaml",
+          "values-external-sentinel.yaml"]
 KUBERNETES_VERSIONS = ["1.30.0", "1.33.0"]  # the oldest the chart allows (kubeVersion), newest
 PEERS = '[{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]'
+EXTERNAL = "redis.builtin=false,redis.externalUrl=redis://redis.example:6379/0"
 # Renders of the default values with settings changed, beside the values files' own, so that the
 # API schemas and the policy scan read them too.
 VARIANTS = {
@@ -38,6 +41,8 @@ VARIANTS = {
                  '"share": 5, "shadow": 10, "steps": [5, 50, 100]}}',
                  "--set-json", 'rollouts.cascades={"moderation": {"review_model": "heavy", '
                  '"when": "unsafe"}}'),
+    "redis-sentinel": ("values.yaml", "--set", "redis.sentinel.enabled=true",
+                       "--set", "autoscaling.keda.enabled=true"),
 }
 
 
@@ -125,9 +130,9 @@ def _k8s_values() -> str:
     raise AssertionError("K8S_VALUES is not in the Makefile")
 
 
-@pytest.mark.parametrize("values", VALUES)
-def test_pods_run_locked_down_with_probes(values: str) -> None:
-    for item in objects(render(values)):
+@pytest.mark.parametrize("name", [*VALUES, *VARIANTS])
+def test_pods_run_locked_down_with_probes(rendered: dict[str, Path], name: str) -> None:
+    for item in objects(rendered[name].read_text()):
         if item["kind"] not in ("Deployment", "StatefulSet"):
             continue
         pod = item["spec"]["template"]["spec"]
@@ -185,6 +190,21 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("rollouts.models.m.stable=1,rollouts.models.m.share=150", "/rollouts/models/m/share"),
     ("rollouts.cascades.m.review_model=x,rollouts.cascades.m.when=often",
      "/rollouts/cascades/m/when"),
+    ("redis.sentinel.enabled=true,redis.sentinel.sentinels=2", "/redis/sentinel/sentinels"),
+    ("redis.sentinel.replicas=0", "/redis/sentinel/replicas"),
+    ("redis.sentinel.masterName=my master", "/redis/sentinel/masterName"),
+    ("redis.sentinel.downAfterMs=50", "/redis/sentinel/downAfterMs"),
+    ("redis.sentinel.externalAddresses={sentinel-0}", "/redis/sentinel/externalAddresses/0"),
+    ("redis.minReplicas=-1", "/redis/minReplicas"),
+    ("redis.minReplicas=one", "/redis/minReplicas"),
+    ("redis.waitMs=0", "/redis/waitMs"),
+    ("redis.sentinel.enabled=true,redis.minReplicas=3", "redis.minReplicas (3) exceeds"),
+    ("redis.minReplicas=1", "the built-in Redis's replicas (0)"),
+    (f"{EXTERNAL},redis.cluster=true,redis.sentinel.enabled=true,"
+     "redis.sentinel.externalAddresses={s:26379}", "redis.sentinel and redis.cluster exclude"),
+    (f"{EXTERNAL},redis.sentinel.enabled=true", "redis.sentinel.externalAddresses (host:port"),
+    ("redis.sentinel.enabled=true,redis.sentinel.externalAddresses={s:26379}",
+     "they need redis.builtin=false"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
@@ -366,3 +386,127 @@ def test_rollouts_reach_every_process_and_the_admin_token_is_a_file(
                                                                  "when": "unsafe"}}
     default = gateway_pod(rendered["values.yaml"].read_text())["containers"][0]["env"]
     assert not {"FERRY_ROLLOUTS", "FERRY_ADMIN_TOKEN_FILE"} & {e["name"] for e in default}
+
+
+SENTINELS = ",".join(f"ferry-redis-sentinel-{i}.ferry-redis-sentinel.ferry.svc:26379"
+                     for i in range(3))
+EXTERNAL_SENTINELS = ",".join(f"sentinel-{i}.redis.example.internal:26379" for i in range(3))
+
+
+def _container_env(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+
+
+def test_the_built_in_group_is_a_master_its_replicas_and_three_sentinels(
+        rendered: dict[str, Path]) -> None:
+    items = by_kind(rendered["redis-sentinel"].read_text())
+    nodes = items[("StatefulSet", "ferry-redis")]["spec"]
+    sentinels = items[("StatefulSet", "ferry-redis-sentinel")]["spec"]
+    assert nodes["replicas"] == 3 and sentinels["replicas"] == 3  # a master, 2 replicas; 3
+    for spec, service in ((nodes, "ferry-redis-headless"), (sentinels, "ferry-redis-sentinel")):
+        assert spec["serviceName"] == service and spec["podManagementPolicy"] == "Parallel"
+        headless = items[("Service", service)]["spec"]
+        assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+        budget = items[("PodDisruptionBudget", spec["serviceName"].removesuffix("-headless"))]
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"]["selector"] == spec["selector"]
+    assert ("Service", "ferry-redis") not in items  # a Service over all nodes reaches replicas
+    image = yaml.safe_load((CHART / "values.yaml").read_text())["redis"]["image"]
+    node_pod, sentinel_pod = nodes["template"]["spec"], sentinels["template"]["spec"]
+    assert node_pod["containers"][0]["image"] == sentinel_pod["containers"][0]["image"] == \
+        f"{image['repository']}:{image['tag']}"
+    node_env, sentinel_env = _container_env(node_pod), _container_env(sentinel_pod)
+    assert node_env["NODES"].split(",") == [
+        f"ferry-redis-{i}.ferry-redis-headless.ferry.svc:6379" for i in range(3)]
+    assert node_env["SELF"] == "$(POD_NAME).ferry-redis-headless.ferry.svc:6379"
+    assert node_env["SENTINELS"] == sentinel_env["SENTINELS"] == SENTINELS
+    assert (sentinel_env["QUORUM"], sentinel_env["DOWN_AFTER_MS"],
+            sentinel_env["FAILOVER_TIMEOUT_MS"]) == ("2", "5000", "60000")
+    assert sentinel_env["PASSWORD_FILE"] == "/var/run/secrets/ferry/redis/password"
+    assert node_pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1] == \
+        "node-handover"
+    assert node_pod["affinity"]["podAntiAffinity"]  # spread over nodes where it can be
+
+
+def test_the_group_runs_the_charts_script_and_rolls_when_it_changes(
+        rendered: dict[str, Path]) -> None:
+    items = by_kind(rendered["redis-sentinel"].read_text())
+    source = (CHART / "scripts" / "redis-sentinel.sh").read_text()
+    script = items[("ConfigMap", "ferry-redis-scripts")]["data"]["redis-sentinel.sh"]
+    assert script == source.rstrip("\n")
+    for name in ("ferry-redis", "ferry-redis-sentinel"):
+        template = items[("StatefulSet", name)]["spec"]["template"]
+        assert template["metadata"]["annotations"]["checksum/scripts"] == \
+            hashlib.sha256(source.encode()).hexdigest()
+        assert {"name": "scripts", "configMap": {"name": "ferry-redis-scripts"}} in \
+            template["spec"]["volumes"]
+    # What a sentinel's configuration says (the script writes it; test_redis_sentinel_group.py
+    # runs it): names, not addresses, and Redis's password to watch the master with.
+    for line in ("sentinel resolve-hostnames yes", "sentinel announce-hostnames yes",
+                 "sentinel announce-ip %s", "sentinel auth-pass %s %s",
+                 "sentinel down-after-milliseconds %s %s", "sentinel failover-timeout %s %s",
+                 "requirepass %s", "--replicaof", "--masterauth", "--replica-announce-ip"):
+        assert line in script, line
+
+
+@pytest.mark.parametrize(("name", "sentinels", "master", "secret", "password_file", "wait_ms"), [
+    ("redis-sentinel", SENTINELS, "mymaster", "ferry-redis",
+     "/var/run/secrets/ferry/redis/password", "500"),
+    ("values-external-sentinel.yaml", EXTERNAL_SENTINELS, "ferry", "ferry-redis-sentinel",
+     "/var/run/secrets/ferry/redis-sentinel/password", "250"),
+])
+def test_ferry_and_keda_find_the_master_through_the_sentinels(
+        rendered: dict[str, Path], name: str, sentinels: str, master: str, secret: str,
+        password_file: str, wait_ms: str) -> None:
+    items = by_kind(rendered[name].read_text())
+    for workload in (("Deployment", "ferry-gateway"), ("StatefulSet", "ferry-batcher")):
+        pod = items[workload]["spec"]["template"]["spec"]
+        env = _container_env(pod)
+        assert env["FERRY_REDIS_SENTINELS"] == sentinels
+        assert env["FERRY_REDIS_SENTINEL_MASTER"] == master
+        assert env["FERRY_REDIS_SENTINEL_PASSWORD_FILE"] == password_file
+        assert "FERRY_REDIS_SENTINEL_PASSWORD" not in env  # a file, never the secret itself
+        assert (env["FERRY_REDIS_MIN_REPLICAS"], env["FERRY_REDIS_WAIT_MS"]) == ("1", wait_ms)
+        directory = password_file.rsplit("/", 1)[0]
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"]
+                    if m["mountPath"] == directory]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"]["secretName"] == secret
+    triggers = [t for (kind, _), item in items.items() if kind == "ScaledObject"
+                for t in item["spec"]["triggers"]]
+    assert triggers and all(t["type"] == "redis-sentinel-streams" and
+                            t["metadata"]["addresses"] == sentinels and
+                            t["metadata"]["sentinelMaster"] == master for t in triggers)
+    auth = items[("TriggerAuthentication", "ferry-redis")]["spec"]["secretTargetRef"]
+    assert {"parameter": "sentinelPassword", "name": secret, "key": "password"} in auth
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ((), None),  # one Redis: nothing to wait for (Ferry's own default, 0)
+    (("--set", "redis.sentinel.enabled=true", "--set", "redis.minReplicas=2"), "2"),
+    (("--set", "redis.sentinel.enabled=true", "--set", "redis.minReplicas=0"), "0"),
+    (("--set", "redis.sentinel.enabled=true", "--set", "redis.sentinel.replicas=4",
+      "--set", "redis.minReplicas=4"), "4"),
+    (("--set", "redis.builtin=false", "--set", "redis.externalUrl=redis://r.example:6379/0",
+      "--set", "redis.minReplicas=1"), "1"),  # a managed Redis with replicas, no sentinels
+])
+def test_admissions_wait_for_the_replicas_asked_for(
+        extra: tuple[str, ...], expected: str | None) -> None:
+    env = _batcher_env(render("values.yaml", *extra))
+    assert env.get("FERRY_REDIS_MIN_REPLICAS") == expected
+    assert env.get("FERRY_REDIS_WAIT_MS") == (None if expected is None else "500")
+    assert ("FERRY_REDIS_SENTINELS" in env) is ("redis.sentinel.enabled=true" in extra)
+
+
+def test_only_ferry_and_the_group_itself_reach_its_nodes_and_sentinels(
+        rendered: dict[str, Path]) -> None:
+    items = by_kind(rendered["redis-sentinel"].read_text())
+    for name, port in (("ferry-redis", "redis"), ("ferry-redis-sentinel", "sentinel")):
+        (rule,) = items[("NetworkPolicy", name)]["spec"]["ingress"]
+        assert {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                for p in rule["from"]} == {"gateway", "batcher", "redis", "redis-sentinel"}
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
+    default = by_kind(rendered["values.yaml"].read_text())
+    assert ("NetworkPolicy", "ferry-redis-sentinel") not in default
+    (rule,) = default[("NetworkPolicy", "ferry-redis")]["spec"]["ingress"]
+    assert len(rule["from"]) == 2  # the single Redis: the gateway and the batchers only

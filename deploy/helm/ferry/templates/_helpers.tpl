@@ -37,6 +37,29 @@ checkov.io/skip2: CKV_K8S_15=IfNotPresent by default (pullPolicy is a value); wi
 {{- if $i.digest -}}{{ $i.repository }}@{{ $i.digest }}{{- else -}}{{ $i.repository }}:{{ $i.tag }}{{- end -}}
 {{- end -}}
 
+{{- /* The pod security context of every Redis pod, single, node or sentinel. */ -}}
+{{- define "ferry.redisPodSecurity" -}}
+runAsNonRoot: true
+runAsUser: 10001  # redis-server is started directly: no entrypoint needs its user
+runAsGroup: 10001
+fsGroup: 10001  # the data volume is the group's
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- /* A Redis node's volume (AOF and RDB), as a StatefulSet's volumeClaimTemplates item. */ -}}
+{{- define "ferry.redisDataClaim" -}}
+- metadata:
+    name: data
+  spec:
+    accessModes: ["ReadWriteOnce"]
+    {{- if .Values.redis.storageClassName }}
+    storageClassName: {{ .Values.redis.storageClassName }}
+    {{- end }}
+    resources:
+      requests:
+        storage: {{ .Values.redis.storage }}
+{{- end -}}
+
 {{- /* With sentinels, the URL gives only the database, credentials and TLS: its host is ignored. */ -}}
 {{- define "ferry.redisUrl" -}}
 {{- include "ferry.redisCheck" . -}}
