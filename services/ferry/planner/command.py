@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,14 @@ from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost
+from ferry.planner.memory import (
+    RedisLoad,
+    RedisSizes,
+    byte_size,
+    human,
+    maxmemory,
+    redis_memory,
+)
 from ferry.planner.profile import DEFAULT_SIZES, from_statistics, live_statistics, sweep
 from ferry.planner.search import (
     BATCHER_TASKS_PER_S,
@@ -79,7 +89,21 @@ def _size_arguments(sizing: argparse.ArgumentParser) -> None:
                         help="with --no-cpu: tasks/s one gateway process serves")
     sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S,
                         help="with --no-cpu: tasks/s one batcher serves")
+    _redis_arguments(sizing)
     sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _redis_arguments(sizing: argparse.ArgumentParser) -> None:
+    """What sizes Redis' memory (ferry.planner.memory): sizes take K, M, G (powers of 1024)."""
+    sizing.add_argument("--payload-bytes", type=byte_size, default=2048,
+                        help="a request's payload, for Redis' memory (default 2K)")
+    sizing.add_argument("--output-bytes", type=byte_size, default=256,
+                        help="an answer's JSON, as a result's 'output' (default 256)")
+    sizing.add_argument("--result-ttl-s", type=float, default=600.0,
+                        help="FERRY_RESULT_TTL_S: how long results are kept (default 600)")
+    sizing.add_argument("--cache-ttl-s", type=float, default=300.0,
+                        help="FERRY_CACHE_TTL_S: how long answers are cached (default 300; 0: "
+                        "no cache)")
 
 
 def _cost_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,10 +218,12 @@ def _size(args: argparse.Namespace) -> int:
                     batcher_tasks_per_s=args.batcher_tasks_per_s,
                     check_seconds=args.seconds, seed=args.seed)
     sizing = size(cost, target, arrivals_of(args))
+    redis = RedisSizes(args.payload_bytes, args.output_bytes, args.result_ttl_s,
+                       args.cache_ttl_s)
     if args.json:
-        print(json.dumps(sizing_json(sizing, args.arrivals), indent=2))
+        print(json.dumps(sizing_json(sizing, args.arrivals, redis), indent=2))
     else:
-        print(sizing_table(sizing, args.arrivals))
+        print(sizing_table(sizing, args.arrivals, redis))
     return 0
 
 
@@ -205,7 +231,8 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.0095 else f"{seconds * 1e3:.1f} ms"
 
 
-def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
+def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None = None) -> str:
+    """The plan as a table; with ``redis`` (its sizes and TTLs), Redis' memory too."""
     t, d, cost = s.target, s.deployment, s.cost
     load = t.qps / s.capacity
     rows = [
@@ -215,6 +242,7 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
         ("gateways", f"{s.gateways} processes (one per core)"),
         ("Redis", "one server" if s.redis_shards == 1
          else f"a Redis Cluster of {s.redis_shards} masters"),
+        *(memory_rows(s, redis) if redis is not None else []),
         ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"
                                  + (f", FERRY_SLO_MS={d.slo_s * 1e3:.0f}" if d.slo_s else "")),
         (f"predicted at {t.qps:,.0f}/s", _outcome(s.at_target)),
@@ -235,6 +263,39 @@ def sizing_table(s: Sizing, arrivals: str = "poisson") -> str:
             + f" ({s.candidates} simulated configurations)")
     return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
                      + ["", why(s)])
+
+
+def redis_loads(s: Sizing, sizes: RedisSizes) -> tuple[RedisLoad, RedisLoad]:
+    """What Redis holds at the target load and at the design load: results at the arrival
+    rate, unfinished tasks up to the backlog bound (without one, as many as the simulation's
+    mean time in Ferry lets arrive: Little's law)."""
+    t, bound = s.target, s.deployment.max_backlog
+
+    def at(rate: float, outcome: Outcome) -> RedisLoad:
+        return sizes.at(rate, bound or math.ceil(rate * outcome.mean_s))
+
+    return at(t.qps, s.at_target), at(t.design_qps, s.at_design)
+
+
+def memory_rows(s: Sizing, sizes: RedisSizes) -> list[tuple[str, str]]:
+    """Redis' memory at the target load, and the maxmemory for the design load."""
+    load, design = redis_loads(s, sizes)
+    memory, masters = redis_memory(load), s.redis_shards
+    each = f" on each of its {masters} masters" if masters > 1 else ""
+    cache = (f", {load.cache_entries:,.0f} cache entries {human(memory.cache)}"
+             if load.cache_entries else "")
+    unfinished = ("the backlog bound" if s.deployment.max_backlog
+                  else "no backlog bound: the mean in Ferry")
+    return [
+        ("Redis memory", f"{human(memory.total)} at {load.rate_per_s:,.0f}/s with "
+                         f"{human(sizes.payload_bytes)} payloads, results kept "
+                         f"{sizes.result_ttl_s:g} s; set maxmemory ≥ "
+                         f"{human(maxmemory(design, masters))}{each}, noeviction"),
+        ("Redis memory by part",
+         f"{load.unfinished:,} unfinished tasks ({unfinished}) {human(memory.unfinished)}, "
+         f"{load.kept_results:,.0f} results of {human(sizes.output_bytes)} "
+         f"{human(memory.results)}{cache}, fixed {human(memory.fixed)}"),
+    ]
 
 
 def _cpu_busy(o: Outcome) -> str:
@@ -264,9 +325,10 @@ def why(s: Sizing) -> str:
             "or the adaptive flush run below full size, so they carry less per call.")
 
 
-def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
+def sizing_json(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None = None
+                ) -> dict[str, Any]:
     d = s.deployment
-    return {
+    plan = {
         "target": {"qps": s.target.qps, "p99_ms": s.target.p99_s * 1e3,
                    "headroom": s.target.headroom, "arrivals": arrivals},
         "cost": s.cost.to_json(),
@@ -284,6 +346,21 @@ def sizing_json(s: Sizing, arrivals: str = "poisson") -> dict[str, Any]:
                      "at_target": outcome_json(s.envelope_at_target)},
         "simulated_configurations": s.candidates,
     }
+    if redis is not None:
+        plan["redis_memory"] = memory_json(s, redis)
+    return plan
+
+
+def memory_json(s: Sizing, sizes: RedisSizes) -> dict[str, Any]:
+    load, design = redis_loads(s, sizes)
+    memory = redis_memory(load)
+    return {"bytes": memory.total, "fixed_bytes": memory.fixed,
+            "unfinished_bytes": memory.unfinished, "results_bytes": memory.results,
+            "cache_bytes": memory.cache, "unfinished_tasks": load.unfinished,
+            "kept_results": load.kept_results, "cache_entries": load.cache_entries,
+            **asdict(sizes),
+            "maxmemory_bytes": maxmemory(design, s.redis_shards),
+            "maxmemory_per": "master" if s.redis_shards > 1 else "server"}
 
 
 def outcome_json(o: Outcome) -> dict[str, Any]:
