@@ -103,6 +103,9 @@ async def test_a_cluster_master_failover_under_load_loses_no_accepted_task(
         old.kill(signal.SIGKILL)
         new = await asyncio.to_thread(replicated_cluster.wait_serving, slot, old.port)
         log.append(f"master {old.port} killed; {new.port} serves slot {slot}")
+        # Until the old node is back as its replica, the new master has none: admissions to
+        # its slots cannot be confirmed, and are answered 503 (and retried).
+        await asyncio.to_thread(replicated_cluster.rejoin, old)
 
     async with running_stack(gateway, batcher) as stack:
         ledger = await drive(stack.client, seconds=10, rate=40,

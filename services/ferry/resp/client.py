@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
@@ -23,7 +25,9 @@ import hiredis
 
 from ferry.errors import ConfigError, DependencyUnavailableError, FerryError
 
+log = logging.getLogger(__name__)
 HOLD_DOWN_S = 0.5  # after a failed connection attempt, how long callers fail without retrying
+RECHECK_S = 0.5  # with Sentinel: how often a live connection's master is checked with them
 Arg = bytes | str | int | float
 Command = Sequence[Arg]  # or a Packed command, sent as it is
 Locate = Callable[[], Awaitable["RedisAddress"]]  # where the master is now (Redis Sentinel)
@@ -156,6 +160,7 @@ class _Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self.closed: Exception | None = None
         self.client_id: int | None = None  # Redis's id of this connection, once set up
+        self.address: RedisAddress | None = None  # where it was opened to
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -180,9 +185,8 @@ class _Connection(asyncio.Protocol):
         """An error reply as raised; ``READONLY`` (this server was demoted to a replica in a
         failover) also retires the connection, so the next command finds the master again."""
         error = _error_reply(reply)
-        if str(error).startswith("READONLY") and self.closed is None:
-            self.closed = error  # no new command is sent here; the ones in flight still end
-            self._loop.call_soon(self._fail, error)
+        if str(error).startswith("READONLY"):
+            self.retire(error)
         return error
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -246,6 +250,12 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self._fail(RespConnectionError("client closed"))
 
+    def retire(self, reason: Exception) -> None:
+        """No new command here; the ones in flight fail (their effect unknown)."""
+        if self.closed is None:
+            self.closed = reason
+            self._loop.call_soon(self._fail, reason)
+
 
 class RespClient:
     """Commands over one lazily (re)opened connection; safe to share between coroutines."""
@@ -262,6 +272,8 @@ class RespClient:
         self._connecting: asyncio.Future[_Connection] | None = None
         self._failed: tuple[float, BaseException] | None = None  # last failed attempt
         self._scripts: dict[bytes, bytes] = {}  # sha1 -> source, loaded on every connect
+        self._checked_at = 0.0  # with Sentinel: when the master was last asked of them
+        self._checking: asyncio.Task[None] | None = None
 
     async def execute(self, *command: Arg, timeout_s: float | None = None) -> Any:
         """One command's reply (a lone ``Packed`` argument is sent as it is); an error reply
@@ -328,6 +340,8 @@ class RespClient:
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
     async def close(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
         if self._connecting is not None:
             self._connecting.cancel()
         if self._connection is not None:
@@ -342,6 +356,8 @@ class RespClient:
         """
         connection = self._connection
         if connection is not None and connection.closed is None:
+            if self.locate is not None:
+                self._recheck(connection)
             return connection
         loop = asyncio.get_running_loop()
         if self._failed is not None and loop.time() - self._failed[0] < HOLD_DOWN_S:
@@ -350,6 +366,35 @@ class RespClient:
             self._connecting = asyncio.ensure_future(self._open())
             self._connecting.add_done_callback(self._attempt_done)
         return await asyncio.shield(self._connecting)
+
+    def recheck_soon(self) -> None:
+        """Ask the sentinels again at the next command (a WAIT was not satisfied: is this
+        still the master?)."""
+        self._checked_at = 0.0
+
+    def _recheck(self, connection: _Connection) -> None:
+        """Every ``RECHECK_S``, in the background: if the sentinels name another master, retire
+        the connection. A master that was paused past its failover wakes up still a master,
+        with no replicas, until the sentinels demote it; what it takes meanwhile is lost."""
+        now = time.monotonic()
+        if now - self._checked_at < RECHECK_S or self._checking is not None:
+            return
+        self._checked_at = now
+        self._checking = asyncio.ensure_future(self._compare(connection))
+        self._checking.add_done_callback(self._checked)
+
+    async def _compare(self, connection: _Connection) -> None:
+        assert self.locate is not None
+        named = await self.locate()
+        opened = connection.address
+        if opened is not None and (named.host, named.port) != (opened.host, opened.port):
+            connection.retire(RespConnectionError(
+                f"the sentinels name {named} as the master now, not {opened}"))
+
+    def _checked(self, check: asyncio.Task[None]) -> None:
+        self._checking = None
+        if not check.cancelled() and check.exception() is not None:
+            log.debug("asking the sentinels for the master failed: %s", check.exception())
 
     def _attempt_done(self, attempt: asyncio.Future[_Connection]) -> None:
         self._connecting = None
@@ -375,6 +420,7 @@ class RespClient:
             replies = await asyncio.gather(*connection.send(setup), return_exceptions=True)
             raise_first(replies)
             connection.client_id = int(cast(int, replies[len(greeting)]))
+            connection.address = address
             if self.locate is not None and not _is_master(replies[-1]):
                 raise RespUnavailableError(f"Redis at {address} is not the master (yet): the "
                                            "sentinels have not seen the failover through")

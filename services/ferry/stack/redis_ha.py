@@ -234,6 +234,17 @@ class ReplicatedCluster:
             time.sleep(0.1)
         raise StartupError(f"slot {slot} was not failed over in {timeout_s:g} s")
 
+    def rejoin(self, node: RedisNode, timeout_s: float = 30.0) -> None:
+        """Start a killed node again (its nodes.conf kept): the cluster makes it a replica of
+        the node that took its slots; returns once it is in sync."""
+        node.start(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if b"master_link_status:up" in _ask(node.port, "INFO", "replication"):
+                return
+            time.sleep(0.1)
+        raise StartupError(f"redis on {node.port} did not rejoin as a replica")
+
     def stop(self) -> None:
         for node in self.nodes:
             node.kill()

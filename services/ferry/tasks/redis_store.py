@@ -137,17 +137,20 @@ class RedisTaskStore:
 
     async def _confirm(self, task_id: str, partition: int, *, hit: bool) -> None:
         """Wait until the replicas have the admission; if they do not in time, withdraw it
-        (unless a batcher has it already: then it stands) and answer 503."""
+        (unless a batcher has read it: then it runs, but for nobody) and answer 503."""
         assert self.acks is not None
         task_key = self._slots[partition].task_prefix + task_id
         if await self.acks.confirmed(task_key):
             return
-        if await self.withdraw(task_id, hit=hit) is Withdrawal.GONE:
-            raise ServiceUnavailableError(
-                "not_replicated",
-                f"Redis could not confirm within {self.acks.wait_ms} ms that "
-                f"{self.acks.replicas} replica(s) have the task, so it was withdrawn: send it "
-                "again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
+        # Withdrawn, or already read by a batcher of a master that may be about to lose it
+        # (one that woke from a pause after its failover): either way it is not the client's
+        # task. Answered 503, its Idempotency-Key released, the retry is a new admission.
+        kept = await self.withdraw(task_id, hit=hit) is Withdrawal.KEPT
+        raise ServiceUnavailableError(
+            "not_replicated",
+            f"Redis could not confirm within {self.acks.wait_ms} ms that {self.acks.replicas} "
+            f"replica(s) have the task, so it was {'abandoned' if kept else 'withdrawn'}: send "
+            "it again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
 
     async def withdraw(self, task_id: str, *, hit: bool = False) -> Withdrawal:
         """Take an admission back as if it had never been, unless a batcher has read it,

@@ -87,6 +87,7 @@ class ReplicaAcks:
             log.warning("WAIT for %d replicas failed: %s", self.replicas, exc)
             acknowledged = 0
         if acknowledged < self.replicas:
+            target.recheck_soon()  # with Sentinel: is this still the master?
             log.debug("%d replica(s) of %d confirmed %d admission(s) within %d ms",
                         acknowledged, self.replicas, now.waiting, self.wait_ms)
         if not now.future.done():

@@ -1,12 +1,12 @@
 -- withdraw: take back an admission that replicas did not confirm in time (WAIT), unless a
--- batcher has it already: the gateway then answers 503 and the client retries.
+-- batcher has it already. Either way the gateway answers 503 and the client retries.
 -- KEYS (WithdrawKeys): task_key, backlog, followers (the task's own followers list).
 -- Named args (WithdrawArgs): the task, the consumer group, the followers lists' prefix, and
 --   hit ('1': the admission was answered from the cache, its record SUCCESS at once).
 -- A follower leaves its leader's list; a queued task whose entry no batcher has read leaves its
 -- stream and its backlog counts. Either way its record is deleted, as if it had never been.
 -- A cache hit's record is deleted too. A task a batcher holds, one others follow, or one that
--- has ended since is kept (and answered).
+-- has ended since is kept (it runs, or stands, for nobody: its client was told to retry).
 -- Result: WITHDRAW_GONE (the record was deleted, or was never here: a new master that did not
 --   receive it), or WITHDRAW_KEPT.
 local state = redis.call('HMGET', task_key, 'status', 'entry', 'stream', 'counted', 'held',
