@@ -4,14 +4,6 @@ Triton, two gateways, two batchers): every kind of fault, and not one accepted t
 It runs ``python -m loadtest.soak`` as its own process (it starts and stops its own servers,
 none of the session's), at a fixed rate rather than a share of a measured capacity, so that the
 minute is the same on any machine.
-
-``--redis-socket-timeout-s 2``: with Ferry's default (10 s), a master that hangs long enough to
-be replaced by the sentinels keeps the connections Ferry had to it, and when it wakes up it serves
-them as a master cut off from its replicas until the sentinels demote it (about 10 s later). What
-it admits there fails its WAIT, but withdraw.lua keeps every task a batcher (on the same old
-master) has already read or finished, so the gateway answers 202 and even SUCCESS for tasks that
-vanish when the old master becomes a replica: hundreds lost per such fault. A 2 s timeout drops
-those connections while the master hangs, so nothing of Ferry is on it when it wakes.
 """
 
 from __future__ import annotations
@@ -19,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +29,7 @@ def run_soak(tmp_path: Path) -> tuple[dict[str, Any], str]:
     out = tmp_path / "soak.json"
     argv = [sys.executable, "-m", "loadtest.soak", "--duration-s", str(SOAK_S), "--rate", "30",
             "--seed", "1", "--fault-every-s", str(FAULT_EVERY_S), "--drain-s", "30",
-            "--redis-socket-timeout-s", "2", "--out", str(out),
+            "--out", str(out),
             "--state-dir", str(tmp_path / "state")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240,
                           check=False)
@@ -51,9 +42,7 @@ def run_soak(tmp_path: Path) -> tuple[dict[str, Any], str]:
 
 @pytest.mark.timeout(300)
 def test_a_minute_of_every_fault_loses_no_accepted_task(tmp_path: Path) -> None:
-    started = time.monotonic()
     report, output = run_soak(tmp_path)
-    elapsed = time.monotonic() - started
     results = report["results"]
     assert results["lost"] == 0, json.dumps(report["lost_tasks"][:3], indent=1)
     assert results["wrong"] == 0, json.dumps(results["wrong_tasks"][:3], indent=1)
@@ -67,4 +56,3 @@ def test_a_minute_of_every_fault_loses_no_accepted_task(tmp_path: Path) -> None:
     assert {"gateway-0", "gateway-1", "batcher-0", "batcher-1", "triton", "soak"} <= labels
     assert sum(label.startswith("redis-") for label in labels) == 3
     assert any(t["mib_per_min"] is not None for t in memory["trends"])
-    assert elapsed < 200, f"the soak took {elapsed:.0f} s"
