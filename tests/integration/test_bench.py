@@ -14,14 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.timeout(540)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up
-# stacks, the bulk-jobs stack
+@pytest.mark.timeout(600)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up
+# stacks, the bulk-jobs stack, the durability pair
 def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
     done = subprocess.run(
         [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out), "--figures",
          str(figures), "--state", str(state)], cwd=ROOT, capture_output=True, text=True,
-        timeout=480, check=False)
+        timeout=540, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = out.read_text()
     assert "## Targets" in report and "3. Light load (50/s)" in report
@@ -47,6 +47,8 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     assert [p["batch"] for p in bulk["sizes"]] == [8, 64]
     assert all(p["failed"] == 0 and p["images_per_s"] > 0 for p in bulk["sizes"])
     assert bulk["hybrid"]["alone_errors"] == 0 and bulk["hybrid"]["with_job_errors"] == 0
+    assert "## Durability: replica-acknowledged admission" in report
+    assert "| master + replica, FERRY_REDIS_MIN_REPLICAS=1 | 50 |" in report
     for name in ("operating-curves.png", "cpu-per-inference.png", "job-batch-sizes.png"):
         assert (figures / name).read_bytes().startswith(PNG)
     points = json.loads((state / "results.json").read_text())
