@@ -3,7 +3,7 @@
     .venv/bin/python -m loadtest.soak                      # 60 s at half the measured capacity
     .venv/bin/python -m loadtest.soak --duration-s 1800 --share 0.5 --out /tmp/soak.json
     .venv/bin/python -m loadtest.soak --rate 30 --fault-every-s 4.5 --drain-s 30 \
-        --redis-socket-timeout-s 2                        # what tests/integration/test_soak.py runs
+        --seed 1                                          # what tests/integration/test_soak.py runs
     .venv/bin/python -m loadtest.soak --faults stop-redis --fault-every-s 15 --rate 100
 
 Ferry promises that an accepted request (202) is never lost. This command starts, on loopback,
@@ -36,9 +36,9 @@ replica to confirm each admission (FERRY_REDIS_MIN_REPLICAS=1, FERRY_REDIS_WAIT_
   connection to a hung master is dropped, and the master looked up again, after that long.
   ``--redis-min-replicas-to-write N`` sets Redis's own ``min-replicas-to-write N`` (with
   ``min-replicas-max-lag 2``) on every node: a master without replicas refuses writes.
-  With the defaults, a stopped master loses tasks: Ferry's connections to it outlive the
-  stop, and what the old master admits and answers after it wakes up is gone once it is
-  demoted. ``--redis-socket-timeout-s 2`` avoids that (see tests/integration/test_soak.py).
+  A stopped master once lost thousands of tasks here: Ferry's connections to it outlived the
+  stop, and what it admitted after it woke up was gone once it was demoted. Ferry now answers
+  every admission its replicas did not confirm 503, and asks the sentinels again every 0.5 s.
 - **drain**: after the load, at most ``--drain-s`` for every accepted task to end; then every
   task's record is read once more.
 - **memory**: every process's RSS (from /proc) every ``--memory-every-s``.
