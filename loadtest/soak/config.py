@@ -33,6 +33,7 @@ class SoakConfig:
     min_replicas_to_write: int = 0  # Redis's min-replicas-to-write on every node (0: off)
     redis_stop_s: float | None = None  # None: a stopped master wakes up once replaced
     redis_socket_timeout_s: float = 10.0  # Ferry's FERRY_REDIS_SOCKET_TIMEOUT_S (its default)
+    min_replicas: int = 1  # Ferry's FERRY_REDIS_MIN_REPLICAS
 
 
 def parse_faults(text: str) -> tuple[Kind, ...]:
@@ -86,6 +87,9 @@ def parser() -> argparse.ArgumentParser:
                    default=DEFAULTS.redis_socket_timeout_s,
                    help="FERRY_REDIS_SOCKET_TIMEOUT_S of every gateway and batcher (default "
                         "10, Ferry's): a connection to a hung master is dropped after this")
+    p.add_argument("--min-replicas", type=int, default=DEFAULTS.min_replicas,
+                   help="FERRY_REDIS_MIN_REPLICAS of every gateway and batcher (default 1; 0: "
+                        "admissions answered without waiting for a replica)")
     p.add_argument("--gateways", type=int, default=DEFAULTS.gateways)
     p.add_argument("--batchers", type=int, default=DEFAULTS.batchers)
     p.add_argument("--out", type=Path, default=DEFAULTS.out, help="the JSON report")
@@ -108,6 +112,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
         p.error("--redis-socket-timeout-s must be in [0.5, 60]")
     if not 0 <= args.redis_min_replicas_to_write <= 2:
         p.error("--redis-min-replicas-to-write must be 0 to 2 (the group has two replicas)")
+    if not 0 <= args.min_replicas <= 2:
+        p.error("--min-replicas must be 0 to 2 (the group has two replicas)")
     if not 1 <= args.gateways <= 8 or not 1 <= args.batchers <= 8:
         p.error("--gateways and --batchers must be 1 to 8")
     return SoakConfig(
@@ -117,4 +123,5 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
         warmup_s=args.warmup_s, gateways=args.gateways, batchers=args.batchers,
         out=args.out, state_dir=args.state_dir,
         min_replicas_to_write=args.redis_min_replicas_to_write,
-        redis_stop_s=args.redis_stop_s, redis_socket_timeout_s=args.redis_socket_timeout_s)
+        redis_stop_s=args.redis_stop_s, redis_socket_timeout_s=args.redis_socket_timeout_s,
+        min_replicas=args.min_replicas)

@@ -64,7 +64,8 @@ async def soak(config: SoakConfig) -> dict[str, Any]:
     ttl = max(MIN_RESULT_TTL_S, int(config.duration_s + config.drain_s) + 600)
     stack = SoakStack(state, config.gateways, config.batchers, result_ttl_s=ttl,
                       min_replicas_to_write=config.min_replicas_to_write,
-                      redis_socket_timeout_s=config.redis_socket_timeout_s)
+                      redis_socket_timeout_s=config.redis_socket_timeout_s,
+                      min_replicas=config.min_replicas)
     log.info("starting the stack (logs in %s) ...", state / "logs")
     started = time.monotonic()
     await asyncio.to_thread(stack.start)
@@ -172,6 +173,7 @@ async def _report(run: Session) -> dict[str, Any]:
         "redis_min_replicas_to_write": config.min_replicas_to_write,
         "redis_stop_s": config.redis_stop_s,
         "redis_socket_timeout_s": config.redis_socket_timeout_s,
+        "ferry_min_replicas": config.min_replicas,
         "submissions": submissions(tasks, run.client.retries, run.client.refused,
                                    run.load.skipped),
         "results": verdicts_section(verdicts), "lost_tasks": lost,

@@ -66,6 +66,7 @@ class SoakStack:
     # ferry.stack.redis_ha starts it): such a master refuses writes (NOREPLICAS).
     min_replicas_to_write: int = 0
     redis_socket_timeout_s: float = 10.0  # FERRY_REDIS_SOCKET_TIMEOUT_S of Ferry's processes
+    min_replicas: int = 1  # FERRY_REDIS_MIN_REPLICAS of Ferry's processes
     group: SentinelGroup | None = None
     services: list[Service] = field(default_factory=list)
     gateway_ports: list[int] = field(default_factory=list)
@@ -106,7 +107,7 @@ class SoakStack:
     def _common(self, triton: TritonPorts) -> dict[str, Any]:
         assert self.group is not None
         return {"redis_url": SENTINEL_URL, "redis_sentinels": self.group.sentinel_spec,
-                "redis_sentinel_master": self.group.name, "redis_min_replicas": 1,
+                "redis_sentinel_master": self.group.name, "redis_min_replicas": self.min_replicas,
                 "redis_wait_ms": 500, "redis_socket_timeout_s": self.redis_socket_timeout_s,
                 "triton_url": f"{LOOPBACK}:{triton.grpc}",
                 "result_ttl_s": self.result_ttl_s, "log_level": "INFO",
