@@ -58,8 +58,11 @@ tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER)
 up: install
 	$(BIN)/ferry up $(ARGS)
 
-test: install tools lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+# mypy, the chart's tests and the unit tests use no timing and start no shared server: two run
+# at once (two cores); then the integration tests, alone, then again on a Redis Cluster.
+test: install tools lint
+	$(MAKE) --no-print-directory -j2 -O typecheck chart unit
+	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy $(PYTEST_ARGS)
 	$(MAKE) test-cluster
 
 # The integration tests marked `cluster`, again, against a 3-master Redis Cluster on loopback.
