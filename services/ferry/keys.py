@@ -60,6 +60,12 @@ def rate_key(client_id: str) -> str:
     return f"{PREFIX}:rate:{{{client_id}}}"
 
 
+def replica_probe_key(partition: int) -> str:
+    """Written before a WAIT that must cover what is already in the partition's slot (an
+    idempotent replay of a task whose admission was never confirmed): ``ferry:{p3}:probe``."""
+    return f"{PREFIX}:{slot_tag(partition)}:probe"
+
+
 def bell_key(partition: int, priority: Priority) -> str:
     """Set (for ``BELL_MS``) when a task of a priority other than normal rang its partition's
     doorbell: an entry in the normal stream that tells batchers to read that priority's streams."""

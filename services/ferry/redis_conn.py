@@ -15,7 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from ferry.errors import ConfigError, DependencyUnavailableError
 from ferry.resp.client import Commands, Locate, RedisAddress, RespClient
@@ -103,7 +103,7 @@ async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None
 def unavailable(exc: Exception) -> tuple[str, str]:
     """The error code and message a client gets for a Redis that cannot serve now: one out of
     memory says so (nothing was written: Redis refuses a script's first write whole)."""
-    if str(exc).startswith("OOM"):
+    if str(exc).startswith("OOM") or isinstance(exc, OutOfMemoryError):
         return ("redis_out_of_memory", "Redis is out of memory (maxmemory reached, writes "
                 "refused): nothing was queued; retry later")
     return "unavailable", f"a dependency is unavailable: {exc}"
@@ -116,14 +116,14 @@ async def trouble(redis: SlowRedis, min_replicas: int = 0) -> str | None:
     """Why Redis will refuse Ferry's admissions now though it answers, or None: out of memory
     (``maxmemory`` reached under ``noeviction``), or fewer replicas than ``min_replicas``
     connected (WAIT cannot be satisfied). A Redis Cluster: its worst master."""
-    for node in _per_node(await redis.info("memory"), "used_memory"):
+    for node in _per_node(await _info(redis, "memory"), "used_memory"):
         used, limit = int(node.get("used_memory", 0)), int(node.get("maxmemory", 0))
         policy = str(node.get("maxmemory_policy", "noeviction"))
         if limit and used >= FULL * limit and policy == "noeviction":
             return (f"out of memory: {used / 2**20:.1f} MiB used of maxmemory "
                     f"{limit / 2**20:.1f} MiB (noeviction: writes are refused)")
     if min_replicas:
-        for node in _per_node(await redis.info("replication"), "role"):
+        for node in _per_node(await _info(redis, "replication"), "role"):
             replicas = int(node.get("connected_slaves", 0))
             if node.get("role") == "master" and replicas < min_replicas:
                 return (f"{replicas} replica(s) connected, fewer than redis_min_replicas="
@@ -134,12 +134,19 @@ async def trouble(redis: SlowRedis, min_replicas: int = 0) -> str | None:
 async def warn_of_eviction(redis: SlowRedis) -> None:
     """Log a warning when Redis may evict keys: an evicted task record or stream is a lost
     task, so Ferry's Redis must run ``maxmemory-policy noeviction``."""
-    for node in _per_node(await redis.info("memory"), "used_memory"):
+    for node in _per_node(await _info(redis, "memory"), "used_memory"):
         policy = str(node.get("maxmemory_policy", "noeviction"))
         if policy != "noeviction" and int(node.get("maxmemory", 0)):
             log.warning("Redis evicts keys when full (maxmemory-policy %s): accepted tasks can "
                         "be lost; set maxmemory-policy noeviction (docs/redis.md)", policy)
             return
+
+
+async def _info(redis: SlowRedis, section: str) -> Any:
+    """INFO ``section``: of every master of a Redis Cluster (redis-py asks one node else)."""
+    if isinstance(redis, RedisCluster):
+        return await redis.info(section, target_nodes=RedisCluster.PRIMARIES)
+    return await redis.info(section)
 
 
 def _per_node(info: Any, field: str) -> list[Any]:

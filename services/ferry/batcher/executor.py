@@ -449,16 +449,17 @@ class BatchExecutor:
         return False
 
     def _settle_failed(self, exc: Exception, tasks: int, attempt: int) -> int:
-        """Count a failed write of results; 1 if it counts against ``max_attempts``. A refusal
-        (out of memory, a replica, loading...) wrote nothing and is tried again for as long as
-        the batcher runs: the answers are kept, never dropped, and Triton is not asked again."""
+        """Count a failed write of results; 1 if it counts against ``max_attempts`` (only once
+        the batcher stops: then its tasks are handed back). A refusal (out of memory, a replica,
+        loading...) or a lost connection (a failover under way) is tried again for as long as
+        the batcher runs: the answers are kept, and Triton is not asked again. Writing them
+        twice is harmless: a task's first final record stands."""
         reason = str(exc).split(" ", 1)[0] if isinstance(exc, RespUnavailableError) else \
             "connection"
         self.metrics.settle_retries.labels(reason).inc()
         if attempt == 1 or attempt % 20 == 0:
             log.warning("could not settle %d task(s) (try %d): %s", tasks, attempt, exc)
-        refused = isinstance(exc, RespUnavailableError) and self.context.running()
-        return 0 if refused else 1
+        return 0 if self.context.running() else 1
 
     def _count(self, settled: Sequence[Outcome]) -> None:
         finished = self.metrics.finished_child

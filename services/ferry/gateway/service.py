@@ -383,6 +383,8 @@ class Gateway:
             return Submitted(holder.task_id, None, replayed=True)
         if record is None:
             return None
+        if not holder.admitted:  # its first request may have failed before its WAIT did
+            await self.store.reconfirm(holder.task_id)
         if wait_s > 0 and not record.status.final:
             with self.waiters.watch(holder.task_id) as watch:
                 record = await watch.final(wait_s) or record

@@ -322,6 +322,27 @@ class RespClient:
         return replies
 
     @property
+    def live(self) -> object | None:
+        """The live connection, as an identity to compare (None: none now)."""
+        connection = self._connection
+        return connection if connection is not None and connection.closed is None else None
+
+    async def execute_traced(self, *command: Arg, timeout_s: float | None = None
+                             ) -> tuple[Any, object | None]:
+        """One command's reply and the connection that carried it (for a WAIT that must cover
+        it: it covers that connection's writes only); an error reply raises. A command whose
+        script was flushed is run again as ``execute`` runs it, on no known connection."""
+        connection = await self._connected()
+        future = connection.send([command], timeout_s)[0]
+        await connection.writable()
+        try:
+            return await future, connection
+        except RespError as exc:
+            if not _no_script(exc):
+                raise
+        return await self.execute(*command, timeout_s=timeout_s), None
+
+    @property
     def connection_id(self) -> int | None:
         """Redis's id of the live connection (for CLIENT UNBLOCK), or None if there is none."""
         connection = self._connection

@@ -208,6 +208,10 @@ class ClusterClient:
             self._nodes[node] = client
         return client
 
+    def slots_moved(self) -> None:
+        """A command sent straight to a node was redirected: ask for the slot map again."""
+        self._stale = True
+
     async def node_of(self, key: Arg) -> RespClient:
         """The connection to the node that owns ``key``'s slot now."""
         table = await self._slot_table()

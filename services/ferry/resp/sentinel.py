@@ -77,9 +77,12 @@ class Sentinels:
             commands: list[Command] = [*handshake(sentinel, "ferry-sentinel-lookup",
                                                   select=False),
                                        ("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)]
-            replies = await asyncio.gather(*connection.send(commands))
+            replies = await asyncio.gather(*connection.send(commands), return_exceptions=True)
         finally:
             connection.close()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         return parse_master_reply(replies[-1])
 
 

@@ -186,6 +186,11 @@ class GatewayStore(Protocol):
         """The record, or None for an unknown or expired task."""
         ...
 
+    async def reconfirm(self, task_id: str) -> None:
+        """With replicas to confirm admissions: wait until they have what the task's partition
+        holds now, else refuse (503). Without: nothing."""
+        ...
+
     async def read_owned(self, task_id: str, client_id: str) -> StoredRecord | None:
         """The record if it belongs to ``client_id``, else None (as for an unknown task)."""
         ...

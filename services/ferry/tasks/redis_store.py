@@ -41,7 +41,7 @@ from ferry.tasks.record import (
     cancelled_tail,
     status_fragment,
 )
-from ferry.tasks.replication import ReplicaAcks
+from ferry.tasks.replication import ReplicaAcks, Written
 from ferry.tasks.scripts import (
     AdmitArgs,
     AdmitKeys,
@@ -116,12 +116,17 @@ class RedisTaskStore:
                     sharing: Sharing = NOT_SHARED, owner: Owner = NO_OWNER) -> Admitted:
         partition = keys.partition_of(task.task_id, self.partitions)
         encoded = pending.encode()
-        verdict, value = scripts.admit_verdict(await self.client.execute(*self._admit.command(
-            self._admit_keys(task, partition, sharing),
-            self._admit_args(task, partition, pending, encoded=encoded, admission=admission,
-                             sharing=sharing, owner=owner))))
-        if self.acks is not None and verdict in _WROTE:
-            await self._confirm(task.task_id, partition, hit=verdict is AdmitVerdict.HIT)
+        names = self._admit_keys(task, partition, sharing)
+        command = self._admit.command(names, self._admit_args(
+            task, partition, pending, encoded=encoded, admission=admission, sharing=sharing,
+            owner=owner))
+        if self.acks is None:
+            verdict, value = scripts.admit_verdict(await self.client.execute(*command))
+        else:
+            written = await self.acks.write(names.task_key, command)
+            verdict, value = scripts.admit_verdict(written.reply)
+            if verdict in _WROTE:
+                await self._confirm(written, task.task_id, hit=verdict is AdmitVerdict.HIT)
         if verdict is AdmitVerdict.QUEUED:
             return Admitted(StoredRecord(pending.status, encoded.body))
         if verdict is AdmitVerdict.COLLAPSED:
@@ -135,12 +140,11 @@ class RedisTaskStore:
             raise owner.too_many(int(value), self.partitions)
         raise admission.too_slow(task.model, priority, float(value))
 
-    async def _confirm(self, task_id: str, partition: int, *, hit: bool) -> None:
+    async def _confirm(self, written: Written, task_id: str, *, hit: bool) -> None:
         """Wait until the replicas have the admission; if they do not in time, withdraw it
         (unless a batcher has read it: then it runs, but for nobody) and answer 503."""
         assert self.acks is not None
-        task_key = self._slots[partition].task_prefix + task_id
-        if await self.acks.confirmed(task_key):
+        if await self.acks.confirmed(written):
             return
         # Withdrawn, or already read by a batcher of a master that may be about to lose it
         # (one that woke from a pause after its failover): either way it is not the client's
@@ -151,6 +155,21 @@ class RedisTaskStore:
             f"Redis could not confirm within {self.acks.wait_ms} ms that {self.acks.replicas} "
             f"replica(s) have the task, so it was {'abandoned' if kept else 'withdrawn'}: send "
             "it again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
+
+    async def reconfirm(self, task_id: str) -> None:
+        """Wait until the replicas have what the task's partition holds now (its record among
+        it), or answer 503: for a replay of a task whose admission was never confirmed. A write
+        in the partition's slot first, so that the WAIT covers everything before it there."""
+        if self.acks is None:
+            return
+        partition = keys.partition_of(task_id, self.partitions)
+        written = await self.acks.write(keys.replica_probe_key(partition), (
+            "SET", keys.replica_probe_key(partition), task_id, "PX", 60_000))
+        if not await self.acks.confirmed(written):
+            raise ServiceUnavailableError(
+                "not_replicated", f"Redis could not confirm within {self.acks.wait_ms} ms that "
+                f"{self.acks.replicas} replica(s) have task {task_id}: send it again",
+                retry_after_s=1.0)
 
     async def withdraw(self, task_id: str, *, hit: bool = False) -> Withdrawal:
         """Take an admission back as if it had never been, unless a batcher has read it,
