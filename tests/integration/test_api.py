@@ -230,7 +230,7 @@ async def test_a_redis_that_cannot_write_is_a_503_not_a_500(
         redis_client.config_set("maxmemory", "0")
     for response in (refused, waited):
         assert response.status_code == 503, response.text
-        assert response.json()["error"]["code"] == "unavailable"
-        assert "OOM" in response.json()["error"]["message"]
+        assert response.json()["error"]["code"] == "redis_out_of_memory"
+        assert "out of memory" in response.json()["error"]["message"]
         assert response.headers["retry-after"] == "1"
     assert stream_lengths(redis_client) == 0
