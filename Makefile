@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install tools up test test-cluster unit bench plan-check lint typecheck proto lock chart k8s clean
+.PHONY: help install tools up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
 CHART := deploy/helm/ferry
@@ -58,12 +58,19 @@ tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER)
 up: install
 	$(BIN)/ferry up $(ARGS)
 
-# mypy, the chart's tests and the unit tests use no timing and start no shared server: two run
-# at once (two cores); then the integration tests, alone, then again on a Redis Cluster.
+# mypy, the chart's tests, the unit tests and the chaos soak's minute (its own servers; it checks
+# answers, not times) run two at a time (two cores); then the other integration tests, alone,
+# then again on a Redis Cluster.
 test: install tools lint
-	$(MAKE) --no-print-directory -j2 -O typecheck chart unit
-	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory -j2 -O typecheck chart unit soak
+	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy \
+		--ignore=tests/integration/test_soak.py $(PYTEST_ARGS)
 	$(MAKE) test-cluster
+
+# One minute of every fault against a whole stack (python -m loadtest.soak --duration-s 1800 for
+# the real thing: docs/redis.md).
+soak: install
+	$(BIN)/pytest tests/integration/test_soak.py $(PYTEST_ARGS)
 
 # The integration tests marked `cluster`, again, against a 3-master Redis Cluster on loopback.
 test-cluster: install

@@ -21,7 +21,7 @@ from tests.integration.helpers import (
     stream_lengths,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration]  # the batching policy; its Redis parts run on a cluster too
 
 
 def expected_output(payload: bytes) -> dict[str, object]:
@@ -207,6 +207,7 @@ async def test_long_poll_returns_when_the_result_is_written(
     assert returned_after < 5, "the long poll did not return when the result was written"
 
 
+@pytest.mark.cluster
 async def test_result_expires_after_its_ttl(
     redis_url: str, triton_server: TritonServer,
 ) -> None:

@@ -45,7 +45,7 @@ def stack_processes(redis_url: str, triton_server: TritonServer, tmp_path: Path,
 def schemathesis(url: str, report: Path, *headers: str) -> subprocess.CompletedProcess[str]:
     command = [str(Path(sys.executable).with_name("st")), "run", f"{url}/openapi.json",
                "--checks", "all", "--exclude-checks", EXCLUDED, "-n", str(EXAMPLES),
-               "--seed", "20261122", "--max-time", "35", "--request-timeout", "10",
+               "--seed", "20261122", "--max-time", "25", "--request-timeout", "10",
                "--generation-database", "none", "--no-color",
                "--report", "junit", "--report-junit-path", str(report)]
     for header in headers:

@@ -28,7 +28,7 @@ from tests.integration.helpers import (
     running_stack,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration]  # Triton's tensors: the Redis Cluster adds nothing
 Rows = npt.NDArray[np.float32]
 
 
