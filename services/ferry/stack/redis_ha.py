@@ -134,7 +134,7 @@ class SentinelGroup:
 
 
 def start_sentinel_group(data_dir: Path, *, replicas: int = 2, sentinels: int = 3,
-                         name: str = "ferry", down_after_ms: int = 1000,
+                         name: str = "ferry", down_after_ms: int = 2500,
                          timeout_s: float = 60.0) -> SentinelGroup:
     """A master with ``replicas`` replicas and ``sentinels`` sentinels, all on loopback; returns
     once every replica is in sync and every sentinel sees them all."""
@@ -166,7 +166,7 @@ def _start_sentinel(group: SentinelGroup, directory: Path, master_port: int, *, 
         f"port {port}", f"bind {LOOPBACK}", f"dir {directory}", "protected-mode yes",
         f"sentinel monitor {group.name} {LOOPBACK} {master_port} {quorum}",
         f"sentinel down-after-milliseconds {group.name} {down_after_ms}",
-        f"sentinel failover-timeout {group.name} {max(3 * down_after_ms, 3000)}",
+        f"sentinel failover-timeout {group.name} {max(10 * down_after_ms, 10000)}",
         f"sentinel parallel-syncs {group.name} 1", ""]))
     process = ManagedProcess(f"sentinel-{port}", [_sentinel_binary(), str(config)],
                              log_path=directory / "sentinel.log")
