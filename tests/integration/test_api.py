@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     task_keys,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = [pytest.mark.integration]  # the cluster run repeats only the enqueueing tests
 
 
 @pytest.fixture
@@ -72,6 +72,7 @@ BAD_REQUESTS: list[tuple[str, dict[str, str], bytes, int, str]] = [
 ]
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("query", "headers", "body", "status", "code"), BAD_REQUESTS)
 async def test_bad_input_is_refused_and_nothing_is_enqueued(
     gateway: httpx.AsyncClient, redis_client: redis.Redis, query: str, headers: dict[str, str],
@@ -86,6 +87,7 @@ async def test_bad_input_is_refused_and_nothing_is_enqueued(
     assert task_keys(redis_client) == []
 
 
+@pytest.mark.cluster
 async def test_accepted_request_is_enqueued_once_and_pending(
     gateway: httpx.AsyncClient, redis_client: redis.Redis,
 ) -> None:

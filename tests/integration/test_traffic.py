@@ -31,7 +31,8 @@ from tests.integration.helpers import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+# The cluster run repeats the admission and doorbell tests, not the breakers'.
+pytestmark = [pytest.mark.integration]
 
 
 async def post(client: httpx.AsyncClient, payload: str, *, model: str = "sim",
@@ -47,6 +48,7 @@ def accepted_ids(responses: list[httpx.Response]) -> list[str]:
     return [str(r.json()["task_id"]) for r in responses if r.status_code == 202]
 
 
+@pytest.mark.cluster
 async def test_the_backlog_limit_holds_under_concurrent_bursts_from_several_gateways(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
@@ -78,6 +80,7 @@ async def test_the_backlog_limit_holds_under_concurrent_bursts_from_several_gate
             assert (await post(stack.client, "after", priority="low")).status_code == 202
 
 
+@pytest.mark.cluster
 async def test_low_priority_cannot_fill_the_room_of_high_priority(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
@@ -117,6 +120,7 @@ async def test_an_expired_task_never_reaches_triton_and_its_batch_mates_succeed(
     assert sum(size * n for size, n in executions_since(before, after).items()) == 2
 
 
+@pytest.mark.cluster
 async def test_a_wait_longer_than_the_deadline_is_refused_at_admission(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
@@ -135,6 +139,7 @@ async def test_a_wait_longer_than_the_deadline_is_refused_at_admission(
     assert stream_lengths(redis_client) == 1 == len(task_keys(redis_client))
 
 
+@pytest.mark.cluster
 async def test_higher_priorities_board_and_leave_first(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
@@ -158,6 +163,7 @@ async def test_higher_priorities_board_and_leave_first(
 READ_S = 0.005  # a read of Redis by the batcher, with room to spare
 
 
+@pytest.mark.cluster
 async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
     redis_url: str, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -269,6 +275,7 @@ async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
         assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "closed"
 
 
+@pytest.mark.cluster
 async def test_a_high_priority_task_rings_an_idle_batcher_awake(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
 ) -> None:
