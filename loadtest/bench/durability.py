@@ -155,7 +155,7 @@ def write_section(out: Path, state: Path, quick: bool, command: str) -> None:
     note = (f"Measured by `{command}` on {started:%Y-%m-%d %H:%M} UTC: {rounds} interleaved "
             f"rounds of {seconds:g} s per rate, POST then GET ?wait=10 (`{FLOW}`), the fast "
             "simulated backend (4 + 0.25 B ms), one gateway and one batcher process; medians "
-            "over the rounds. `FERRY_REDIS_MIN_REPLICAS=1` adds one `WAIT` per turn of the "
-            "gateway's event loop, shared by every admission of that turn.")
+            "over the rounds. `FERRY_REDIS_MIN_REPLICAS=1` adds a `WAIT` shared by the "
+            "admissions answered while the one before it was out.")
     text = out.read_text() if out.exists() else ""
     out.write_text(replace_section(text, lines(results, setups, rates, note), HEADING))
