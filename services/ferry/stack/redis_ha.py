@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,16 @@ def _ask(port: int, *command: str, timeout_s: float = 1.0) -> bytes:
             return sock.recv(65536)
     except OSError:
         return b""
+
+
+def _poll(check: Callable[[], bool], timeout_s: float, failure: str) -> None:
+    """Until ``check`` passes (every 0.1 s), or StartupError(``failure``) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise StartupError(failure)
 
 
 @dataclass
@@ -55,6 +66,10 @@ class RedisNode:
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.running()
+
+    def in_sync(self) -> bool:
+        """Whether it is a replica whose link to its master is up."""
+        return b"master_link_status:up" in _ask(self.port, "INFO", "replication")
 
     def role(self) -> bytes:
         """``master`` or ``slave`` (b"" when it does not answer)."""
@@ -118,12 +133,7 @@ class SentinelGroup:
 
     def wait_replica(self, node: RedisNode, timeout_s: float = 30.0) -> None:
         """Until ``node`` is a replica in sync with the master."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if b"master_link_status:up" in _ask(node.port, "INFO", "replication"):
-                return
-            time.sleep(0.1)
-        raise StartupError(f"redis on {node.port} did not catch up as a replica")
+        _poll(node.in_sync, timeout_s, f"redis on {node.port} did not catch up as a replica")
 
     def stop(self) -> None:
         """Everything at once (a master given SIGTERM waits up to 10 s for its replicas)."""
@@ -238,12 +248,7 @@ class ReplicatedCluster:
         """Start a killed node again (its nodes.conf kept): the cluster makes it a replica of
         the node that took its slots; returns once it is in sync."""
         node.start(timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if b"master_link_status:up" in _ask(node.port, "INFO", "replication"):
-                return
-            time.sleep(0.1)
-        raise StartupError(f"redis on {node.port} did not rejoin as a replica")
+        _poll(node.in_sync, timeout_s, f"redis on {node.port} did not rejoin as a replica")
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -253,13 +258,8 @@ class ReplicatedCluster:
 def _wait_synced(nodes: list[RedisNode], replicas: int, timeout_s: float) -> None:
     """Until ``replicas`` nodes are replicas in sync with their master (only those can take
     over from it)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if sum(b"master_link_status:up" in _ask(n.port, "INFO", "replication")
-               for n in nodes) >= replicas:
-            return
-        time.sleep(0.1)
-    raise StartupError("the replicas did not catch up with their masters in time")
+    _poll(lambda: sum(n.in_sync() for n in nodes) >= replicas, timeout_s,
+          "the replicas did not catch up with their masters in time")
 
 
 def _cluster_slots(port: int) -> list[tuple[int, int, int]]:

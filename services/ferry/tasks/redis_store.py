@@ -150,11 +150,9 @@ class RedisTaskStore:
         # (one that woke from a pause after its failover): either way it is not the client's
         # task. Answered 503, its Idempotency-Key released, the retry is a new admission.
         kept = await self.withdraw(task_id, hit=hit) is Withdrawal.KEPT
-        raise ServiceUnavailableError(
-            "not_replicated",
-            f"Redis could not confirm within {self.acks.wait_ms} ms that {self.acks.replicas} "
-            f"replica(s) have the task, so it was {'abandoned' if kept else 'withdrawn'}: send "
-            "it again (with the same Idempotency-Key, the retry is safe)", retry_after_s=1.0)
+        raise self._not_replicated(
+            "the task", f", so it was {'abandoned' if kept else 'withdrawn'}: send it again "
+            "(with the same Idempotency-Key, the retry is safe)")
 
     async def reconfirm(self, task_id: str) -> None:
         """Wait until the replicas have what the task's partition holds now (its record among
@@ -166,10 +164,14 @@ class RedisTaskStore:
         written = await self.acks.write(keys.replica_probe_key(partition), (
             "SET", keys.replica_probe_key(partition), task_id, "PX", 60_000))
         if not await self.acks.confirmed(written):
-            raise ServiceUnavailableError(
-                "not_replicated", f"Redis could not confirm within {self.acks.wait_ms} ms that "
-                f"{self.acks.replicas} replica(s) have task {task_id}: send it again",
-                retry_after_s=1.0)
+            raise self._not_replicated(f"task {task_id}", ": send it again")
+
+    def _not_replicated(self, subject: str, then: str) -> ServiceUnavailableError:
+        """The 503 of an admission (or a replay) the replicas did not confirm in time."""
+        assert self.acks is not None
+        return ServiceUnavailableError(
+            "not_replicated", f"Redis could not confirm within {self.acks.wait_ms} ms that "
+            f"{self.acks.replicas} replica(s) have {subject}{then}", retry_after_s=1.0)
 
     async def withdraw(self, task_id: str, *, hit: bool = False) -> Withdrawal:
         """Take an admission back as if it had never been, unless a batcher has read it,
