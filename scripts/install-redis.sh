@@ -9,8 +9,9 @@ if [ "$(id -u)" -eq 0 ]; then SUDO=""; elif command -v sudo >/dev/null 2>&1; the
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq redis-server redis-sentinel >/dev/null
+# make test installs its tools in parallel: one apt at a time (flock, util-linux).
+$SUDO flock /var/lock/ferry-apt.lock sh -c \
+  'apt-get update -qq && apt-get install -y -qq redis-server redis-sentinel >/dev/null'
 # Debian starts system-wide instances (6379, 26379); Ferry starts its own, so those are not needed.
 if command -v systemctl >/dev/null 2>&1; then
   $SUDO systemctl disable --now redis-server redis-sentinel >/dev/null 2>&1 || true
