@@ -174,9 +174,9 @@ async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
     batches of 8, t(B) = 50 + 2·B ms), a high-priority task admitted at any moment leaves in the
     next batch: no more than one low batch (the one at Triton) finishes between its admission
     and its own finish (two when the one at Triton finished within ``READ_S`` of its
-    admission, before the batcher could have read it). High priority is asleep each time (awake for 0.1 s
-    after its bell, not 2 s) and every task rings (``BELL_MS`` 1 ms): only its doorbell, an
-    entry in the normal stream, says it has work."""
+    admission, before the batcher could have read it). High priority is asleep each time
+    (awake for 0.1 s after its bell, not 2 s) and every task rings (``BELL_MS`` 1 ms): only its
+    doorbell, an entry in the normal stream, says it has work."""
     monkeypatch.setattr("ferry.queue.redis_streams.AWAKE_S", 0.1)
     monkeypatch.setattr("ferry.keys.BELL_MS", 1)
     url = triton_server.grpc_url
