@@ -36,6 +36,7 @@ class _Connection(asyncio.Protocol):
         self.waiting: asyncio.Future[Response] | None = None
         self.body: list[bytes] = []
         self.closed = False
+        self.keep_alive = True  # the last response let the connection be reused
         self.idle_since = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -58,6 +59,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         waiting, self.waiting = self.waiting, None
         body, self.body = b"".join(self.body), []
+        self.keep_alive = self.parser.should_keep_alive()  # no "Connection: close"
         if waiting is not None and not waiting.done():
             waiting.set_result(Response(self.parser.get_status_code(), body))
 
@@ -98,6 +100,9 @@ class Pool:
         except BaseException:
             connection.close()
             raise
+        if not connection.keep_alive:  # the server closes it: never send on it again
+            connection.close()
+            return response
         connection.idle_since = time.monotonic()
         self._idle.append(connection)
         return response
