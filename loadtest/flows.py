@@ -20,6 +20,7 @@ from loadtest.rawhttp import Pool, Response
 PAYLOAD_BYTES = 2048
 POLL_WAIT_S = 10
 MAX_POLLS = 3  # a result not final after three long-polls (30 s) counts as a timeout
+PEER_PATH = "/predict"  # loadtest.peers.common.PREDICT_PATH (that package needs the peers' venv)
 
 
 def payload(index: int, size: int = PAYLOAD_BYTES, nonce: str = "") -> bytes:
@@ -80,6 +81,26 @@ class FerryFlow:
             if result.json().get("status") != "PENDING":
                 return _ferry_outcome(result, data)
         return "TIMEOUT"
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+class PeerFlow:
+    """One ``POST /predict`` of ``{"input": <payload>}`` to a Python peer (``loadtest.peers``),
+    answered with the model's output: what a client of Ray Serve, BentoML or LitServe sends."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.pool = Pool(host, port)
+        self.nonce = new_nonce()
+
+    async def __call__(self, index: int) -> str:
+        data = payload(index, nonce=self.nonce)
+        body = json.dumps({"input": data.decode()}).encode()
+        response = await self.pool.request("POST", PEER_PATH, body, "application/json")
+        if response.status != 200:
+            return f"HTTP {response.status}"
+        return "SUCCESS" if digest_matches(response.json(), data) else "WRONG_ANSWER"
 
     async def close(self) -> None:
         await self.pool.close()

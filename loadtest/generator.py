@@ -27,10 +27,10 @@ from urllib.parse import urlparse
 import uvloop
 from hdrh.histogram import HdrHistogram
 
-from loadtest.flows import FerryFlow, Flow, TritonFlow
+from loadtest.flows import FerryFlow, Flow, PeerFlow, TritonFlow
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-FLOWS = ("ferry-2req", "ferry-1req", "triton")
+FLOWS = ("ferry-2req", "ferry-1req", "triton", "peer")
 MAX_COUNT = 200_000
 LATE_MS = 2.0  # a send this far behind its schedule means the generator is falling behind
 
@@ -84,6 +84,8 @@ def make_flow(name: str, url: str, model: str) -> Flow:
         raise ValueError("load goes to loopback addresses only")
     if name == "triton":
         return TritonFlow(f"{host}:{port}", model)
+    if name == "peer":
+        return PeerFlow(host, port)
     return FerryFlow(host, port, model, prefer_wait=name == "ferry-1req")
 
 
@@ -165,7 +167,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flow", choices=FLOWS, default="ferry-2req")
     parser.add_argument("--url", default="http://127.0.0.1:8000",
-                        help="Ferry's gateway, or Triton's gRPC host:port for --flow triton")
+                        help="Ferry's gateway, Triton's gRPC host:port for --flow triton, or "
+                             "a peer's http://host:port for --flow peer")
     parser.add_argument("--model", default="sim")
     parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
     parser.add_argument("--count", type=int, default=2000, help=f"requests (max {MAX_COUNT})")

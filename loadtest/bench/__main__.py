@@ -30,7 +30,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import durability, goals, jobs, keepup
+from loadtest.bench import durability, goals, jobs, keepup, peers, versus
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -121,6 +121,8 @@ class Extras:
     spots: dict[str, list[object]] = field(default_factory=dict)
     note: str = ""
     goodput_s: float = 0.0
+    faults: list[versus.FaultRun] = field(default_factory=list)
+    peers_note: str = ""
 
 
 async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[Scenario],
@@ -133,6 +135,13 @@ async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[
             for system in SYSTEMS:
                 await sweep.warm_up(scenario, system)
                 await sweep.system(scenario, system, rates(scenario, args.quick))
+            if args.peers:
+                extras.faults += await versus.sweep_peers(
+                    sweep, scenario, rates(scenario, args.quick), stack.state,
+                    fault=scenario == versus.FAULT_SCENARIO)
+        if args.peers and versus.FAULT_SCENARIO in chosen:
+            extras.faults.insert(0, await versus.ferry_fault(sweep, versus.FAULT_SCENARIO))
+        extras.peers_note = peers_note(args)
         if not args.quick:
             await sweep.repeat(chosen[0], ("ferry-1req", "ferry-2req", "triton-dyn0"),
                                (50.0, 400.0), rounds=2)
@@ -178,6 +187,10 @@ async def bench(args: argparse.Namespace) -> int:
                                  args.command)
         log.info("wrote the bulk-jobs section of %s", args.out)
         return 0
+    if args.only == "peers-report":
+        versus.rewrite(Path(args.out), state, scenarios(args.quick), MAX_WAIT_MS)
+        log.info("wrote the peers' section of %s from %s", args.out, state)
+        return 0
     if args.only == "durability":
         await asyncio.to_thread(durability.write_section, Path(args.out), state, args.quick,
                                 args.command)
@@ -214,7 +227,10 @@ async def bench(args: argparse.Namespace) -> int:
               "one run; regenerate them with the same command.", "", *machine()]
     report = Report(sweep.points, chosen, header, MAX_WAIT_MS, extras.floors,
                     extras.spots, extras.note,  # type: ignore[arg-type]
-                    goodput=lines if goodput.results else [])
+                    goodput=lines if goodput.results else [],
+                    peers=versus.section(sweep.points, chosen, extras.faults, MAX_WAIT_MS,
+                                         extras.peers_note))
+    versus.save(state, extras.faults, extras.peers_note)
     write(report, args, state, sweep)
     await keep_up(args, state)
     await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
@@ -234,6 +250,15 @@ def write(report: Report, args: argparse.Namespace, state: Path, sweep: Sweep) -
     (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
 
 
+def peers_note(args: argparse.Namespace) -> str:
+    if not args.peers:
+        return "the peers were left out of this run (--no-peers; a --quick run leaves them out)"
+    if not peers.installed():
+        return "the peers' venv is missing (make peers installs it)"
+    return (f"Measured by `{args.command}` in the same run as the tables above, on the same "
+            "Triton.")
+
+
 def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: float) -> str:
     """How the goodput table was measured, in the words of the run that measured it."""
     return (f"Measured by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC (this part took "
@@ -244,17 +269,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--only", default="all",
-                        choices=("all", "sweep", "goodput", "keepup", "jobs", "durability"),
+                        choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
+                                 "peers-report"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "
                              "ten fresh stacks at 78%% of the slow backend, that section alone; "
-                             "jobs: the bulk-jobs section alone")
+                             "jobs: the bulk-jobs section alone; peers-report: the peers' "
+                             "section again from --state's raw results, nothing measured")
+    parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
+                        help="run Ray Serve, BentoML and LitServe beside Ferry in the sweep "
+                             "(default: yes, but not in a --quick run; make peers installs them)")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--figures", default=str(ROOT / "docs"))
     parser.add_argument("--state", default=str(ROOT / ".bench"),
                         help="logs, Triton's model repository and raw results")
     args = parser.parse_args()
+    if args.peers is None:
+        args.peers = not args.quick
     args.command = " ".join(["make bench" if not args.quick and args.only == "all"
                              else "python -m loadtest.bench",
                              *(["--quick"] if args.quick else []),

@@ -18,6 +18,7 @@ from loadtest.bench.profile import Hotspot
 from loadtest.bench.sweep import (
     FERRY_PROCESSES,
     FERRY_SYSTEMS,
+    PEER_SYSTEMS,
     SYSTEMS,
     Point,
     at,
@@ -30,10 +31,14 @@ ANCHOR = "triton-dyn0"  # Triton alone with its default dynamic batcher
 LABELS = {"ferry-1req": "Ferry, 1 request (Prefer: wait)", "ferry-2req": "Ferry, POST + GET",
           "triton-dyn0": "Triton alone, dynamic batching (delay 0)",
           "triton-dyn50": "Triton alone, dynamic batching (delay 50 ms)",
-          "triton-unbatched": "Triton alone, no batching"}
+          "triton-unbatched": "Triton alone, no batching",
+          "ray-serve": "Ray Serve (@serve.batch)", "bentoml": "BentoML (adaptive batching)",
+          "litserve": "LitServe (batching)"}
 STYLE = {"ferry-1req": ("tab:blue", "o-"), "ferry-2req": ("tab:cyan", "s-"),
          "triton-dyn0": ("tab:red", "^-"), "triton-dyn50": ("tab:orange", "v--"),
-         "triton-unbatched": ("tab:gray", "x:")}
+         "triton-unbatched": ("tab:gray", "x:"), "ray-serve": ("tab:purple", "D-."),
+         "bentoml": ("tab:green", "P-."), "litserve": ("tab:brown", "*-.")}
+DRAWN = SYSTEMS + PEER_SYSTEMS
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Report:
     profile: dict[str, list[Hotspot]] = field(default_factory=dict)
     profile_note: str = ""
     goodput: list[str] = field(default_factory=list)  # the goodput section, rendered
+    peers: list[str] = field(default_factory=list)  # the peers' section, rendered
 
     # -- targets ---------------------------------------------------------------------------------
 
@@ -156,6 +162,8 @@ class Report:
             lines.append(f"| {t.name} | {t.goal} | {t.measured} | {verdict} |")
         if self.goodput:
             lines += ["", *self.goodput]
+        if self.peers:
+            lines += ["", *self.peers]
         lines += ["", *self._reading(), "", "## Figures", ""]
         lines += [f"![{Path(f).stem}]({f})" for f in figures]
         for scenario in self.scenarios:
@@ -215,12 +223,13 @@ class Report:
                 f"{MAX_BATCH}, {b.unbatched_capacity(s.instances):,.0f}/s one request at a time.",
                 "",
                 "| system | offered/s | achieved/s | p50 | p90 | p99 | p99.9 ms | errors | "
-                "Triton batch | busy | Ferry CPU µs/inf (gw + batcher + Redis) | generator µs |",
+                "Triton batch | busy | CPU µs/inf in front of Triton (Ferry: gw + batcher + "
+                "Redis; a peer: all its processes) | generator µs |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for system in SYSTEMS:
+        for system in DRAWN:
             for p in by(self.points, s.name, system):
                 cpu = (f"{p.ferry_cpu_us:,.0f} ({_split(p)})" if system in FERRY_SYSTEMS
-                       else "")
+                       else f"{p.serving_cpu_us:,.0f}" if system in PEER_SYSTEMS else "")
                 flag = " (generator-bound)" if p.generator_bound else ""
                 rows.append(
                     f"| {LABELS[system]} | {p.offered_rps:,.0f} | {p.achieved:,.0f} | "
@@ -255,7 +264,7 @@ class Report:
                                  figsize=(6.5 * columns, 9 if len(self.scenarios) > 1 else 4.5),
                                  squeeze=False)
         for ax, scenario in zip(axes.flat, self.scenarios, strict=False):
-            for system in SYSTEMS:
+            for system in DRAWN:
                 pts = [p for p in by(self.points, scenario.name, system) if p.achieved > 0]
                 if pts:
                     color, style = STYLE[system]
@@ -267,7 +276,8 @@ class Report:
             ax.set_ylabel("p99 latency (ms)")
             ax.grid(True, which="both", alpha=0.3)
         axes.flat[0].legend(fontsize=7)
-        fig.suptitle("p99 latency against throughput: Ferry and Triton alone, same backend")
+        fig.suptitle("p99 latency against throughput: Ferry, Triton alone and the Python peers, "
+                     "same backend")
         fig.tight_layout()
         fig.savefig(curves, dpi=110)
         plt.close(fig)

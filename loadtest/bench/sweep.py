@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from loadtest.bench.backends import Scenario
 from loadtest.bench.cpu import CpuMeter
+from loadtest.bench.peers import PEERS, Peer
 from loadtest.bench.stack import BenchStack
 from loadtest.generator import RunResult, cpu_seconds, run
 
@@ -26,7 +27,9 @@ log = logging.getLogger(__name__)
 FERRY_SYSTEMS = ("ferry-1req", "ferry-2req")
 TRITON_SYSTEMS = ("triton-dyn0", "triton-dyn50", "triton-unbatched")
 SYSTEMS = FERRY_SYSTEMS + TRITON_SYSTEMS
+PEER_SYSTEMS = PEERS  # each measured while it alone runs beside Triton (``Sweep.peer``)
 FERRY_PROCESSES = ("gateway", "batcher", "redis")
+PEER_GROUP = "peer"  # a peer's whole process tree; "peer/<name>" its processes by name
 LATE_FRACTION = 0.05  # more sends than this behind schedule: the generator is the bottleneck
 
 
@@ -71,6 +74,13 @@ class Point:
     def ferry_cpu_us(self) -> float:
         return sum(self.cpu_us.get(p, 0.0) for p in FERRY_PROCESSES)
 
+    @property
+    def serving_cpu_us(self) -> float:
+        """CPU per inference of what serves in front of Triton: Ferry's three processes, or a
+        peer's whole tree (0 for Triton alone)."""
+        return self.cpu_us.get(PEER_GROUP, 0.0) if self.system in PEER_SYSTEMS else (
+            self.ferry_cpu_us if self.system in FERRY_SYSTEMS else 0.0)
+
     def saturated(self) -> bool:
         count = int(self.run["count"])
         return (self.achieved < 0.9 * self.offered_rps or self.errors > 0.01 * count
@@ -114,6 +124,7 @@ class Sweep:
     quick: bool = False
     points: list[Point] = field(default_factory=list)
     seed: int = 1
+    peer: Peer | None = None  # the peer running now, if any (its systems need it)
 
     async def system(self, scenario: Scenario, system: str, rates: list[float]) -> None:
         """Ascending rates until the system saturates (that point is kept)."""
@@ -137,19 +148,18 @@ class Sweep:
                     point.round = number
                     self.points.append(point)
 
-    async def warm_up(self, scenario: Scenario, system: str) -> None:
+    async def warm_up(self, scenario: Scenario, system: str, count: int = 10) -> None:
         """A few requests, not reported: connections, caches and model specs get ready (well
         below any system's capacity, so no backlog is left for the first measured run)."""
-        await self.measure(scenario, system, 10.0, count=10)
+        await self.measure(scenario, system, 10.0, count=count)
 
     async def measure(self, scenario: Scenario, system: str, rate: float,
                       count: int = 0) -> Point:
         model = scenario.model(system)
         ferry = system in FERRY_SYSTEMS
-        flow = system if ferry else "triton"
-        url = self.stack.gateway_url if ferry else self.stack.triton_grpc
+        flow, url, groups = self._target(system)
         count = count or max(1, int(rate * duration_s(rate, self.quick)))
-        meter = CpuMeter(self.stack.pids)
+        meter = CpuMeter(groups)
         self.seed += 1
         before, cpu_before, gen_before = (await self.stats.counts(model), meter.snapshot(),
                                           cpu_seconds())
@@ -169,6 +179,17 @@ class Sweep:
             cpu_us={name: seconds * 1e6 / done for name, seconds in cpu.items()},
             generator_us=gen_cpu * 1e6 / count,
             generator_bound=result.late_sends > LATE_FRACTION * count)
+
+
+    def _target(self, system: str) -> tuple[str, str, dict[str, list[int]]]:
+        """The generator's flow and URL for ``system``, and the process groups to meter."""
+        groups = dict(self.stack.pids)
+        if system in FERRY_SYSTEMS:
+            return system, self.stack.gateway_url, groups
+        if system in PEER_SYSTEMS:
+            assert self.peer is not None and self.peer.name == system, f"{system} is not running"
+            return "peer", self.peer.url, groups | self.peer.groups(PEER_GROUP)
+        return "triton", self.stack.triton_grpc, groups
 
 
 def by(points: list[Point], scenario: str, system: str) -> Iterator[Point]:

@@ -1,0 +1,289 @@
+"""Ferry against its Python peers: Ray Serve, BentoML and LitServe, in front of the same Triton.
+
+Each peer (``loadtest/peers``) runs alone beside the bench's Triton, one scenario at a time, and
+is driven by the same open-loop generator at the same rates as Ferry and Triton alone. The
+sweep's points give each system's goodput at the SLO (the highest rate it served in full, without
+errors, with its p99 under the SLO) and its CPU per inference in front of Triton. The fault row
+kills the process that holds the batches (``kill -9``) under load and counts the requests that
+never got their answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench.backends import SLOW, Scenario
+from loadtest.bench.goodput import replace_section, slo_ms
+from loadtest.bench.peers import PEERS, Peer, installed, workers
+from loadtest.bench.sweep import PEER_GROUP, Point, Sweep, at, by, ceiling
+from loadtest.generator import run
+
+log = logging.getLogger(__name__)
+
+HEADING = "## Against the Python peers"
+LABELS = {"ray-serve": "Ray Serve", "bentoml": "BentoML", "litserve": "LitServe",
+          "ferry-1req": "Ferry (1 request)", "ferry-2req": "Ferry (POST + GET)",
+          "triton-dyn0": "Triton alone"}
+VERSIONS = {"ray-serve": "ray[serve] 2.60.0, `@serve.batch`",
+            "bentoml": "bentoml 1.4.40, adaptive batching",
+            "litserve": "litserve 0.2.19, `max_batch_size`/`batch_timeout`"}
+COMPARED = ("ferry-1req", "ferry-2req", "triton-dyn0", *PEERS)
+WARM_UP = 40  # requests at 10/s after a peer starts, not reported: its connections, its loops
+FAULT_SCENARIO = Scenario(SLOW, 1)
+FAULT_SHARE = 0.4  # of the slow backend's batched capacity
+FAULT_SECONDS = 15.0
+KILL_AT_S = 5.0
+FAULT_DRAIN_S = 60.0  # Ferry's killed batcher's tasks come back after claim_idle_ms (30 s)
+
+
+@dataclass
+class FaultRun:
+    """One system under load while the process holding its batches is killed."""
+
+    system: str
+    killed: str  # what was killed, in words
+    rate: float
+    sent: int
+    statuses: dict[str, int]
+    p99_ms: float
+    max_ms: float
+
+    @property
+    def lost(self) -> int:
+        return self.sent - self.statuses.get("SUCCESS", 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def sweep_peers(sweep: Sweep, scenario: Scenario, rates: list[float], state: Path,
+                      *, fault: bool) -> list[FaultRun]:
+    """Each peer in turn: started in front of the scenario's model, swept, (killed under load),
+    stopped."""
+    if not installed():
+        log.warning("the peers' venv is missing (make bench installs it): no peers measured")
+        return []
+    faults: list[FaultRun] = []
+    for name in PEERS:
+        peer = Peer(name, state, sweep.stack.triton_grpc, scenario.model(name))
+        await asyncio.to_thread(peer.start)
+        sweep.peer = peer
+        try:
+            await sweep.warm_up(scenario, name, count=WARM_UP)
+            await sweep.system(scenario, name, rates)
+            if fault:
+                faults.append(await peer_fault(peer, scenario))
+        finally:
+            sweep.peer = None
+            await asyncio.to_thread(peer.stop)
+    return faults
+
+
+async def under_fault(system: str, flow: str, url: str, model: str,
+                      kill: Callable[[], Awaitable[str]]) -> FaultRun:
+    """Open-loop load for ``FAULT_SECONDS``; ``kill`` runs ``KILL_AT_S`` into it."""
+    rate = round(FAULT_SHARE * FAULT_SCENARIO.backend.batched_capacity(1))
+    count = int(rate * FAULT_SECONDS)
+    load = asyncio.create_task(run(flow, url, model, rate, count, seed=4242,
+                                   drain_s=FAULT_DRAIN_S))
+    await asyncio.sleep(KILL_AT_S)
+    killed = await kill()
+    result = await load
+    log.info("fault %s: %s; %s", system, killed, result.statuses)
+    return FaultRun(system, killed, rate, count, dict(result.statuses), result.p99_ms,
+                    result.max_ms)
+
+
+async def peer_fault(peer: Peer, scenario: Scenario) -> FaultRun:
+    async def kill() -> str:
+        targets = workers(peer)
+        if not targets:
+            return "no worker found to kill"
+        with _gone():
+            os.kill(targets[0], signal.SIGKILL)
+        return f"kill -9 of 1 of its {len(targets)} worker processes"
+    return await under_fault(peer.name, "peer", peer.url, scenario.model(peer.name), kill)
+
+
+async def ferry_fault(sweep: Sweep, scenario: Scenario) -> FaultRun:
+    """kill -9 of Ferry's batcher, started again at once (as a supervisor would)."""
+    stack = sweep.stack
+
+    async def kill() -> str:
+        with _gone():
+            os.kill(stack.pids["batcher"][0], signal.SIGKILL)
+        await asyncio.to_thread(stack.restart_batcher)
+        return "kill -9 of its batcher (its only one), started again at once"
+    run_ = await under_fault("ferry-1req", "ferry-1req", stack.gateway_url,
+                             scenario.model("ferry-1req"), kill)
+    await asyncio.to_thread(stack.wait_idle)
+    return run_
+
+
+class _gone:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, value: object, trace: object) -> bool:
+        return isinstance(value, ProcessLookupError)
+
+
+def save(state: Path, faults: list[FaultRun], note: str) -> None:
+    """The fault runs and the section's note, beside the sweep's ``results.json``."""
+    (state / "faults.json").write_text(json.dumps([f.to_json() for f in faults]))
+    (state / "peers-note.txt").write_text(note)
+
+
+def rewrite(out: Path, state: Path, scenarios: list[Scenario], max_wait_ms: float) -> None:
+    """The section again, from a run's raw results (``--only peers-report``): for a reading
+    reworded after the run, without measuring again."""
+    points = [Point(**p) for p in json.loads((state / "results.json").read_text())]
+    faults = [FaultRun(**f) for f in json.loads((state / "faults.json").read_text())]
+    lines = section(points, scenarios, faults, max_wait_ms,
+                    (state / "peers-note.txt").read_text())
+    out.write_text(replace_section(out.read_text(), lines, HEADING))
+
+
+# -- the section ------------------------------------------------------------------------------
+
+
+def goodput(points: list[Point], scenario: Scenario, system: str, max_wait_ms: float) -> float:
+    return ceiling(points, scenario.name, system, p99_ms=slo_ms(scenario, max_wait_ms))
+
+
+def common_rate(points: list[Point], scenario: Scenario) -> float:
+    """The highest rate every compared system served in full: where CPU is compared."""
+    served = [{p.offered_rps for p in by(points, scenario.name, s) if not p.saturated()}
+              for s in COMPARED if any(by(points, scenario.name, s))]
+    both = set.intersection(*served) if served else set()
+    return max(both, default=0.0)
+
+
+def section(points: list[Point], scenarios: list[Scenario], faults: list[FaultRun],
+            max_wait_ms: float, note: str) -> list[str]:
+    if not any(p.system in PEERS for p in points):
+        return [HEADING, "", "Not measured in this run: " + (note or "no peer ran") + "."]
+    lines = [HEADING, "", note, "", *method(), "", *goodput_table(points, scenarios, max_wait_ms),
+             "", *cpu_table(points, scenarios), ""]
+    if faults:
+        lines += [*fault_table(faults), ""]
+    lines += reading(points, scenarios, faults, max_wait_ms)
+    return lines
+
+
+def method() -> list[str]:
+    peers = "; ".join(f"{LABELS[p]} ({VERSIONS[p]})" for p in PEERS)
+    return [
+        f"The peers: {peers}. Each is the service its documentation shows (`loadtest/peers/`): "
+        "one JSON request over HTTP, the framework's own batching (at most 64, waiting at most "
+        "50 ms), one gRPC call to the same Triton model with the whole batch "
+        f"(`tritonclient.grpc.aio`), each request's output back; {os.cpu_count()} serving "
+        "processes, as Ferry's gateway has. Each runs alone beside Triton (the others stopped), "
+        "driven by the generator that drives Ferry, at the same rates; the tables per backend "
+        "below carry their rows, and the operating-curve figure their lines."]
+
+
+def goodput_table(points: list[Point], scenarios: list[Scenario], max_wait_ms: float
+                  ) -> list[str]:
+    head = " | ".join(LABELS[s] for s in COMPARED)
+    rows = ["**Goodput at the SLO** (requests/s: the highest rate of the sweep served in full, "
+            "without errors, p99 under the SLO; the sweep's rate steps are the resolution; "
+            "Ferry's ratio to each peer)", "",
+            f"| backend | SLO | {head} | Ferry ÷ peer |",
+            "|---|---|" + "---|" * len(COMPARED) + "---|"]
+    for s in scenarios:
+        rates = {system: goodput(points, s, system, max_wait_ms) for system in COMPARED}
+        ratios = ", ".join(f"{LABELS[p]} {_ratio(rates['ferry-1req'], rates[p])}"
+                           for p in PEERS)
+        cells = " | ".join(f"{rates[system]:,.0f}" for system in COMPARED)
+        rows.append(f"| {s.name} | {slo_ms(s, max_wait_ms):g} ms | {cells} | {ratios} |")
+    return rows
+
+
+def cpu_table(points: list[Point], scenarios: list[Scenario]) -> list[str]:
+    rows = ["**CPU per inference in front of Triton** (µs, at the highest rate every system "
+            "served; Ferry: gateway + batcher + Redis; a peer: every process it runs, the "
+            "largest named)", "",
+            "| backend | rate/s | " + " | ".join(LABELS[s] for s in COMPARED if s != "triton-dyn0")
+            + " |", "|---|---|" + "---|" * (len(COMPARED) - 1)]
+    for s in scenarios:
+        rate = common_rate(points, s)
+        cells = [_cpu_cell(at(points, s.name, system, rate)) for system in COMPARED
+                 if system != "triton-dyn0"]
+        rows.append(f"| {s.name} | {rate:,.0f} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _cpu_cell(p: Point | None) -> str:
+    if p is None:
+        return "n/a"
+    if p.system not in PEERS:
+        return (f"{p.serving_cpu_us:,.0f} ({p.cpu_us.get('gateway', 0):,.0f} + "
+                f"{p.cpu_us.get('batcher', 0):,.0f} + {p.cpu_us.get('redis', 0):,.0f})")
+    parts = sorted(((v, k.split("/", 1)[1]) for k, v in p.cpu_us.items()
+                    if k.startswith(PEER_GROUP + "/")), reverse=True)[:3]
+    named = ", ".join(f"`{name}` {value:,.0f}" for value, name in parts)
+    return f"{p.serving_cpu_us:,.0f} ({named})"
+
+
+def fault_table(faults: list[FaultRun]) -> list[str]:
+    s = FAULT_SCENARIO
+    rows = [f"**kill -9 of the serving process under load** ({s.name}, open loop at "
+            f"{FAULT_SHARE:.0%} of its capacity, {FAULT_SECONDS:g} s, the kill "
+            f"{KILL_AT_S:g} s in; every request waited for up to {FAULT_DRAIN_S:g} s after the "
+            "last send; measured, not asserted)", "",
+            "| system | what was killed | requests | answered | lost | how they ended | "
+            "p99 ms | max ms |", "|---|---|---|---|---|---|---|---|"]
+    for f in faults:
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(f.statuses.items())
+                          if k != "SUCCESS" and v)
+        rows.append(f"| {LABELS[f.system]} | {f.killed} | {f.sent:,} | "
+                    f"{f.statuses.get('SUCCESS', 0):,} | **{f.lost:,}** | {ended or '-'} | "
+                    f"{f.p99_ms:,.0f} | {f.max_ms:,.0f} |")
+    return rows
+
+
+def reading(points: list[Point], scenarios: list[Scenario], faults: list[FaultRun],
+            max_wait_ms: float) -> list[str]:
+    """Where Ferry leads and where it trails, in this run's numbers."""
+    lines = ["**Reading.**", ""]
+    for peer in PEERS:
+        leads: list[str] = []
+        trails: list[str] = []
+        for s in scenarios:
+            ferry, other = (goodput(points, s, x, max_wait_ms) for x in ("ferry-1req", peer))
+            if ferry != other:
+                (leads if ferry > other else trails).append(
+                    f"{s.name} {ferry:,.0f} against {other:,.0f}/s")
+        lines.append(f"- **{LABELS[peer]}.** Ferry's goodput is higher on "
+                     f"{'; '.join(leads) or 'no backend'}, lower on "
+                     f"{'; '.join(trails) or 'no backend'}; equal elsewhere. "
+                     + _cpu_sentence(points, scenarios, peer))
+    lost = {f.system: f.lost for f in faults}
+    if lost:
+        lines.append("- **A killed worker.** Requests lost: " + ", ".join(
+            f"{LABELS[k]} {v:,}" for k, v in lost.items()) + ".")
+    return lines
+
+
+def _cpu_sentence(points: list[Point], scenarios: list[Scenario], peer: str) -> str:
+    pairs = []
+    for s in scenarios:
+        rate = common_rate(points, s)
+        ferry, other = at(points, s.name, "ferry-1req", rate), at(points, s.name, peer, rate)
+        if ferry and other and other.serving_cpu_us:
+            pairs.append(f"{s.name} {ferry.serving_cpu_us / other.serving_cpu_us:.2f}x")
+    return ("CPU per inference, Ferry's ÷ its: " + ", ".join(pairs) + "." if pairs else "")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else ("∞" if a else "-")
+
