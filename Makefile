@@ -20,7 +20,7 @@ help:
 	@echo "                (and the tests marked cluster again against a Redis Cluster)"
 	@echo "make unit       only the unit tests (no servers)"
 	@echo "make bench      Ferry against Triton alone and its Python peers (Ray Serve, BentoML,"
-	@echo "                LitServe: their own venv): BENCHMARKS.md and docs/*.png (~70 min)"
+	@echo "                LitServe: their own venv): BENCHMARKS.md and docs/*.png (~60 min)"
 	@echo "make plan-check the planner's predictions next to BENCHMARKS.md: PLANNER.md (~1 min)"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy --strict"
