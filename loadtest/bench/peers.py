@@ -12,6 +12,7 @@ generator's ``peer`` flow (a smoke run; ``make bench`` runs every peer beside Fe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -135,26 +136,16 @@ class Peer:
 
     def stop(self) -> None:
         """SIGTERM to the peer's process group, then SIGKILL to whatever of its tree is left."""
-        if self.process is None:
+        if self.process is None or self.process.pid is None:  # never started: nothing to stop
             return
         tree = self.pids
-        with _quiet():
-            os.killpg(self.process.pid or 0, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGTERM)
         self.process.stop(grace_s=20)
         for pid in tree:
-            with _quiet():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         self.process = None
-
-
-class _quiet:
-    """Ignore a process that is already gone."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, value: object, trace: object) -> bool:
-        return isinstance(value, ProcessLookupError | PermissionError)
 
 
 def smoke(peer: str, rate: float, count: int, state: Path) -> dict[str, object]:

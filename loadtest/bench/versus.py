@@ -11,6 +11,7 @@ never got their answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -107,7 +108,7 @@ async def peer_fault(peer: Peer, scenario: Scenario) -> FaultRun:
         targets = workers(peer)
         if not targets:
             return "no worker found to kill"
-        with _gone():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(targets[0], signal.SIGKILL)
         return f"kill -9 of 1 of its {len(targets)} worker processes"
     return await under_fault(peer.name, "peer", peer.url, scenario.model(peer.name), kill)
@@ -118,7 +119,7 @@ async def ferry_fault(sweep: Sweep, scenario: Scenario) -> FaultRun:
     stack = sweep.stack
 
     async def kill() -> str:
-        with _gone():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(stack.pids["batcher"][0], signal.SIGKILL)
         await asyncio.to_thread(stack.restart_batcher)
         return "kill -9 of its batcher (its only one), started again at once"
@@ -126,14 +127,6 @@ async def ferry_fault(sweep: Sweep, scenario: Scenario) -> FaultRun:
                              scenario.model("ferry-1req"), kill)
     await asyncio.to_thread(stack.wait_idle)
     return run_
-
-
-class _gone:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, value: object, trace: object) -> bool:
-        return isinstance(value, ProcessLookupError)
 
 
 def save(state: Path, faults: list[FaultRun], note: str) -> None:
