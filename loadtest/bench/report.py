@@ -228,7 +228,7 @@ class Report:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for system in DRAWN:
             for p in by(self.points, s.name, system):
-                cpu = (f"{p.ferry_cpu_us:,.0f} ({_split(p)})" if system in FERRY_SYSTEMS
+                cpu = (f"{p.ferry_cpu_us:,.0f} ({p.ferry_split})" if system in FERRY_SYSTEMS
                        else f"{p.serving_cpu_us:,.0f}" if system in PEER_SYSTEMS else "")
                 flag = " (generator-bound)" if p.generator_bound else ""
                 rows.append(
@@ -312,7 +312,3 @@ def _spread(values: list[float], unit: str) -> str:
     if len(values) < 2:
         return ""
     return f" [median of {len(values)} runs, {min(values):,.1f} to {max(values):,.1f} {unit}]"
-
-
-def _split(p: Point) -> str:
-    return " + ".join(f"{p.cpu_us.get(name, 0.0):,.0f}" for name in FERRY_PROCESSES)

@@ -75,6 +75,11 @@ class Point:
         return sum(self.cpu_us.get(p, 0.0) for p in FERRY_PROCESSES)
 
     @property
+    def ferry_split(self) -> str:
+        """Ferry's CPU per inference by process: "gateway + batcher + Redis" in µs."""
+        return " + ".join(f"{self.cpu_us.get(name, 0.0):,.0f}" for name in FERRY_PROCESSES)
+
+    @property
     def serving_cpu_us(self) -> float:
         """CPU per inference of what serves in front of Triton: Ferry's three processes, or a
         peer's whole tree (0 for Triton alone)."""

@@ -244,8 +244,7 @@ def _cpu_cell(p: Point | None) -> str:
     if p is None:
         return "n/a"
     if p.system not in PEERS:
-        return (f"{p.serving_cpu_us:,.0f} ({p.cpu_us.get('gateway', 0):,.0f} + "
-                f"{p.cpu_us.get('batcher', 0):,.0f} + {p.cpu_us.get('redis', 0):,.0f})")
+        return f"{p.serving_cpu_us:,.0f} ({p.ferry_split})"
     parts = sorted(((v, k.split("/", 1)[1]) for k, v in p.cpu_us.items()
                     if k.startswith(PEER_GROUP + "/")), reverse=True)[:3]
     named = ", ".join(f"`{name}` {value:,.0f}" for value, name in parts)
