@@ -1,10 +1,11 @@
 """Models with several versions, added to the test repository for rollouts (issue 19).
 
-- ``sim_versions``: the simulator with versions 1 to 4 (``version_policy: all``): 1 as ``sim``;
+- ``sim_versions``: the simulator with versions 1 to 5 (``version_policy: all``): 1 as ``sim``;
   2 marks about one input in four ``"variant": true`` (its answers differ from 1's on those);
-  3 fails every request; 4 takes 80 ms more per batch.
-- ``moderation_versions``: the moderation detector with versions 1 and 2; 2 keeps detections
-  scoring at least 0.7 (1: 0.25), so their labels and ``unsafe`` differ on some images.
+  3 fails every request; 4 takes 80 ms more per batch; 5 is 1 again (an identical candidate).
+
+The bundled ``moderation`` has two versions of its own (2 keeps detections scoring at least 0.7,
+1 at 0.25, so their labels and ``unsafe`` differ on some images; 1 is its default version).
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ ALL_VERSIONS = "version_policy: { all { } }\n"
 
 
 def add_version_models(target: Path) -> None:
-    _versioned(target, "sim", "sim_versions", 4, {
+    _versioned(target, "sim", "sim_versions", 5, {
         "differ_every@2": "4", "fail@3": "1", "fixed_ms@4": "85"})
-    _versioned(target, "moderation", "moderation_versions", 2, {"score_threshold@2": "0.7"})
 
 
 def _versioned(target: Path, source: str, name: str, versions: int,

@@ -79,7 +79,7 @@ async def test_only_answers_that_meet_the_condition_are_reviewed(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
     url = triton_server.grpc_url
-    cascades = orjson.dumps({"moderation": {"review_model": "moderation_versions",
+    cascades = orjson.dumps({"moderation": {"review_model": "moderation",
                                             "review_version": "2",
                                             "when": "labels:FACE_FEMALE"}}).decode()
     photo = sample_image().read_bytes()

@@ -86,6 +86,20 @@ def stop_and_check(proc: subprocess.Popen[str], state: Path) -> float:
     return took
 
 
+def readme_rollout(base: str, state: Path) -> tuple[str, str]:
+    """The README's two rollout commands against a ``ferry up`` stack, with the admin token it
+    keeps in its state directory: what each printed."""
+    printed = []
+    for args in (["set", "moderation", "--stable", "1", "--candidate", "2", "--share", "5",
+                  "--shadow", "10"], ["status", "moderation"]):
+        done = subprocess.run([sys.executable, "-m", "ferry", "rollout", "--url", base, *args],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, "FERRY_STATE_DIR": str(state)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        printed.append(done.stdout)
+    return printed[0], printed[1]
+
+
 def test_ferry_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) -> None:
     state = tmp_path / "stack"
     with ferry_up(state=state) as (proc, lines, base):
@@ -101,7 +115,12 @@ def test_ferry_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) 
             assert result["status"] == "SUCCESS"
             labels = [d["label"] for d in result["output"]["DETECTIONS"]["detections"]]
             assert "FACE_FEMALE" in labels
+            assert result["model_version"] == "1"  # its default version: 2 is a candidate
             assert "ferry_http_requests_total" in client.get("/metrics").text
+        declared, status = readme_rollout(base, state)
+        assert declared == "moderation: canary, stable 1, candidate 2 at 5%, shadow 10%, " \
+            "generation 1\n"
+        assert "share set 20" in status and " ago)" in status, status
         assert len(processes_mentioning(str(state))) >= 5  # ferry up, redis, triton, 2 services
         took = stop_and_check(proc, state)
     assert took < 20

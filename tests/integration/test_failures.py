@@ -129,7 +129,7 @@ async def test_a_triton_restart_loses_nothing(
             triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
             results = await stack.results(during, wait=30)
             batcher = stack.batchers[0]
-            assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "closed"
+            assert known_model(batcher, "sim").breaker().state(batcher.clock()).value == "closed"
     finally:
         triton.stop(grace_s=10)
     assert [r["status"] for r in results] == ["SUCCESS"] * 30

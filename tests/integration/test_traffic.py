@@ -223,7 +223,7 @@ async def test_an_open_breaker_fails_fast_without_calling_triton(
                              breaker_settings(redis_url, url)) as stack:
         await poison_until_open(stack, 4)
         batcher = stack.batchers[0]
-        assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "open"
+        assert known_model(batcher, "sim").breaker().state(batcher.clock()).value == "open"
         before = batch_executions(url, "sim")
         quick = (await stack.results([await stack.submit("good")]))[0]
         assert batch_executions(url, "sim") == before  # Triton never saw it
@@ -232,7 +232,7 @@ async def test_an_open_breaker_fails_fast_without_calling_triton(
         assert "100% of its calls failed" in quick["error"]
         # once the batcher has reported it, the gateway refuses at once
         assert await wait_until(lambda: batcher.metrics.registry.get_sample_value(
-            "ferry_circuit_state", {"model": "sim"}) == 2, 5)
+            "ferry_circuit_state", {"model": "sim", "version": ""}) == 2, 5)
         refused: httpx.Response | None = None
         for _ in range(40):
             refused = await post(stack.client, "good-again")
@@ -275,7 +275,7 @@ async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
         probe = (await stack.results([await stack.submit("good")]))[0]
         batcher: Batcher = stack.batchers[0]
         assert probe["status"] == "SUCCESS"
-        assert known_model(batcher, "sim").breaker.state(batcher.clock()).value == "closed"
+        assert known_model(batcher, "sim").breaker().state(batcher.clock()).value == "closed"
 
 
 @pytest.mark.cluster

@@ -62,17 +62,17 @@ async def test_a_request_pins_its_version_through_v1_and_the_protocol(
         unknown = await submit(stack.client, odd, "9")
         metrics = stack.batchers[0].metrics.registry
         finished = {v: metrics.get_sample_value("ferry_tasks_finished_total", {
-            "model": MODEL, "status": "SUCCESS", "version": v}) for v in ("1", "2", "4")}
+            "model": MODEL, "status": "SUCCESS", "version": v}) for v in ("1", "2", "5")}
     assert [r.status_code for r in (one, two, newest, query, oip)] == [200] * 5
     assert one.json()["model_version"] == "1" and "variant" not in one.json()["output"]["OUTPUT"]
     assert two.json()["model_version"] == "2" and two.json()["output"]["OUTPUT"]["variant"]
-    assert newest.json()["model_version"] == "4"  # Triton's policy: the newest
+    assert newest.json()["model_version"] == "5"  # Triton's policy: the newest
     assert query.json()["model_version"] == "2"
     assert oip.json()["model_version"] == "2"
     assert orjson.loads(oip.json()["outputs"][0]["data"][0])["variant"] is True
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == \
         "unknown_model_version"
-    assert finished == {"1": 1, "2": 2, "4": 1}  # the query form was a cache hit
+    assert finished == {"1": 1, "2": 2, "5": 1}  # the query form was a cache hit
 
 
 async def test_the_cache_and_idempotency_keys_keep_versions_apart(

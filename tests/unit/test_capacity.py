@@ -41,6 +41,28 @@ def test_a_breaker_is_open_only_where_every_batcher_has_it_open() -> None:
     assert (merged.breaker, merged.retry_after_s) == ("open", 5.0)
 
 
+def test_each_version_has_its_own_breaker_merged_across_batchers() -> None:
+    a = Capacity(10, 0.1, "closed", "", 0.0, (("1", "closed", 0.0), ("3", "open", 20.0)))
+    b = Capacity(12, 0.1, "closed", "", 0.0, (("3", "open", 7.5),))
+    c = Capacity(12, 0.1, "closed", "", 0.0, (("2", "open", 3.0), ("3", "half_open", 0.0)))
+    assert decode(report(a, 50.0)) == (a, 50.0)
+    merged = freshest({b"m|a": report(a, 999.0), b"m|b": report(b, 999.0)}, 1000.0)["m"]
+    assert merged.breaker_of("3") == ("open", 7.5)
+    assert merged.breaker_of("1") == merged.breaker_of("") == ("closed", 0.0)
+    assert merged.breaker_of("9") == ("closed", 0.0)  # never called: nothing to refuse
+    merged = freshest({b"m|a": report(a, 999.0), b"m|c": report(c, 999.0)}, 1000.0)["m"]
+    assert merged.breaker_of("3") == ("half_open", 0.0)  # one batcher probes it
+    assert merged.breaker_of("2") == ("open", 3.0)
+
+
+def test_a_report_without_versions_still_reads() -> None:
+    """A batcher of the previous version writes six fields: its one breaker is the policy's."""
+    capacity, at = decode(b"10.000 0.100000 999.000 open 4.0 -")
+    assert (capacity.breaker_of(""), capacity.versions, at) == (("open", 4.0), (), 999.0)
+    with pytest.raises(ValueError):
+        decode(b"10.000 0.100000 999.000 open 4.0 - - extra")
+
+
 def test_model_names_may_hold_the_separator() -> None:
     merged = freshest({b"a|b|batcher-1": report(Capacity(5, 0.2), 10.0)}, 10.0)
     assert list(merged) == ["a|b"]

@@ -227,8 +227,8 @@ class Dispatcher:
     def running(self) -> bool:
         return not self.shared.stopping.is_set()
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        return self.models.breaker(model)
+    def breaker(self, model: str, version: str = "") -> CircuitBreaker:
+        return self.models.breaker(model, version)
 
     def call_time(self, model: str, size: int) -> float:
         return self.models.call_time(model, size)

@@ -70,6 +70,7 @@ class Outcome:
     model_version: str = ""
     answered_by: str | None = None  # the fallback model that answered, if not the task's own
     infer_s: float = 0.0  # its batch's Triton call (0: it did not reach Triton)
+    rows: int = 0  # the rows of that call
     review: Any = None  # a cascade's review entry (``batcher.reviews``)
 
     def record(self, finished_at: float) -> TaskRecord | None:
@@ -152,8 +153,9 @@ REAL_TIME = Timing()
 class BatchContext(Protocol):
     """What the executor asks of the batcher that runs it about its models and tasks."""
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        """The model's circuit breaker."""
+    def breaker(self, model: str, version: str = "") -> CircuitBreaker:
+        """The circuit breaker of the model's version ('': the version Triton's policy picks):
+        one per version, so a failing candidate never stops its stable version's calls."""
         ...
 
     def call_time(self, model: str, size: int) -> float:
@@ -190,12 +192,12 @@ class Standalone:
     made on first use, nothing fitted, nothing cancelled."""
 
     def __init__(self) -> None:
-        self._breakers: dict[str, CircuitBreaker] = {}
+        self._breakers: dict[tuple[str, str], CircuitBreaker] = {}
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        breaker = self._breakers.get(model)
+    def breaker(self, model: str, version: str = "") -> CircuitBreaker:
+        breaker = self._breakers.get((model, version))
         if breaker is None:
-            breaker = self._breakers[model] = CircuitBreaker()
+            breaker = self._breakers[(model, version)] = CircuitBreaker()
         return breaker
 
     def call_time(self, model: str, size: int) -> float:
@@ -271,13 +273,13 @@ class BatchExecutor:
 
     async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
                        *, fallback: bool = True) -> list[Outcome]:
-        breaker = self.breaker(model)
+        version = _version_of(items, model)
+        breaker = self.breaker(model, version)
         if not breaker.allow(self.clock()):
-            return await self._circuit_open(model, items, attempt, fallback)
+            return await self._circuit_open(model, version, items, attempt, fallback)
         try:
             tasks = tensor_tasks(items)
             if tasks is not None:
-                version = tasks[0].model_version if tasks[0].model == model else ""
                 interface = (await self.interfaces.get(model, version)).interface
                 chunks = row_chunks([rows_of(t, interface.batched) for t in tasks],
                                     interface.max_batch_size)
@@ -292,22 +294,24 @@ class BatchExecutor:
                 if len(items) > spec.max_batch_size:
                     breaker.abandon()
                     return await self._split(model, items, attempt, spec.max_batch_size)
-                outcomes = await self._infer(spec, items, _version_of(items, model))
+                outcomes = await self._infer(spec, items, version)
         except BackendError as exc:
-            return await self._recover(model, items, attempt, exc)
+            return await self._recover(model, version, items, attempt, exc)
         breaker.record(self.clock(), ok=True)
         return outcomes
 
-    async def _circuit_open(self, model: str, items: Sequence[Delivery], attempt: int,
-                            fallback: bool) -> list[Outcome]:
-        """The model's breaker refuses calls: its fallback answers, or the tasks fail fast."""
+    async def _circuit_open(self, model: str, version: str, items: Sequence[Delivery],
+                            attempt: int, fallback: bool) -> list[Outcome]:
+        """The version's breaker refuses calls: the model's fallback answers, or the tasks fail
+        fast."""
         other = self.fallbacks.of(model) if fallback else None
         if other is not None:
             outcomes = await self._attempt(other, items, attempt, fallback=False)
             return [replace(o, answered_by=other) if o.status is Status.SUCCESS else o
                     for o in outcomes]
-        breaker, now = self.breaker(model), self.clock()
-        return failed(items, f"circuit open for model {model!r}: {breaker.error_rate(now):.0%} "
+        breaker, now = self.breaker(model, version), self.clock()
+        named = f"model {model!r}" + (f" version {version}" if version else "")
+        return failed(items, f"circuit open for {named}: {breaker.error_rate(now):.0%} "
                       f"of its calls failed in the last {breaker.window_s:g} s; calls resume in "
                       f"{breaker.retry_after(now):.0f} s, and no fallback model is configured")
 
@@ -321,7 +325,7 @@ class BatchExecutor:
             return Failure.UNKNOWN_MODEL
         return Failure.PERMANENT
 
-    async def _recover(self, model: str, items: Sequence[Delivery], attempt: int,
+    async def _recover(self, model: str, version: str, items: Sequence[Delivery], attempt: int,
                        exc: BackendError) -> list[Outcome]:
         """Carry out the fate the pure rules give the batch after ``exc``."""
         failure = await self._classify(exc)
@@ -330,7 +334,7 @@ class BatchExecutor:
             self.metrics.infer_failures.labels(model, kind).inc()
         at = fate.Attempt(len(items), attempt, self.settings.max_attempts)
         decision = fate.after_failure(failure, at)
-        breaker = self.breaker(model)
+        breaker = self.breaker(model, version)
         if fate.counts_against_model(failure, decision):
             breaker.record(self.clock(), ok=False)
         else:
@@ -368,7 +372,7 @@ class BatchExecutor:
                                               self.backend.infer(spec, payloads, version))
         await _done_at_triton(len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
-                        model_version=inferred.model_version, infer_s=seconds)
+                        model_version=inferred.model_version, infer_s=seconds, rows=len(items))
                 for d, row in zip(items, inferred.rows, strict=True)]
 
     async def _infer_tensors(self, model: str, version: str, batched: bool,
@@ -381,7 +385,7 @@ class BatchExecutor:
         inferred, seconds = await self._timed(model, rows, call)
         await _done_at_triton(len(items))
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version,
-                        infer_s=seconds)
+                        infer_s=seconds, rows=rows)
                 for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
                                      strict=True)]
 

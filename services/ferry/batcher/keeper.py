@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from ferry.rollouts.compare import Comparison, Verdict, compare
 from ferry.rollouts.guard import Decision, decide
+from ferry.rollouts.latency import latency_json
 from ferry.rollouts.rollout import Rollout
 from ferry.rollouts.store import Pair, RolloutStore
 from ferry.tasks.record import Status, StoredRecord
@@ -19,6 +20,11 @@ log = logging.getLogger(__name__)
 PAIRS_PER_ROUND = 200  # shadow pairs compared per model and round
 PAIR_PATIENCE_S = 600.0  # a pair whose tasks have not both ended by then is skipped
 Reader = Callable[[str], Awaitable[StoredRecord | None]]
+Breakers = Callable[[str, str], Awaitable[str]]  # a model version's breaker, as gateways see it
+
+
+async def _closed(model: str, version: str) -> str:
+    return "closed"
 
 
 class RolloutKeeper:
@@ -26,10 +32,12 @@ class RolloutKeeper:
     whose tasks have both ended."""
 
     def __init__(self, store: RolloutStore, read: Reader,
-                 on_decision: Callable[[Rollout, Decision], None] = lambda r, d: None) -> None:
+                 on_decision: Callable[[Rollout, Decision], None] = lambda r, d: None,
+                 breaker: Breakers = _closed) -> None:
         self.store = store
         self.read = read
         self.on_decision = on_decision
+        self.breaker = breaker
 
     async def round(self, now: float | None = None) -> dict[str, Rollout]:
         """One round; every rollout as the round left it."""
@@ -48,8 +56,10 @@ class RolloutKeeper:
         stable = await self.store.figures(rollout.model, rollout.stable, rollout.since, now)
         candidate = await self.store.figures(rollout.model, rollout.candidate, rollout.since,
                                              now)
-        decision = decide(rollout, stable, candidate, now)
-        figures = {"stable": stable.to_json(), "candidate": candidate.to_json()}
+        decision = decide(rollout, stable, candidate, now,
+                          await self.breaker(rollout.model, rollout.candidate))
+        figures = {"stable": stable.to_json(), "candidate": candidate.to_json(),
+                   "latency": latency_json(stable, candidate)}
         look = {"at": now, "action": decision.action, "reason": decision.reason,
                 "figures": figures}
         await self.store.note_check(rollout.model, look)

@@ -59,11 +59,13 @@ class Interfaces:
 @dataclass
 class ModelState:
     """What the dispatcher knows about one model: batch limit, instances, load, call cost, the
-    window of batches Triton is given at once, and the model's circuit breaker."""
+    window of batches Triton is given at once, and a circuit breaker per version ('': the
+    version Triton's policy picks), made on first call."""
 
     capacity: int
     window: Window  # batches that may be at Triton at once (at most the instances)
-    breaker: CircuitBreaker
+    new_breaker: Callable[[], CircuitBreaker]
+    breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     inflight: int = 0
     freed: bool = False  # a slot freed while every one was busy, and no batch has left since
     rate: ArrivalRate = field(default_factory=ArrivalRate)
@@ -72,6 +74,13 @@ class ModelState:
     @property
     def slots(self) -> int:
         return self.window.allowed
+
+    def breaker(self, version: str = "") -> CircuitBreaker:
+        """The version's circuit breaker."""
+        breaker = self.breakers.get(version)
+        if breaker is None:
+            breaker = self.breakers[version] = self.new_breaker()
+        return breaker
 
     def backend(self, now: float, holding: bool) -> Backend:
         free = 0 if holding else max(0, self.slots - self.inflight)
@@ -106,10 +115,11 @@ class ModelBook:
         state = self.states.get(model)
         if state is None:
             s = self.settings
-            breaker = CircuitBreaker(s.breaker_threshold, s.breaker_window_s,
-                                     s.breaker_min_calls, s.breaker_cooldown_s)
             state = self.states[model] = ModelState(
-                s.max_batch, Window(s.max_inflight_batches or 1), breaker)
+                s.max_batch, Window(s.max_inflight_batches or 1), lambda: CircuitBreaker(
+                    s.breaker_threshold, s.breaker_window_s, s.breaker_min_calls,
+                    s.breaker_cooldown_s))
+            self.metrics.prime([model])
         return state
 
     async def refresh(self, model: str, *, tensors: bool = False) -> ModelState:
@@ -152,8 +162,8 @@ class ModelBook:
 
     # -- what the executor asks (through the dispatcher's BatchContext) ------------------------
 
-    def breaker(self, model: str) -> CircuitBreaker:
-        return self.state(model).breaker
+    def breaker(self, model: str, version: str = "") -> CircuitBreaker:
+        return self.state(model).breaker(version)
 
     def call_time(self, model: str, size: int) -> float:
         """The fitted time of a call of ``size`` (0: not known yet)."""

@@ -52,18 +52,21 @@ class Reporter:
 
     def capacities(self) -> dict[str, Capacity]:
         """What each model this batcher has called can serve (full batches on every slot), and
-        its circuit breaker's state."""
+        the state of each version's circuit breaker."""
         now = self.clock()
         measured: dict[str, Capacity] = {}
         for name, state in self.models:
             batch = self.policy.limit(state.capacity)
             rate = service_rate(state.cost, state.slots, batch)
-            breaker = state.breaker.state(now)
-            self.metrics.circuit.labels(name).set(breaker.gauge)
-            if rate > 0 or breaker is not BreakerState.CLOSED:
-                measured[name] = Capacity(rate, state.cost.mean_s, breaker.value,
-                                          self.fallbacks.of(name) or "",
-                                          state.breaker.retry_after(now))
+            breakers = {version: (b.state(now), b.retry_after(now))
+                        for version, b in state.breakers.items()}
+            for version, (breaker, _) in breakers.items():
+                self.metrics.circuit.labels(name, version).set(breaker.gauge)
+            policy, retry_after = breakers.pop("", (BreakerState.CLOSED, 0.0))
+            if rate > 0 or breakers or policy is not BreakerState.CLOSED:
+                measured[name] = Capacity(
+                    rate, state.cost.mean_s, policy.value, self.fallbacks.of(name) or "",
+                    retry_after, tuple((v, b.value, r) for v, (b, r) in sorted(breakers.items())))
         return measured
 
     async def depth_loop(self) -> None:

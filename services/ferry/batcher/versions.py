@@ -25,6 +25,7 @@ from ferry.rollouts.rollout import Rollout, parse_declared
 from ferry.rollouts.store import RolloutStore, apply_declared
 from ferry.rollouts.window import Tally
 from ferry.settings import BatcherSettings
+from ferry.tasks.capacity import CapacityBoard
 from ferry.tasks.record import Status, StoredRecord
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.v1.task_pb2 import Task
@@ -52,7 +53,8 @@ class VersionDesk:
         cascades = parse_cascades(settings.cascades)
         self.reviews = (Reviews(cascades, records, max_backlog=settings.review_max_backlog,
                                 partitions=settings.partitions) if cascades else None)
-        self.keeper = (RolloutKeeper(self.store, records.read, self._decided)
+        self.capacity = CapacityBoard(hot)
+        self.keeper = (RolloutKeeper(self.store, records.read, self._decided, self._breaker)
                        if 0 in owned else None)
         self._loops: list[asyncio.Task[None]] = []
 
@@ -92,21 +94,32 @@ class VersionDesk:
         return prepared
 
     def settled(self, outcomes: Sequence[Outcome], finished_at: float) -> None:
-        """Tally each outcome; write each review's end into the record it reviewed."""
+        """Tally each outcome, and each Triton call once; write each review's end into the
+        record it reviewed."""
+        calls: set[tuple[str, str, int, float]] = set()
         for outcome in outcomes:
             task = outcome.delivery.task
             if task is None:
                 continue
             if task.model_version:  # a rollout's tasks always are: it gives them a version
-                self._tally(task, outcome, finished_at)
+                version = outcome.model_version or task.model_version
+                self._tally(task, version, outcome, finished_at)
+                if outcome.infer_s > 0 and not task.shadow_of:  # a call's tasks share both
+                    calls.add((task.model, version, outcome.rows, outcome.infer_s))
             if task.review_of and self.reviews is not None:
                 self.reviews.finish(task, outcome)
+        for model, version, rows, seconds in calls:
+            self.tally.call(model, version, finished_at, rows=rows, seconds=seconds)
 
-    def _tally(self, task: Task, outcome: Outcome, finished_at: float) -> None:
+    def _tally(self, task: Task, version: str, outcome: Outcome, finished_at: float) -> None:
         total_s = max(0.0, finished_at - task.enqueued_at_ms / 1000.0)
-        self.tally.add(task.model, outcome.model_version or task.model_version, finished_at,
-                       error=outcome.status is Status.FAILED,
-                       queue_s=max(0.0, total_s - outcome.infer_s), triton_s=outcome.infer_s)
+        self.tally.add(task.model, version, finished_at, error=outcome.status is Status.FAILED,
+                       queue_s=max(0.0, total_s - outcome.infer_s), triton_s=outcome.infer_s,
+                       shadow=bool(task.shadow_of))
+
+    async def _breaker(self, model: str, version: str) -> str:
+        state, _ = (await self.capacity.of(model)).breaker_of(version)
+        return state
 
     async def flush(self) -> None:
         """Add what was tallied into Redis (kept for the next flush if Redis refuses)."""

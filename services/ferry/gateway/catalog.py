@@ -17,7 +17,7 @@ from ferry.errors import (
     UnprocessableError,
 )
 from ferry.oip.spec import ModelInterface
-from ferry.triton.base import InferenceBackend, ModelSpec
+from ferry.triton.base import InferenceBackend, ModelSpec, default_version
 
 METADATA_KEPT = 1024  # (model, version) pairs whose metadata is kept; any name may be asked for
 Kept = TypeVar("Kept")
@@ -28,8 +28,10 @@ class ModelCatalog:
     model's metadata by version (a refusal is not kept: the next request asks again)."""
 
     def __init__(self, backend: InferenceBackend, refresh_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_names: Callable[[list[str]], None] = lambda names: None) -> None:
         self.backend = backend
+        self.on_names = on_names  # told each list of ready models as it is read
         self.refresh_s = refresh_s
         self.clock = clock
         self._names: list[str] | None = None
@@ -37,6 +39,7 @@ class ModelCatalog:
         self._lock = asyncio.Lock()
         self._metadata: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._interfaces: dict[tuple[str, str], tuple[float, ModelInterface]] = {}
+        self._defaults: dict[tuple[str, str], tuple[float, str]] = {}
 
     async def names(self) -> list[str]:
         if self.clock() - self._fetched_at < self.refresh_s and self._names is not None:
@@ -51,6 +54,7 @@ class ModelCatalog:
         try:
             self._names = await self.backend.ready_models()
             self._fetched_at = self.clock()
+            self.on_names(self._names)
         except BackendError as exc:
             if self._names is None:
                 raise DependencyUnavailableError(f"cannot list Triton's models: {exc}") from exc
@@ -87,6 +91,18 @@ class ModelCatalog:
 
         return await self._kept(self._interfaces, (model, version), fetch)
 
+    async def default_version(self, model: str) -> str:
+        """The version a request of ``model`` that pins none goes to when no rollout picks
+        ('': Triton's policy), from its config's ``ferry_default_version``; '' when Triton
+        cannot say (the request then fails or succeeds as Triton's policy would have it)."""
+        async def fetch() -> str:
+            try:
+                return default_version(await self.backend.model_config(model))
+            except BackendError:
+                return ""
+
+        return await self._kept(self._defaults, (model, ""), fetch)
+
     async def _kept(self, kept: dict[tuple[str, str], tuple[float, Kept]], key: tuple[str, str],
                     fetch: Callable[[], Awaitable[Kept]]) -> Kept:
         """What ``fetch`` answers for ``key``, kept ``refresh_s`` (a refusal is not kept)."""
@@ -111,6 +127,6 @@ def _refusal(name: str, error: BackendError) -> Exception:
     contract (422), an unknown model or version (404), Triton unreachable (503)."""
     if isinstance(error, ModelContractError):
         return UnprocessableError("unsupported_model", str(error))
-    if isinstance(error, UnknownModelError):
-        return NotFoundError("unknown_model", str(error))
+    if isinstance(error, UnknownModelError):  # Triton's words name the model and version
+        return NotFoundError("unknown_model", error.reason)
     return DependencyUnavailableError(f"cannot read model {name!r}: {error}")

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
@@ -29,8 +32,8 @@ def add_parser(commands: Any) -> None:
                                   "rollback, compare, decisions")
     rollout.add_argument("--url", default=os.environ.get("FERRY_URL", DEFAULT_URL),
                          help="the gateway (FERRY_URL)")
-    rollout.add_argument("--token", default=os.environ.get("FERRY_ADMIN_TOKEN", ""),
-                         help="the admin token (FERRY_ADMIN_TOKEN)")
+    rollout.add_argument("--token", default=None, help="the admin token (FERRY_ADMIN_TOKEN; "
+                         "else the one `ferry up` keeps in .ferry/admin-token)")
     rollout.add_argument("--json", action="store_true", help="print the API's JSON")
     actions = rollout.add_subparsers(dest="action", required=True)
     actions.add_parser("status", help="a model's rollout and figures (none: every "
@@ -56,8 +59,20 @@ def add_parser(commands: Any) -> None:
     decisions.add_argument("--limit", type=int, default=20)
 
 
+def token(given: str | None) -> str:
+    """The admin token: given, else FERRY_ADMIN_TOKEN, else the local stack's (``ferry up``
+    keeps it in ``$FERRY_STATE_DIR/admin-token``, ``.ferry`` by default)."""
+    if given is not None:
+        return given
+    if os.environ.get("FERRY_ADMIN_TOKEN"):
+        return os.environ["FERRY_ADMIN_TOKEN"]
+    kept = Path(os.environ.get("FERRY_STATE_DIR", ".ferry")) / "admin-token"
+    return kept.read_text().strip() if kept.is_file() else ""
+
+
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    admin = token(args.token)
+    headers = {"Authorization": f"Bearer {admin}"} if admin else {}
     try:
         with httpx.Client(base_url=args.url, headers=headers, timeout=30) as http:
             response = _request(http, args)
@@ -119,6 +134,24 @@ def render(action: str, doc: dict[str, Any]) -> str:
     return _rollout_line(doc)
 
 
+def when(at: float, now: float | None = None) -> str:
+    """A Unix time as a person reads it: UTC to the second, and how long ago."""
+    if not at:
+        return "never"
+    now = time.time() if now is None else now
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{stamp} ({_ago(now - at)})"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 0:
+        return "in the future"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
 def _rollout_line(r: dict[str, Any]) -> str:
     shadow = f", shadow {r['shadow']:g}%" if r["shadow"] else ""
     candidate = f", candidate {r['candidate']} at {r['share']:g}%{shadow}" if r["candidate"] \
@@ -128,7 +161,9 @@ def _rollout_line(r: dict[str, Any]) -> str:
 
 
 def _status(doc: dict[str, Any]) -> str:
-    lines = [_rollout_line(doc["rollout"])]
+    r = doc["rollout"]
+    lines = [_rollout_line(r), f"share set {when(r.get('since', 0))}, changed "
+                               f"{when(r.get('updated_at', 0))}\n"]
     lines.append(f"{'version':<8} {'window':<12} {'requests':>8} {'errors':>7} "
                  f"{'queue p50/p99 ms':>17} {'triton p50/p99 ms':>18}\n")
     for version, windows in doc["figures"].items():
@@ -138,13 +173,15 @@ def _status(doc: dict[str, Any]) -> str:
                          f"{f['triton_p50_ms']:>8.1f}/{f['triton_p99_ms']:<8.1f}\n")
     guard = doc.get("guard")
     if guard:
-        lines.append(f"guard: {guard['action']}: {guard['reason']}\n")
+        lines.append(f"guard, {when(guard.get('at', 0))}: {guard['action']}: "
+                     f"{guard['reason']}\n")
     lines += [_decision_line(d) for d in doc.get("decisions", [])[:5]]
     return "".join(lines)
 
 
 def _decision_line(d: dict[str, Any]) -> str:
-    return f"  {d.get('at', 0):.0f} {d.get('by', '?')}: {d.get('action')}: {d.get('reason', '')}\n"
+    return (f"  {when(d.get('at', 0))} {d.get('by', '?')}: {d.get('action')}: "
+            f"{d.get('reason', '')}\n")
 
 
 def _comparison(doc: dict[str, Any]) -> str:

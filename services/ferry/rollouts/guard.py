@@ -2,12 +2,17 @@
 hold. Pure code, no I/O: the figures are the stable's and the candidate's since the share last
 changed (``window``), the clock is passed in.
 
-Roll back at once when, over at least ``min_requests`` of the candidate's requests, its error
-rate passes the stable's by more than ``max_error_increase``, or its Triton p99 passes
-``max_latency_ratio`` times the stable's plus ``latency_slack_ms``. Queue time is reported, not
-judged: a candidate with a small share fills its batches more slowly, so it waits longer for
-reasons that are not its own. Step up when the share has held ``hold_s`` over at least
-``min_requests``; a step to 100% is the promotion.
+Roll back at once when the candidate's circuit breaker is open in every batcher (its calls keep
+failing: it gets no more traffic until it is rolled back, so the request count would never
+come); or when, over at least ``min_requests`` of the candidate's requests, its error rate
+passes the stable's by more than ``max_error_increase``; or when its typical Triton call at
+like batch sizes passes ``max_latency_ratio`` times the stable's, times the stable's own noise,
+and is ``latency_slack_ms`` slower (``rollouts.latency``: medians per size class, at least
+``latency.MIN_CALLS`` calls, shadows apart). Queue time is reported, not judged: a candidate
+with a small share fills its batches more slowly, so it waits longer for reasons that are not
+its own; p99s are reported, not judged: a few dozen calls' p99 is one slow moment of the
+machine. Step up when the share has held ``hold_s`` over at least ``min_requests``; a step to
+100% is the promotion.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ferry.rollouts import latency
 from ferry.rollouts.rollout import Rollout
 from ferry.rollouts.window import Figures
 
@@ -28,8 +34,14 @@ class Decision:
     share: float  # the candidate's share after the decision
 
 
-def decide(rollout: Rollout, stable: Figures, candidate: Figures, now: float) -> Decision:
-    """What the guard does with ``rollout`` now."""
+def decide(rollout: Rollout, stable: Figures, candidate: Figures, now: float,
+           candidate_breaker: str = "closed") -> Decision:
+    """What the guard does with ``rollout`` now (``candidate_breaker``: the candidate's
+    circuit breaker as the gateways see it)."""
+    if rollout.live and rollout.auto and candidate_breaker == "open":
+        return Decision("rollback", f"candidate's circuit breaker is open (its calls keep "
+                        f"failing: {candidate.errors} errors in {candidate.requests} requests "
+                        "since the share changed)", 0.0)
     waiting = _waiting(rollout, candidate)
     if waiting:
         return Decision("hold", waiting, rollout.share)
@@ -65,17 +77,21 @@ def _failing(rollout: Rollout, stable: Figures, candidate: Figures) -> str:
     if candidate.error_rate > allowed:
         return (f"candidate error rate {candidate.error_rate:.2%} over {candidate.requests} "
                 f"requests > stable's {stable.error_rate:.2%} + {rollout.max_error_increase:.2%}")
-    if stable.requests == 0 or stable.triton_p99_s <= 0:
-        return ""  # nothing to compare latency with
-    limit_s = stable.triton_p99_s * rollout.max_latency_ratio + rollout.latency_slack_ms / 1000
-    if candidate.triton_p99_s > limit_s:
-        return (f"candidate Triton p99 {candidate.triton_p99_s * 1000:.1f} ms > "
-                f"{rollout.max_latency_ratio:g} x stable's "
-                f"{stable.triton_p99_s * 1000:.1f} ms + {rollout.latency_slack_ms:g} ms")
+    slower = latency.compare(stable.calls, candidate.calls, stable.buckets)
+    if slower is None:
+        return ""  # too few like calls to judge latency
+    limit = rollout.max_latency_ratio * slower.noise
+    if slower.ratio > limit and slower.excess_s * 1000 > rollout.latency_slack_ms:
+        return (f"{slower.describe()} > {rollout.max_latency_ratio:g} x the noise and "
+                f"{rollout.latency_slack_ms:g} ms slower")
     return ""
 
 
 def _healthy(stable: Figures, candidate: Figures) -> str:
+    compared = latency.compare(stable.calls, candidate.calls, stable.buckets)
+    calls = (f"median call {compared.ratio:.2f}x the stable's at the same batch sizes"
+             if compared is not None else f"{candidate.calls.calls} calls, too few to compare")
     return (f"candidate {candidate.requests} requests, errors {candidate.error_rate:.2%} "
-            f"(stable {stable.error_rate:.2%}), Triton p99 {candidate.triton_p99_s * 1000:.1f} "
-            f"ms (stable {stable.triton_p99_s * 1000:.1f} ms)")
+            f"(stable {stable.error_rate:.2%}), {calls}; Triton p99 "
+            f"{candidate.triton_p99_s * 1000:.1f} ms (stable {stable.triton_p99_s * 1000:.1f} "
+            "ms)")

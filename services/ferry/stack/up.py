@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import signal
 import sys
 import threading
@@ -31,6 +32,22 @@ def sample_image() -> Path:
 
 def repository_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+
+
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def admin_token(state: Path) -> str:
+    """The local stack's admin token: kept in ``<state>/admin-token`` (made on first use,
+    readable by its owner only), so ``ferry rollout`` on this machine finds it."""
+    path = state / ADMIN_TOKEN_FILE
+    if path.exists():
+        return path.read_text().strip()
+    state.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    path.touch(mode=0o600)
+    path.write_text(token + "\n")
+    return token
 
 
 class LocalStack:
@@ -77,6 +94,7 @@ class LocalStack:
         resolved = dataclasses.replace(
             s, redis_url=redis_url, triton_url=triton_url, triton_http_url=triton_http_url,
             default_model=default_model, metrics_port=s.metrics_port or free_port(),
+            admin_token=s.admin_token or admin_token(self.state),
             job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
                            else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
@@ -145,6 +163,7 @@ class LocalStack:
             f"  triton         gRPC {s.triton_url}"
             + (f", infer calls over HTTP {s.triton_http_url}" if s.triton_http_url else ""),
             f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",
+            f"  admin token    {self.state / ADMIN_TOKEN_FILE} (ferry rollout reads it)",
             f"  logs           {self.logs}",
             "",
             "Try it (an image to the moderation model, then its result):",

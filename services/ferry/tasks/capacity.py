@@ -6,6 +6,10 @@ in one hash (field ``<model>|<batcher>``, value ``<rate> <batch seconds> <unix t
 reads the hash at most once a second and, for each model, takes the highest fresh report (batchers
 sharing one Triton each see all of it). The gateway sizes the backlog limit and predicts waits
 from it; before any batcher has measured a model there is no rate, and a fixed limit applies.
+
+A report also carries the model's circuit breakers, one per version (``''``: the version
+Triton's policy picks, the report's own breaker field; a pinned or rolled-out version's in a
+last field, ``<version>=<state>/<retry after>`` joined by commas, ``-`` for none).
 """
 
 from __future__ import annotations
@@ -33,22 +37,67 @@ class Capacity:
     breaker: str = "closed"  # closed, half_open or open
     fallback: str = ""  # the model that answers while the breaker is open ("" none)
     retry_after_s: float = 0.0  # until an open breaker lets a probe through
+    # Each version's breaker the batcher has called: (version, state, retry after), by version.
+    versions: tuple[tuple[str, str, float], ...] = ()
+
+    def breaker_of(self, version: str) -> tuple[str, float]:
+        """The state of the version's breaker ('': Triton's policy's) and its retry-after."""
+        if not version:
+            return self.breaker, self.retry_after_s
+        for name, state, retry_after in self.versions:
+            if name == version:
+                return state, retry_after
+        return "closed", 0.0
 
 
 def encode(capacity: Capacity, now: float) -> str:
+    versions = ",".join(f"{v}={state}/{retry:.1f}" for v, state, retry in capacity.versions)
     return (f"{capacity.rate:.3f} {capacity.batch_s:.6f} {now:.3f} {capacity.breaker} "
-            f"{capacity.retry_after_s:.1f} {capacity.fallback or '-'}")
+            f"{capacity.retry_after_s:.1f} {capacity.fallback or '-'} {versions or '-'}")
 
 
 def decode(value: bytes) -> tuple[Capacity, float]:
-    rate, batch_s, at, breaker, retry_after, fallback = value.decode().split(" ", 5)
+    """A report (one written before breakers were per version lacks the last field)."""
+    rate, batch_s, at, breaker, retry_after, fallback, *rest = value.decode().split(" ")
+    if len(rest) > 1:
+        raise ValueError("not a capacity report")
     return Capacity(float(rate), float(batch_s), breaker, "" if fallback == "-" else fallback,
-                    float(retry_after)), float(at)
+                    float(retry_after), _versions(rest[0] if rest else "-")), float(at)
+
+
+def _versions(field: str) -> tuple[tuple[str, str, float], ...]:
+    if field == "-":
+        return ()
+    found = []
+    for item in field.split(","):
+        version, _, rest = item.partition("=")
+        state, _, retry_after = rest.partition("/")
+        found.append((version, state, float(retry_after)))
+    return tuple(found)
+
+
+def _merged_state(states: set[str]) -> str:
+    """A breaker's state over the batchers that report it: open only if open in all of them
+    (any other may still serve), closed if closed in any."""
+    if states == {"open"}:
+        return "open"
+    return "closed" if "closed" in states else "half_open"
+
+
+def _merged_versions(seen: list[Capacity]) -> tuple[tuple[str, str, float], ...]:
+    states: dict[str, set[str]] = {}
+    retry: dict[str, float] = {}
+    for capacity in seen:
+        for version, state, retry_after in capacity.versions:
+            states.setdefault(version, set()).add(state)
+            retry[version] = min(retry.get(version, retry_after), retry_after)
+    return tuple((v, _merged_state(states[v]), retry[v]) for v in sorted(states))
 
 
 def freshest(reports: Mapping[bytes, bytes], now: float) -> dict[str, Capacity]:
-    """Per model, over reports younger than ``STALE_AFTER_S``: the highest rate, and the breaker
-    open only if it is open in every batcher that reports it (any of them may still serve)."""
+    """Per model, over reports younger than ``STALE_AFTER_S``: the highest rate, and each
+    breaker open only if it is open in every batcher that reports it (any of them may still
+    serve)."""
     fresh: dict[str, list[Capacity]] = {}
     for field, value in reports.items():
         model = field.decode().rsplit("|", 1)[0]
@@ -61,11 +110,9 @@ def freshest(reports: Mapping[bytes, bytes], now: float) -> dict[str, Capacity]:
     merged: dict[str, Capacity] = {}
     for model, seen in fresh.items():
         best = max(seen, key=lambda c: c.rate)
-        states = {c.breaker for c in seen}
-        breaker = "open" if states == {"open"} else ("closed" if "closed" in states
-                                                     else "half_open")
-        merged[model] = replace(best, breaker=breaker,
-                                retry_after_s=min(c.retry_after_s for c in seen))
+        merged[model] = replace(best, breaker=_merged_state({c.breaker for c in seen}),
+                                retry_after_s=min(c.retry_after_s for c in seen),
+                                versions=_merged_versions(seen))
     return merged
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -16,6 +17,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# Label values every process shows from start-up (``prime``), at 0 until they count.
+FLUSH_REASONS = ("full", "wait", "adaptive", "priority", "deadline", "freed", "drain")
+FINAL_STATUSES = ("SUCCESS", "FAILED", "EXPIRED", "CANCELLED")
+REFUSALS = (("429", "backlog_full"), ("429", "deadline_unmeetable"), ("429", "rate_limited"),
+            ("429", "too_many_pending"), ("429", "too_many_waits"), ("503", "unavailable"),
+            ("503", "circuit_open"), ("503", "not_replicated"), ("503", "redis_out_of_memory"))
+HOT_ROUTES = (("/v1/inference", "POST", "202"), ("/v1/inference", "POST", "200"),
+              ("/v1/result/{task_id}", "GET", "200"))
 
 
 class BatcherMetrics:
@@ -57,6 +66,29 @@ class BatcherMetrics:
         self._call_children = functools.lru_cache(maxsize=4096)(
             lambda model, version: (self.infer_seconds.labels(model, version),
                                     self.batch_size.labels(model, version)))
+
+    def prime(self, models: Iterable[str]) -> None:
+        """Make each model's series of known label values exist at 0 (a series that appears
+        only when it first counts breaks absent-series alerts and rate() over its start)."""
+        for model in models:
+            self.batch_size.labels(model, "")
+            self.infer_seconds.labels(model, "")
+            self.queue_wait.labels(model, "")
+            self.dispatch_gap.labels(model)
+            for reason in FLUSH_REASONS:
+                self.flushes.labels(model, reason)
+            for status in FINAL_STATUSES:
+                self.finished.labels(model, status, "")
+            for kind in ("transient", "permanent"):
+                self.infer_failures.labels(model, kind)
+            self.circuit.labels(model, "")
+            self.window.labels(model)
+            self.rollout_share.labels(model, "")  # no candidate: 0
+            for action in ("step", "promote", "rollback"):
+                self.rollout_decisions.labels(model, action)
+        for outcome in ("delivered", "failed"):
+            self.webhooks.labels(outcome)
+        self.settle_retries.labels("OOM")
 
     def observe_call(self, model: str, version: str, size: int, seconds: float) -> None:
         """One Triton call of ``size`` rows, answered by ``version`` in ``seconds``."""
@@ -107,6 +139,25 @@ class GatewayMetrics:
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.accepted_child = functools.lru_cache(maxsize=4096)(self.accepted.labels)
 
+    def prime(self, models: Iterable[str]) -> None:
+        """Make the series of known label values exist at 0, for each model and for the hot
+        routes (a series that appears only when it first counts breaks absent-series alerts
+        and rate() over its start)."""
+        for model in models:
+            self.accepted.labels(model, "")
+            for outcome in ("sent", "dropped"):
+                self.shadows.labels(model, outcome)
+            for how in ("hit", "collapsed"):
+                self.shared.labels(model, how, "")
+        for status, reason in REFUSALS:
+            self.rejected.labels(status, reason)
+        for route, method, status in HOT_ROUTES:
+            self.requests.labels(route, method, status)
+            self.latency.labels(route, method)
+        for method in ("ModelInfer", "ModelStreamInfer"):
+            self.rpcs.labels(method, "OK")
+            self.rpc_latency.labels(method)
+
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count one answered request (label children are cached: this is on every request)."""
         key = (route, method, status)
@@ -143,9 +194,10 @@ def _rpc_metrics(registry: CollectorRegistry) -> tuple[Counter, Histogram]:
 
 
 def _model_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
-    """Each model's circuit breaker and in-flight window."""
-    return (Gauge("ferry_circuit_state", "Each model's circuit breaker: 0 closed, 1 half-open, "
-                  "2 open", ["model"], registry=registry),
+    """Each model version's circuit breaker and each model's in-flight window."""
+    return (Gauge("ferry_circuit_state", "Each model version's circuit breaker ('': the version "
+                  "Triton's policy picks): 0 closed, 1 half-open, 2 open", ["model", "version"],
+                  registry=registry),
             Gauge("ferry_inflight_window", "Batches of a model allowed at Triton at once (its "
                   "instances, less while calls run slow)", ["model"], registry=registry))
 

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # the tensor codec and the gRPC stubs load only where tensors
 
 INPUT_KINDS = ("bytes", "text", "image")
 INPUT_KIND_PARAMETER = "ferry_input_kind"
+# The version a request that pins none goes to while its model has no rollout (Triton's version
+# policy would pick its newest: a candidate put beside the stable version would take everyone).
+DEFAULT_VERSION_PARAMETER = "ferry_default_version"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class ModelSpec:
     max_batch_size: int
     input_kind: str = "bytes"  # what the gateway checks before enqueueing: bytes, text or image
     instances: int = 1  # model instances Triton runs: batches that can execute at once
+    default_version: str = ""  # what a request that pins none goes to ('': Triton's policy)
 
     @classmethod
     def from_triton(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelSpec:
@@ -58,6 +62,7 @@ class ModelSpec:
             max_batch_size=max_batch,
             input_kind=kind,
             instances=instance_count(config),
+            default_version=default_version(config),
         )
 
 
@@ -79,6 +84,16 @@ def ensemble_steps(config: Mapping[str, Any]) -> list[str]:
         return []
     steps = config.get("ensemble_scheduling", {}).get("step", []) or []
     return [str(step["model_name"]) for step in steps if step.get("model_name")]
+
+
+def default_version(config: Mapping[str, Any]) -> str:
+    """The model's ``ferry_default_version`` ('': none; a version number otherwise)."""
+    version = _parameter(config, DEFAULT_VERSION_PARAMETER, "").strip()
+    if version and not version.isdigit():
+        raise ModelContractError(f"model {config.get('name', '?')!r}: "
+                                 f"{DEFAULT_VERSION_PARAMETER} must be a version number, is "
+                                 f"{version!r}")
+    return version
 
 
 def _parameter(config: Mapping[str, Any], key: str, default: str) -> str:
