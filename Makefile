@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup install tools peers peers-lock up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
+.PHONY: help setup install tools chromium peers peers-lock up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
 TOOLS := .tools
 HELM := $(TOOLS)/bin/helm
 CHART := deploy/helm/ferry
@@ -67,7 +67,12 @@ $(S3_SERVER): scripts/install-s3-server.sh
 	scripts/install-s3-server.sh
 	touch $@
 
-tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER)
+# Debian's Chromium, for the test that renders /docs with no network (the script is a no-op
+# once it is there).
+chromium:
+	scripts/install-chromium.sh
+
+tools: $(TOOLS)/.installed $(PERF_ANALYZER) $(S3_SERVER) chromium
 
 up: install
 	$(BIN)/ferry up $(ARGS)

@@ -5,6 +5,25 @@ retrying is decided here, by the class, and nowhere else.
 """
 
 import math
+import re
+
+MAX_ECHO = 80  # characters of one word of a request shown back in an error message
+MAX_MESSAGE = 1000  # characters of an error message
+# Tried only where a word starts: a 100-character message is read once, not per character.
+_LONG_WORD = re.compile(rf"(?<!\S)\S{{{MAX_ECHO + 1},}}")
+
+
+def clip_echoes(message: str) -> str:
+    """``message`` with every word over ``MAX_ECHO`` characters cut there (with an ellipsis),
+    and the whole at most ``MAX_MESSAGE`` characters.
+
+    Messages quote what a request sent (an id, a model name, a header value), and a request may
+    send a 5,000-character id: it is answered with enough of it to recognise, never all of it.
+    Ferry's own words are never that long.
+    """
+    if len(message) > MAX_ECHO:
+        message = _LONG_WORD.sub(lambda word: word[0][:MAX_ECHO] + "…", message)
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "…"
 
 
 class FerryError(Exception):
@@ -26,6 +45,7 @@ class ClientError(FerryError):
     status = 400
 
     def __init__(self, code: str, message: str) -> None:
+        message = clip_echoes(message)
         super().__init__(message)
         self.code = code
         self.message = message
@@ -70,6 +90,12 @@ class NotFoundError(ClientError):
 
 class MethodNotAllowedError(ClientError):
     status = 405
+
+
+class RequestTimeoutError(ClientError):
+    """408: the client stopped sending its request (gateway/timeouts.py)."""
+
+    status = 408
 
 
 class ConflictError(ClientError):

@@ -146,6 +146,13 @@ class GatewaySettings(CommonSettings):
                              "GRPCInferenceService) on the gateway; 0: off")
     default_model: str = setting("moderation", "model used when a request names none")
     max_body_bytes: int = setting(8 * 1024 * 1024, "largest accepted request body, in bytes")
+    header_timeout_s: float = setting(10.0, "a request's line and headers must all arrive "
+                                      "within this many seconds of its first byte, else 408 "
+                                      "and the connection is closed (on the gRPC port: its "
+                                      "HTTP/2 preface)")
+    body_timeout_s: float = setting(30.0, "longest gap between two reads of a request's body "
+                                    "(a stall, not the whole upload), else 408 and the "
+                                    "connection is closed")
     max_poll_s: float = setting(30.0, "longest long-poll a client may ask for with ?wait=")
     catalog_refresh_s: float = setting(5.0, "seconds the gateway trusts its cached model list")
     access_log: bool = setting(False, "log every HTTP request (metrics count them anyway)")
@@ -217,8 +224,7 @@ class GatewaySettings(CommonSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_jobs_and_admin()
-        if self.max_body_bytes < 1:
-            raise ConfigError("max_body_bytes must be positive")
+        self._check_requests()
         if self.workers < 0:
             raise ConfigError("workers must be 0 (one per core) or more")
         if not 0 <= self.grpc_port <= 65535 or self.grpc_port == self.port:
@@ -237,6 +243,12 @@ class GatewaySettings(CommonSettings):
             raise ConfigError("rate_limit_per_min and rate_limit_burst must be >= 0")
         if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
             raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
+
+    def _check_requests(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes must be positive")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ConfigError("header_timeout_s and body_timeout_s must be positive")
 
     def _check_jobs_and_admin(self) -> None:
         if self.admin_token and len(self.admin_token) < MIN_ADMIN_TOKEN:

@@ -21,6 +21,7 @@ from ferry import keys
 from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
+from ferry.gateway.serve import server_options
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
@@ -110,9 +111,10 @@ class Served:
 
 @asynccontextmanager
 async def serving(settings: GatewaySettings) -> AsyncIterator[Served]:
-    """The gateway on real HTTP and gRPC ports, in this event loop, until the block ends."""
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=LOOPBACK,
-                                           port=settings.port, log_level="warning"))
+    """The gateway on real HTTP and gRPC ports, in this event loop, until the block ends, served
+    as ``ferry gateway`` serves it (its protocol and read timeouts)."""
+    options = {**server_options(settings), "host": LOOPBACK, "log_level": "warning"}
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
     serve = asyncio.ensure_future(server.serve())
     assert await wait_until(lambda: server.started or serve.done(), 30)
     try:

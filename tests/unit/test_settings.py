@@ -135,6 +135,12 @@ def test_gateway_rejects_non_positive_body_limit() -> None:
         GatewaySettings(max_body_bytes=0)
 
 
+@pytest.mark.parametrize("field", ["header_timeout_s", "body_timeout_s"])
+def test_gateway_rejects_read_timeouts_that_are_not_positive(field: str) -> None:
+    with pytest.raises(ConfigError, match="header_timeout_s and body_timeout_s must be positive"):
+        GatewaySettings(**{field: 0.0})
+
+
 def test_zero_max_wait_is_allowed() -> None:
     assert BatcherSettings(max_wait_ms=0.0).max_wait_ms == 0.0
 

@@ -5,26 +5,32 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
+from ferry.errors import clip_echoes
 from ferry.gateway.admin import RolloutAdmin, add_admin_routes
 from ferry.gateway.bulk.parts import job_parts
 from ferry.gateway.bulk.routes import add_job_routes
 from ferry.gateway.grpc_server import GrpcPort
-from ferry.gateway.hot import HotLane
+from ferry.gateway.hot import HotLane, went_away
 from ferry.gateway.schemas import add_hot_route_docs
 from ferry.gateway.service import Gateway
+from ferry.gateway.timeouts import STATE_KEY, ReadTimeouts
 from ferry.oip.grpc_service import InferenceService
 from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
@@ -35,11 +41,16 @@ from ferry.telemetry.metrics import GatewayMetrics
 from ferry.triton.base import InferenceBackend
 
 DESCRIPTION = "Batches inference requests that arrive one at a time for Triton."
+SWAGGER_UI = Path(__file__).parent / "static" / "swagger-ui"
+DOCS_ASSETS = "/docs/assets"
+API_OPTIONS: dict[str, Any] = {"title": "Ferry", "version": __version__, "description": DESCRIPTION,
+                               "docs_url": None, "redoc_url": None}  # _add_docs serves /docs
 
 
 def error_response(status: int, code: str, message: str,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+    return JSONResponse({"error": {"code": code, "message": clip_echoes(message)}}, status,
+                        headers=headers)
 
 
 def create_app(settings: GatewaySettings, backend: InferenceBackend | None = None, *,
@@ -55,21 +66,21 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     jobs = job_parts(gateway, settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         await gateway.start()
         try:
             if grpc_port is not None:
                 await grpc_port.start()
             if settings.jobs:
                 await jobs.runner.start()
-            yield
+            yield {STATE_KEY: read_timeouts(settings, gateway.metrics)}  # for each connection
         finally:
             await jobs.runner.stop()
             if grpc_port is not None:
                 await grpc_port.stop()
             await gateway.stop()
 
-    api = FastAPI(title="Ferry", version=__version__, lifespan=lifespan, description=DESCRIPTION)
+    api = FastAPI(lifespan=lifespan, **API_OPTIONS)
     api.state.gateway = gateway
     _install_error_handlers(api)
     _add_routes(api, gateway)
@@ -86,6 +97,29 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
 def app_from_environment() -> HotLane:
     """For ``uvicorn --factory`` workers: settings from the ``FERRY_*`` variables."""
     return create_app(load(GatewaySettings))
+
+
+def read_timeouts(settings: GatewaySettings, metrics: GatewayMetrics) -> ReadTimeouts:
+    """The connections' read timeouts, those no route sees counted as refusals."""
+    def count(kind: str) -> None:
+        metrics.rejected.labels("408", kind).inc()
+
+    return ReadTimeouts(settings.header_timeout_s, settings.body_timeout_s, count)
+
+
+def _add_docs(api: FastAPI) -> None:
+    """``/docs``: Swagger UI, its script and style served from the package's own files
+    (``static/swagger-ui``), never a CDN, so that the page works with no internet. No ReDoc:
+    one page of docs, one vendored bundle."""
+    api.mount(DOCS_ASSETS, StaticFiles(directory=SWAGGER_UI), name="docs-assets")
+
+    @api.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=api.openapi_url or "/openapi.json", title=f"{api.title} API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
 
 
 def _openapi(api: FastAPI) -> dict[str, Any]:
@@ -111,6 +145,8 @@ def _add_routes(api: FastAPI, gateway: Gateway) -> None:
     async def metrics() -> Response:
         return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_docs(api)
+
 
 def _install_error_handlers(api: FastAPI) -> None:
     @api.exception_handler(RequestValidationError)
@@ -135,6 +171,13 @@ def _install_error_handlers(api: FastAPI) -> None:
 
     async def refused(_: Request, exc: Exception) -> JSONResponse:
         return error_response(503, *unavailable(exc), {"Retry-After": "1"})
+
+    @api.exception_handler(ClientDisconnect)
+    async def gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        """A body that never came whole; nobody reads this answer (the connection is closed),
+        but the metrics count it, as the hot routes count theirs."""
+        error = went_away(request.scope)
+        return error_response(error.status, error.code, error.message)
 
     for kind in REDIS_UNAVAILABLE:
         api.add_exception_handler(kind, refused)

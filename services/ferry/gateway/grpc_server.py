@@ -34,7 +34,10 @@ class GrpcPort:
         return [("grpc.max_receive_message_length", self.settings.max_body_bytes),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 1 if shared else 0),
-                ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS)]
+                ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+                # a connection that has not begun HTTP/2 (sent its preface) by then is closed, as
+                # the HTTP port closes one that sends no request (gRPC's default: 120 s)
+                ("grpc.server_handshake_timeout_ms", int(self.settings.header_timeout_s * 1000))]
 
     async def start(self) -> None:
         server = grpc.aio.server(options=self.options())

@@ -20,9 +20,10 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from ferry.access import ANONYMOUS, Caller
-from ferry.errors import BadRequestError, ClientError
+from ferry.errors import BadRequestError, ClientError, RequestTimeoutError
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
+from ferry.gateway.timeouts import TIMED_OUT
 from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
@@ -100,12 +101,22 @@ def parse_wait(raw: str | None) -> float:
                               f"query.wait: {raw!r} is not a number of seconds") from None
 
 
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+def went_away(scope: Scope) -> ClientError:
+    """The error of a request whose client went away before sending its whole body, or whose
+    body stalled past its timeout (the connection was closed on it: ``gateway.timeouts``)."""
+    timed_out = scope.get(TIMED_OUT)
+    if timed_out:
+        return RequestTimeoutError(timed_out, "the request body stalled; the connection was "
+                                   "closed")
+    return BadRequestError("incomplete_body", "the client went away before sending its whole "
+                           "body")
+
+
+async def _chunks(scope: Scope, receive: Receive) -> AsyncIterator[bytes]:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise BadRequestError("incomplete_body", "the client went away before sending its "
-                                  "whole body")
+            raise went_away(scope)
         yield message.get("body", b"")
         if not message.get("more_body", False):
             return
@@ -205,7 +216,7 @@ class HotLane:
     async def _submit(self, scope: Scope, receive: Receive, headers: HeaderValues,
                       caller: Caller) -> Answer:
         query = _query(scope)
-        body = await read_body(_chunks(receive), _last(headers, b"content-length"),
+        body = await read_body(_chunks(scope, receive), _last(headers, b"content-length"),
                                self.settings.max_body_bytes)
         submission = parse_submission(body, media_type(_last(headers, b"content-type")),
                                       query.get("model"), query,
@@ -245,14 +256,14 @@ class HotLane:
 
     async def _cancel(self, scope: Scope, receive: Receive, headers: HeaderValues,
                       caller: Caller) -> Answer:
-        await _no_body(receive)
+        await _no_body(scope, receive)
         record = await self.gateway.cancel(scope["path"][len(RESULT_PREFIX):], caller)
         return 200, record.body, []
 
 
-async def _no_body(receive: Receive) -> None:
+async def _no_body(scope: Scope, receive: Receive) -> None:
     """Drain a request body nobody reads (a DELETE with one)."""
-    async for _ in _chunks(receive):
+    async for _ in _chunks(scope, receive):
         pass
 
 

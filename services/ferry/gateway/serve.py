@@ -7,11 +7,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
 from ferry.errors import StartupError
 from ferry.gateway.app import create_app
+from ferry.gateway.timeouts import TimedHttpToolsProtocol
 from ferry.settings import GatewaySettings, to_env
 from ferry.stack.ports import is_listening
 from ferry.telemetry.logs import root_level
@@ -30,25 +32,32 @@ def available_cores() -> int:
     return max(1, cores)
 
 
+def server_options(settings: GatewaySettings) -> dict[str, Any]:
+    """uvicorn's options for the gateway (its ``Config``'s keywords)."""
+    return {"host": settings.host, "port": settings.port, "loop": "uvloop",
+            # httptools, with the read timeouts the app's lifespan hands it (gateway/timeouts.py)
+            "http": TimedHttpToolsProtocol, "ws": "none",
+            "log_level": root_level(settings.log_level).lower(),
+            "access_log": settings.access_log,
+            # open long-polls must not hold a stop for their whole ?wait=
+            "timeout_graceful_shutdown": 3}
+
+
 def serve(settings: GatewaySettings) -> int:
     """Serve until SIGINT/SIGTERM. Several workers rebuild the settings from ``FERRY_*``."""
     workers = settings.workers or available_cores()
-    options = {"host": settings.host, "port": settings.port, "loop": "uvloop", "http": "httptools",
-               "log_level": root_level(settings.log_level).lower(),
-               "access_log": settings.access_log,
-               # open long-polls must not hold a stop for their whole ?wait=
-               "timeout_graceful_shutdown": 3}
+    options = server_options(settings)
     if settings.grpc_port and is_listening(settings.host, settings.grpc_port):
         raise StartupError(f"port {settings.grpc_port} on {settings.host} is in use; pick "
                            "another with --grpc-port (0: no gRPC)")
     if workers == 1:
-        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings), **options)
         return 0
     os.environ.update(to_env(settings, GatewaySettings))
     metrics_dir = _fresh_metrics_dir()
     try:
         uvicorn.run("ferry.gateway.app:app_from_environment", factory=True, workers=workers,
-                    **options)  # type: ignore[arg-type]
+                    **options)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2
 
 from ferry import __version__
 from ferry.access import Access, Caller
-from ferry.errors import BackendError, ClientError
+from ferry.errors import BackendError, ClientError, clip_echoes
 from ferry.oip.grpc_codec import (
     accepted_response,
     infer_request,
@@ -59,6 +59,7 @@ class RpcError(Exception):
     """A call's error: the status code and message the client gets."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        message = clip_echoes(message)  # Triton's words quote the names a call sent
         super().__init__(message)
         self.code = code
         self.message = message

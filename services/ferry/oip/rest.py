@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from ferry import __version__
 from ferry.access import Access, Caller
-from ferry.errors import BackendError, ClientError
+from ferry.errors import BackendError, ClientError, clip_echoes
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.triton.base import ModelDiscovery
 
@@ -84,7 +84,7 @@ class Discovery:
 def oip_error(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
               ) -> JSONResponse:
     """An error as Triton answers it."""
-    answer = JSONResponse({"error": message}, status)
+    answer = JSONResponse({"error": clip_echoes(message)}, status)  # Triton's words quote names
     for name, value in headers or []:
         answer.headers[name.decode("latin-1")] = value.decode("latin-1")
     return answer
