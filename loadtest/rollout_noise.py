@@ -33,7 +33,7 @@ MODEL = "sim_twins"
 TOKEN = secrets.token_urlsafe(24)  # the stack's own, for this run
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 ROLLOUT = {"stable": "1", "share": 5, "shadow": 10, "hold_s": 600}
-GUARD_LOOK_S = 2.5  # FERRY_ROLLOUT_CHECK_S (2 s) and a tally flush
+GUARD_LOOK_S = 4.5  # two looks of the guard (FERRY_ROLLOUT_CHECK_S, 2 s) and a tally flush
 
 
 @dataclass
@@ -85,6 +85,7 @@ async def load(client: httpx.AsyncClient, count: int, parallel: int, run: int) -
 
 async def one_run(client: httpx.AsyncClient, candidate: str, count: int, index: int) -> Run:
     await client.delete(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN)
+    since = time.time()
     put = await client.put(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN,
                            json={**ROLLOUT, "candidate": candidate})
     put.raise_for_status()
@@ -93,13 +94,16 @@ async def one_run(client: httpx.AsyncClient, candidate: str, count: int, index: 
     seconds = time.monotonic() - started
     await asyncio.sleep(GUARD_LOOK_S)
     state = (await client.get(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN)).json()
-    return judged(candidate, count, seconds, state)
+    return judged(candidate, count, seconds, state, since)
 
 
-def judged(candidate: str, count: int, seconds: float, state: dict[str, Any]) -> Run:
+def judged(candidate: str, count: int, seconds: float, state: dict[str, Any],
+           since: float) -> Run:
+    """The run's outcome from the rollout's status (decisions of earlier runs are left out)."""
     rolled = state["rollout"]["state"] == "rolled_back"
     decision: dict[str, Any] = next(
-        (d for d in state["decisions"] if d.get("action") == "rollback"), {})
+        (d for d in state["decisions"] if d.get("action") == "rollback"
+         and d.get("at", 0) >= since), {})
     look: dict[str, Any] = decision or state.get("guard") or {}
     figures = look.get("figures", {})
     stable, mine = figures.get("stable", {}), figures.get("candidate", {})

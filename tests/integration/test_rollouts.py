@@ -169,7 +169,7 @@ async def test_a_failing_candidate_opens_only_its_own_breaker_and_is_rolled_back
     async with running_stack(gateway_settings(redis_url, url, admin_token=TOKEN),
                              batcher_settings(redis_url, url, rollout_check_s=0.3,
                                               max_wait_ms=5, breaker_min_calls=10)) as stack:
-        fields = {"stable": "1", "candidate": "3", "share": 50, "hold_s": 600}
+        fields: dict[str, Any] = {"stable": "1", "candidate": "3", "share": 50, "hold_s": 600}
         await declare(stack.client, **fields, auto=False)
         first = await codes(stack.client, 200, 0)
 
