@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from ferry.gateway import versions
 from ferry.rollouts.compare import Comparison, compare
 from ferry.stack.up import sample_image
 from tests.conftest import TritonServer
@@ -27,7 +28,6 @@ from tests.integration.helpers import (
     running_gateway,
     running_stack,
     serving,
-    wait_until,
 )
 from tests.integration.test_versions import MODEL, payloads, variant
 
@@ -42,6 +42,20 @@ async def declare(client: httpx.AsyncClient, model: str = MODEL, **fields: Any) 
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+async def guard_looked(client: httpx.AsyncClient, after: float, model: str = MODEL) -> None:
+    """Wait for the guard's first look at the rollout after ``after`` (Unix seconds): its
+    decision on everything tallied by then (a flush a second); or for the trial to have ended
+    (the guard looks no more)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = await rollout(client, model)
+        look = state.get("guard") or {}
+        if look.get("at", 0) > after + 1.0 or state["rollout"]["state"] != "canary":
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the guard did not look at the rollout within 10 s")
 
 
 async def rollout(client: httpx.AsyncClient, model: str = MODEL) -> dict[str, Any]:
@@ -109,8 +123,9 @@ async def test_a_failing_candidate_is_rolled_back_with_its_figures_logged(
         await declare(stack.client, stable="1", candidate="3", share=30, min_requests=15,
                       hold_s=600)
         results = await traffic(stack.client, 150)
-        assert await wait_until(lambda: False, 1.0) is False  # the guard's next round
+        await guard_looked(stack.client, time.time())
         state = await rollout(stack.client)
+        await asyncio.sleep(versions.REFRESH_S)  # every gateway has read the rollback
         after = await traffic(stack.client, 40, start=1000)
     failed = [r for r in results if r["status"] == "FAILED"]
     assert failed and all(r["model_version"] == "3" and "version 3 fails" in r["error"]
@@ -221,7 +236,7 @@ async def test_an_identical_candidate_under_load_is_not_rolled_back(
         await declare(stack.client, stable="1", candidate="5", share=5, shadow=10, hold_s=1,
                       min_requests=40, steps=[5, 50])
         answers = await traffic(stack.client, 1200, parallel=64)
-        assert await wait_until(lambda: False, 1.0) is False  # the guard's next rounds
+        await guard_looked(stack.client, time.time() + 1.0)  # a tally flush, then a look
         state = await rollout(stack.client)
     assert {r["status"] for r in answers} == {"SUCCESS"}
     actions = [d["action"] for d in state["decisions"] if d["by"] == "guard"]
