@@ -127,7 +127,9 @@ def table(runs: list[Run]) -> str:
 
 
 async def measure(url: str, runs: int, count: int) -> list[Run]:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+    # Idle connections dropped before uvicorn's keep-alive (5 s) closes them under a request.
+    limits = httpx.Limits(keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         return [await one_run(client, "2" if i % 2 == 0 else "3", count, i)
                 for i in range(2 * runs)]
 
