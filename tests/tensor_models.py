@@ -10,7 +10,9 @@ and from Triton:
 - ``mixed``: INT32 [2], FP64 [3] and UINT16 [-1] in; their sum per row (FP64), the INT32
   negated and which UINT16 are odd (BOOL [-1]) out;
 - ``nobatch``: ``max_batch_size: 0``, INT64 [-1, 3] in (no batch dimension), its transpose and
-  column sums out.
+  column sums out;
+- ``mix``: FP32 [4] and INT32 [2] in; the FP32 doubled and each row's total out. No test but the
+  statistics' and perf_analyzer's asks for it, as a model Ferry's code was not written around.
 
 The batched ones have dynamic batching, so Triton's statistics count the rows of each call.
 The moderation ensemble's engine step (``moderation_trt``, FP32 [3, 320, 320] under
@@ -56,6 +58,15 @@ output [
   { name: "TOTAL" data_type: TYPE_FP64 dims: [ 1 ] },
   { name: "NEGATED" data_type: TYPE_INT32 dims: [ 2 ] },
   { name: "ODD" data_type: TYPE_BOOL dims: [ -1 ] }
+]
+""",
+    "mix": BATCHED + """input [
+  { name: "VALUES" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "STEPS" data_type: TYPE_INT32 dims: [ 2 ] }
+]
+output [
+  { name: "SCALED" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "TOTAL" data_type: TYPE_FP32 dims: [ 1 ] }
 ]
 """,
     "nobatch": """max_batch_size: 0

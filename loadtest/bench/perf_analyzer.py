@@ -186,8 +186,7 @@ def fp32_inputs(path: Path, names: Sequence[str], width: int, count: int,
     """A ``--input-data`` file of ``count`` distinct steps, each input FP32 [``width``]
     (``start`` makes them differ from another file's). perf_analyzer's own ``random`` data is
     one buffer sent with every request: against Ferry, its result cache would answer all but
-    the first, and a window in which no request reached Triton fails perf_analyzer's reading
-    of Triton's statistics ("failed to find the requested model version")."""
+    the first, and the run would measure the cache, not batching in front of Triton."""
     data = [{name: [float(step) + k / (width + 1) + n for k in range(width)]
              for n, name in enumerate(names)} for step in range(start, start + count)]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -225,3 +225,15 @@ def comparison_key(model: str, candidate: str, part: str = "figures") -> str:
 def version_stats_key(model: str, version: str, bucket: int) -> str:
     """One version's tally for one bucket of ``rollouts.window.BUCKET_S`` seconds."""
     return f"{PREFIX}:vstats:{{{model}:{version}}}:{bucket}"
+
+
+def served_key(model: str) -> str:
+    """Ferry's statistics of a model (``ferry.oip.statistics``): a hash of counts, never
+    expired, as Triton keeps its own for as long as it runs."""
+    return f"{PREFIX}:served:{{{model}}}"
+
+
+def served_last_key(model: str) -> str:
+    """When each version of the model last ended a batch (ms; a sorted set, same slot as
+    ``served_key``)."""
+    return f"{PREFIX}:served:{{{model}}}:last"

@@ -120,6 +120,21 @@ def test_unknown_models_are_refused_as_triton_refuses_them(
         assert "no_such_model" in str(ours.value.message())
 
 
+@pytest.mark.parametrize("inputs", ["none", "fitting"])
+@pytest.mark.parametrize(("model", "version"), [("nope", ""), ("simple", "7"), ("nope", "1")])
+def test_an_unknown_model_or_version_is_not_found_before_its_inputs(
+        client: triton_grpc.InferenceServerClient, triton: triton_grpc.InferenceServerClient,
+        model: str, version: str, inputs: str) -> None:
+    refusals = []
+    for server in (client, triton):
+        with pytest.raises(InferenceServerException) as refused:
+            server.infer(model, simple_inputs() if inputs == "fitting" else [],
+                         model_version=version)
+        refusals.append((refused.value.status(), refused.value.message()))
+    assert refusals[0] == refusals[1]
+    assert refusals[0][0] == "StatusCode.NOT_FOUND"
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_infer_answers_as_triton(client: triton_grpc.InferenceServerClient,
                                  triton: triton_grpc.InferenceServerClient, rows: int) -> None:

@@ -15,7 +15,7 @@ import redis
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from ferry.stack.ports import free_port
+from ferry.stack.ports import LOOPBACK, free_port
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     backlog_counts,
@@ -93,6 +93,35 @@ def test_an_unknown_model_is_refused_as_triton_refuses_it(
             server.infer("no_such_model", simple_inputs(False))
         refusals.append((refused.value.status(), refused.value.message()))
     assert refusals[0] == refusals[1]
+
+
+@pytest.mark.parametrize("body", [b'{"inputs": []}', b"{}", b"{inputs",
+                                  b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", '
+                                  b'"shape": [1, 1], "data": [1.0]}]}'],
+                         ids=["no inputs", "no list", "not JSON", "wrong inputs"])
+@pytest.mark.parametrize("path", ["/v2/models/nope/infer", "/v2/models/simple/versions/7/infer",
+                                  "/v2/models/nope/versions/1/infer"])
+def test_an_unknown_model_or_version_is_refused_before_its_inputs(
+        ferry: str, triton_server: TritonServer, path: str, body: bytes) -> None:
+    ours = httpx.post(f"http://{ferry}{path}", content=body)
+    theirs = httpx.post(f"http://{LOOPBACK}:{triton_server.ports.http}{path}", content=body)
+    assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
+    assert ours.status_code == 404
+
+
+@pytest.mark.parametrize(("model", "body", "kind"), [
+    ("sim", b"hello", "text/plain"),
+    ("mix", b'{"inputs": [{"name": "VALUES", "datatype": "FP32", "shape": [1, 4], '
+            b'"data": [1, 2, 3, 4]}, {"name": "STEPS", "datatype": "INT32", "shape": [1, 2], '
+            b'"data": [1, 2]}]}', "application/json")], ids=["payload", "tensors"])
+def test_v1_names_an_unknown_version_once_in_tritons_words(
+        ferry: str, triton_server: TritonServer, model: str, body: bytes, kind: str) -> None:
+    ours = httpx.post(f"http://{ferry}/v1/inference?model={model}&version=7", content=body,
+                      headers={"Content-Type": kind})
+    theirs = httpx.get(f"http://{LOOPBACK}:{triton_server.ports.http}/v2/models/{model}"
+                       "/versions/7").json()["error"]
+    assert ours.status_code == 404, ours.text
+    assert ours.json()["error"]["message"] == theirs  # "... 'sim' version 7 is not found"
 
 
 def _json(inputs: list[dict[str, Any]], **more: Any) -> bytes:

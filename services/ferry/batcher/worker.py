@@ -27,6 +27,7 @@ from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.reader import Reader
 from ferry.batcher.reporter import Reporter
+from ferry.batcher.served import StatisticsDesk
 from ferry.batcher.shared import Shared
 from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
@@ -75,7 +76,8 @@ class Batcher:
                                         parts.metrics) if settings.webhook_hosts else None)
         self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
                                      parts.metrics)
-        self._dispatcher.executor.desk = self._versions
+        self._statistics = StatisticsDesk(parts.hot, self._versions)
+        self._dispatcher.executor.desk = self._statistics
         self._loops: list[asyncio.Task[None]] = []
         self._metrics_server: StatusServer | None = None
         self._stopped = False
@@ -120,6 +122,7 @@ class Batcher:
         if self._webhooks is not None:
             await self._webhooks.start()
         await self._versions.start()
+        await self._statistics.start()
         await self._serve_status()
         self._loops = self._start_loops()
         s = self.settings
@@ -225,6 +228,7 @@ class Batcher:
         parts = self.parts
         await parts.cancels.stop()
         await self._versions.stop()
+        await self._statistics.stop()
         if self._webhooks is not None:
             await self._webhooks.stop()
         with contextlib.suppress(*REDIS_UNAVAILABLE):

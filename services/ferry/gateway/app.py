@@ -35,6 +35,7 @@ from ferry.oip.grpc_service import InferenceService
 from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
 from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
+from ferry.oip.served import ServedStatistics
 from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
@@ -57,8 +58,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
                parts: GatewayParts | None = None) -> HotLane:
     """The gateway app; connections open in its lifespan, never at import."""
     gateway = Gateway(parts or gateway_parts(settings, backend=backend))
-    discovery = Discovery(gateway.parts.backend, gateway.catalog.metadata, gateway.serving,
-                          gateway.access)
+    discovery = discovery_of(gateway)
     inference = Inference(gateway, gateway.catalog.interface, settings.max_body_bytes,
                           gateway.tracing)
     grpc_port = (GrpcPort(settings, InferenceService(discovery, inference, gateway.metrics))
@@ -92,6 +92,14 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
     return HotLane(gateway, api)
+
+
+def discovery_of(gateway: Gateway) -> Discovery:
+    """What the protocol's discovery answers come from: Triton, through the gateway's backend
+    and catalog, and Ferry's own statistics."""
+    backend, metadata = gateway.parts.backend, gateway.catalog.metadata
+    return Discovery(backend, metadata, gateway.serving, gateway.access,
+                     ServedStatistics(backend, gateway.parts.hot, metadata))
 
 
 def app_from_environment() -> HotLane:

@@ -31,6 +31,7 @@ from ferry.gateway.intake import Submission, TensorSubmission, check_payload
 from ferry.gateway.versions import Versions
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
+from ferry.oip.served import ServedDesk
 from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble, warn_of_eviction
 from ferry.rollouts.rollout import Sticky, parse_declared
@@ -111,6 +112,7 @@ class Gateway:
         self.rollouts = RolloutStore(parts.hot)
         self.versions = Versions(self.rollouts)
         self._shadows: set[asyncio.Task[None]] = set()
+        self.served = ServedDesk(parts.hot)  # the protocol's statistics: answers shared
 
     async def start(self) -> None:
         self.tracing.start()
@@ -121,6 +123,7 @@ class Gateway:
             await apply_declared(self.rollouts, parse_declared(self.settings.rollouts))
         await self.parts.backend.start()
         await self.parts.subscriber.start()
+        await self.served.start()
 
     async def stop(self) -> None:
         if self._shadows:  # copies being admitted: a moment to finish, then they are dropped
@@ -128,6 +131,7 @@ class Gateway:
             for shadow in self._shadows:
                 shadow.cancel()
         await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
+        await self.served.stop()
         await self.parts.access.close()
         await self.parts.backend.close()
         await self.parts.hot.close()
@@ -186,8 +190,9 @@ class Gateway:
             try:
                 await self.catalog.metadata(model, asked)
             except BackendError as exc:
-                raise NotFoundError("unknown_model_version", f"model {model!r} has no version "
-                                    f"{asked} ready: {exc}") from None
+                if exc.transient:
+                    raise
+                raise NotFoundError("unknown_model_version", exc.reason) from None  # Triton's
         return pick.version
 
     async def _prepare_tensors(self, submission: TensorSubmission) -> Prepared:
@@ -217,7 +222,7 @@ class Gateway:
         admission = await self.admission(task.model, submission.priority,
                                          submission.timeout_s or self.settings.default_timeout_s)
         admitted = await self.store.admit(task, pending, admission, sharing, owner)
-        self._count(task, admitted)
+        self._count(task, admitted, pending.created_at)
         return admitted
 
     async def _admit_once(self, task: Task, pending: TaskRecord, sharing: Sharing,
@@ -255,7 +260,7 @@ class Gateway:
                                          submission.timeout_s or self.settings.default_timeout_s)
         with self.access.waiting(caller), self.waiters.watch(task.task_id) as watch:
             admitted = await self.store.admit(task, pending, admission, sharing, caller.owner)
-            self._count(task, admitted)
+            self._count(task, admitted, pending.created_at)
             yield Held(task.task_id, admitted.record, watch)
 
     def _new_task(self, model: str, version: str, submission: Submission,
@@ -295,11 +300,11 @@ class Gateway:
                                          submission.timeout_s or self.settings.default_timeout_s)
         if wait_s <= 0:
             self._count(task, await self.store.admit(task, pending, admission, sharing,
-                                                           owner))
+                                                           owner), pending.created_at)
             return Submitted(task.task_id)
         with self.waiters.watch(task.task_id) as watch:  # before admission: no completion missed
             admitted = await self.store.admit(task, pending, admission, sharing, owner)
-            self._count(task, admitted)
+            self._count(task, admitted, pending.created_at)
             try:
                 record = await watch.final(wait_s, admitted.record, read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
@@ -308,11 +313,12 @@ class Gateway:
         return Submitted(task.task_id, record if record is not None and record.status.final
                          else None)
 
-    def _count(self, task: Task, admitted: Admitted) -> None:
+    def _count(self, task: Task, admitted: Admitted, accepted_at: float) -> None:
         model = task.model
         self.metrics.accepted_child(model, task.model_version).inc()
         if admitted.how != "queued":
             self.metrics.shared.labels(model, admitted.how, task.model_version).inc()
+            self.served.tally.shared(model, task.model_version, time.time() - accepted_at)
         rollout = self.versions.cached(model)
         if (rollout is not None and rollout.shadowed_version(task.model_version, random.random())
                 and not task.shadow_of and not task.review_of):

@@ -209,7 +209,7 @@ class InferenceService:
                               context: grpc.aio.ServicerContext[Any, Any]
                               ) -> service_pb2.ModelStatisticsResponse:
         async def work(_: Caller) -> service_pb2.ModelStatisticsResponse:
-            document = await self.backend.model_statistics(request.name, request.version)
+            document = await self.discovery.statistics(request.name, request.version)
             return message_from_json(document, service_pb2.ModelStatisticsResponse())
         return await self._unary(context, "ModelStatistics", work)
 
@@ -224,12 +224,13 @@ class InferenceService:
 
     async def _infer(self, message: service_pb2.ModelInferRequest, caller: Caller,
                      metadata: Metadata) -> service_pb2.ModelInferResponse:
-        """Admit the request, hold it until its task ends, answer from its record."""
-        request, asynchronous = infer_request(message)
+        """Admit the request, hold it until its task ends, answer from its record. An
+        unknown model or version is Triton's refusal (NOT_FOUND) before the inputs are read."""
         version = message.model_version or await self.gateway.version_for(
             message.model_name, "", Sticky(caller.client_for(""),
                                            metadata.get(ROLLOUT_KEY_HEADER, "")))
         interface = await self.inference.interface(message.model_name, version)
+        request, asynchronous = infer_request(message)
         task = tensor_task(interface, request, version, own_id=asynchronous)
         with self.inference.tracing.server_span("ModelInfer", metadata):
             async with self.gateway.held(task, caller) as held:

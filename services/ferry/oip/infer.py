@@ -97,10 +97,12 @@ class InferOperation:
     async def answer(self, request: Request, model: str, version: str,
                      caller: Caller) -> Response:
         try:
-            parsed = await self._read(request)
+            body = await read_limited(request, self.inference.max_body_bytes)
             version = version or await self.gateway.version_for(model, "", Sticky(
                 caller.client_for(""), request.headers.get(ROLLOUT_KEY_HEADER) or ""))
+            # an unknown model or version is Triton's refusal (404), whatever the body holds
             interface = await self.inference.interface(model, version)
+            parsed = self._parse(request, body)
             asynchronous = respond_async(request.headers.getlist("prefer"))
             task = tensor_task(interface, parsed, version, own_id=asynchronous)
         except BodyTooLargeError as exc:
@@ -117,10 +119,9 @@ class InferOperation:
                 span.set_attribute("ferry.model", model)
             return answer
 
-    async def _read(self, request: Request) -> InferRequest:
-        limit = self.inference.max_body_bytes
-        body = await read_limited(request, limit)
-        body = decode_body(body, request.headers.get("content-encoding"), limit)
+    def _parse(self, request: Request, body: bytes) -> InferRequest:
+        body = decode_body(body, request.headers.get("content-encoding"),
+                           self.inference.max_body_bytes)
         return parse_infer_request(body, header_length(request.headers.get(HEADER_LENGTH)))
 
     async def _queued(self, task: TensorTask, caller: Caller) -> Response:

@@ -1,11 +1,12 @@
 """The Open Inference Protocol's REST discovery routes, as Triton serves them, under ``/v2``.
 
 ``tritonclient.http`` pointed at the gateway gets the answers Triton would give: health, server
-metadata (Ferry's own: its name, version and only the extensions it supports), and each model's
-metadata, readiness, configuration and statistics, which come from Triton in its own JSON shapes.
-Errors are Triton's: its status codes and a ``{"error": "..."}`` body with its words. With
-``FERRY_AUTH`` on, every route but health needs the credential ``/v1`` takes. These routes are
-FastAPI's: none of them is on the hot path.
+metadata (Ferry's own: its name, version and only the extensions it supports), each model's
+metadata, readiness and configuration, which come from Triton in its own JSON shapes, and its
+statistics: Ferry's own work (the requests it served, its queue, its calls to Triton) in Triton's
+shape (``ferry.oip.statistics``). Errors are Triton's: its status codes and a
+``{"error": "..."}`` body with its words. With ``FERRY_AUTH`` on, every route but health needs
+the credential ``/v1`` takes. These routes are FastAPI's: none of them is on the hot path.
 """
 
 from __future__ import annotations
@@ -67,18 +68,22 @@ class ModelMetadata(BaseModel):
 
 
 class ModelStatistics(BaseModel):
-    model_stats: list[dict[str, Any]] = Field(description="Triton's statistics, per version")
+    model_stats: list[dict[str, Any]] = Field(
+        description="per version, in Triton's shape: the requests Ferry served, its queue and "
+                    "its calls to Triton (docs/oip.md)")
 
 
 @dataclass(frozen=True)
 class Discovery:
     """Where the answers come from: Triton (through the gateway's backend), the model metadata
-    through the gateway's short cache, the gateway's readiness, and its access rules."""
+    through the gateway's short cache, the gateway's readiness, its access rules, and the
+    statistics of Ferry's own work in Triton's shape (``ferry.oip.served``)."""
 
     backend: ModelDiscovery
     metadata: Callable[[str, str], Awaitable[dict[str, Any]]]
     serving: Callable[[], Awaitable[bool]]
     access: Access
+    statistics: Callable[[str, str], Awaitable[dict[str, Any]]]
 
 
 def oip_error(status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
@@ -150,12 +155,12 @@ def _server_routes(router: APIRouter, discovery: Discovery) -> None:
                                  "extensions": list(EXTENSIONS)})
         return await guarded(discovery.access, request, work)
 
-    @router.get("/models/stats", summary="Triton's statistics of every model",
-                responses=doc(ModelStatistics, 400), openapi_extra=SECURED,
+    @router.get("/models/stats", summary="Statistics of every model: Ferry's work, in Triton's "
+                "shape", responses=doc(ModelStatistics, 400), openapi_extra=SECURED,
                 operation_id="model_statistics_of_all")
     async def all_statistics(request: Request) -> Response:
         async def work() -> Response:
-            return JSONResponse(await discovery.backend.model_statistics())
+            return JSONResponse(await discovery.statistics("", ""))
         return await guarded(discovery.access, request, work)
 
 
@@ -167,7 +172,8 @@ def _model_routes(router: APIRouter, discovery: Discovery) -> None:
             ("/ready", answers.ready, "200 if Triton serves the model now, else 400", READY_DOC),
             ("/config", answers.config, "The model's configuration, as Triton completed it",
              doc(None, 404)),
-            ("/stats", answers.statistics, "Triton's statistics of the model",
+            ("/stats", answers.statistics, "The model's statistics: Ferry's work (its queue, "
+             "Triton's calls), in Triton's shape",
              doc(ModelStatistics, 400))):
         latest, versioned = _handlers(discovery.access, answer)
         name = f"model_{answer.__name__}"
@@ -218,7 +224,7 @@ class ModelAnswers:
         return JSONResponse(await self.backend.model_config(model, version))
 
     async def statistics(self, model: str, version: str) -> Response:
-        return JSONResponse(await self.backend.model_statistics(model, version))
+        return JSONResponse(await self.discovery.statistics(model, version))
 
 
 class NotFound(ClientError):
