@@ -33,6 +33,7 @@ from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
 from ferry.batching.policy import BatchPolicy
 from ferry.compose.batcher import BatcherParts, batcher_parts
+from ferry.errors import BackendError
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
 from ferry.settings import BatcherSettings, parse_partitions
@@ -117,6 +118,11 @@ class Batcher:
         """Connect, create the consumer groups, start the loops (and /metrics if configured)."""
         self.parts.tracing.start()
         await self.parts.backend.start()
+        with contextlib.suppress(BackendError):  # Triton still starting: primed on first sight
+            self.metrics.prime(await self.parts.backend.ready_models())
+        for partition in self.partitions:  # measured from the first claim interval on
+            self.metrics.partition_depth.labels(str(partition))
+            self.metrics.partition_pending.labels(str(partition))
         await self._until_redis_answers(self._prepare_queue)
         await self.parts.cancels.start()
         if self._webhooks is not None:

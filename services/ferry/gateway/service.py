@@ -21,6 +21,7 @@ from ferry.errors import (
     BadRequestError,
     ClientError,
     ConflictError,
+    DependencyUnavailableError,
     NotFoundError,
     ServiceUnavailableError,
     TooManyRequestsError,
@@ -107,8 +108,10 @@ class Gateway:
         self.idempotency = IdempotencyKeys(parts.hot)
         self.access = parts.access
         self.tracing = parts.tracing
-        self._admissions: dict[tuple[str, Priority, float], tuple[Capacity, Admission]] = {}
-        self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s)
+        self._admissions: dict[tuple[str, str, Priority, float],
+                               tuple[Capacity, Admission]] = {}
+        self.catalog = ModelCatalog(parts.backend, parts.settings.catalog_refresh_s,
+                                    on_names=self.metrics.prime)
         self.rollouts = RolloutStore(parts.hot)
         self.versions = Versions(self.rollouts)
         self._shadows: set[asyncio.Task[None]] = set()
@@ -122,6 +125,8 @@ class Gateway:
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # the batchers write it too
             await apply_declared(self.rollouts, parse_declared(self.settings.rollouts))
         await self.parts.backend.start()
+        with contextlib.suppress(DependencyUnavailableError):  # metrics primed, as at every
+            await self.catalog.names()  # read of the models (Triton may answer only later)
         await self.parts.subscriber.start()
         await self.served.start()
 
@@ -170,7 +175,7 @@ class Gateway:
             return await self._prepare_tensors(submission)
         spec = await self.catalog.resolve(submission.model or self.settings.default_model)
         version = submission.version
-        if version or self.versions.may_pick(spec.name):
+        if version or spec.default_version or self.versions.may_pick(spec.name):
             version = await self.version_for(spec.name, version, Sticky(
                 submission.client_id, submission.rollout_key))
         if spec.input_kind == "image":
@@ -184,8 +189,16 @@ class Gateway:
 
     async def version_for(self, model: str, asked: str, sticky: Sticky) -> str:
         """The version a request of ``model`` goes to: the one it pins (a 404 if Triton has no
-        such version ready), else its rollout's pick, else '' (Triton's version policy)."""
-        pick, _ = await self.versions.pick(model, asked, sticky)
+        such version ready), else its rollout's pick, else the model's default version, else
+        '' (Triton's version policy). A candidate whose circuit breaker is open gives its
+        share to the stable version."""
+        pick, rollout = await self.versions.pick(model, asked, sticky)
+        if pick.role == "policy":
+            return await self.catalog.default_version(model)
+        if pick.role == "candidate" and rollout is not None:
+            state, _ = (await self.capacity.of(model)).breaker_of(pick.version)
+            if state == "open":
+                return rollout.stable
         if pick.role == "pinned":
             try:
                 await self.catalog.metadata(model, asked)
@@ -220,7 +233,8 @@ class Gateway:
                              submission: Submission, owner: Owner) -> Admitted:
         """Admit a prepared task (a bulk job's item) as any task is admitted."""
         admission = await self.admission(task.model, submission.priority,
-                                         submission.timeout_s or self.settings.default_timeout_s)
+                                         submission.timeout_s or self.settings.default_timeout_s,
+                                         task.model_version)
         admitted = await self.store.admit(task, pending, admission, sharing, owner)
         self._count(task, admitted, pending.created_at)
         return admitted
@@ -257,7 +271,8 @@ class Gateway:
         task, pending, sharing = self._new_task(checked.model, tensors.version, submission,
                                                 tensors)
         admission = await self.admission(task.model, submission.priority,
-                                         submission.timeout_s or self.settings.default_timeout_s)
+                                         submission.timeout_s or self.settings.default_timeout_s,
+                                         task.model_version)
         with self.access.waiting(caller), self.waiters.watch(task.task_id) as watch:
             admitted = await self.store.admit(task, pending, admission, sharing, caller.owner)
             self._count(task, admitted, pending.created_at)
@@ -297,7 +312,8 @@ class Gateway:
     async def _admit(self, task: Task, pending: TaskRecord, sharing: Sharing,
                      submission: Submission, wait_s: float, *, owner: Owner) -> Submitted:
         admission = await self.admission(task.model, submission.priority,
-                                         submission.timeout_s or self.settings.default_timeout_s)
+                                         submission.timeout_s or self.settings.default_timeout_s,
+                                         task.model_version)
         if wait_s <= 0:
             self._count(task, await self.store.admit(task, pending, admission, sharing,
                                                            owner), pending.created_at)
@@ -339,7 +355,7 @@ class Gateway:
         shadow.deadline_ms = 0
         now = time.time()
         try:
-            admission = await self.admission(task.model, Priority.BATCH, 0.0)
+            admission = await self.admission(task.model, Priority.BATCH, 0.0, candidate)
             await self.store.admit(shadow, TaskRecord.pending(shadow, now), admission,
                                    NOT_SHARED, NO_OWNER)
             await self.rollouts.add_pair(task.model, Pair(task.task_id, shadow.task_id,
@@ -398,19 +414,24 @@ class Gateway:
         return Submitted(holder.task_id, record if record.status.final and wait_s > 0 else None,
                          replayed=True)
 
-    async def admission(self, model: str, priority: Priority, timeout_s: float) -> Admission:
-        """The limits for a new task: its priority's share of the model's backlog limit (set, or
-        sized from the measured rate), and the measured rate to predict its wait. The same
-        limits are shared by every task of a kind until the capacity view changes."""
+    async def admission(self, model: str, priority: Priority, timeout_s: float,
+                        version: str = "") -> Admission:
+        """The limits for a new task of the model's ``version`` ('': Triton's policy picks):
+        its priority's share of the model's backlog limit (set, or sized from the measured
+        rate), and the measured rate to predict its wait; a 503 while that version's circuit
+        breaker is open and no fallback answers. The same limits are shared by every task of a
+        kind until the capacity view changes."""
         capacity = await self.capacity.of(model)
-        key = (model, priority, timeout_s)
+        key = (model, version, priority, timeout_s)
         cached = self._admissions.get(key)
         if cached is not None and cached[0] is capacity:
             return cached[1]
-        if capacity.breaker == "open" and not capacity.fallback:
+        breaker, retry_after_s = capacity.breaker_of(version)
+        if breaker == "open" and not capacity.fallback:
+            named = f"model {model!r}" + (f" version {version}" if version else "")
             raise ServiceUnavailableError(
-                "circuit_open", f"model {model!r} is failing (its circuit breaker is open) and "
-                "has no fallback model; try again later", capacity.retry_after_s)
+                "circuit_open", f"{named} is failing (its circuit breaker is open) and has no "
+                "fallback model; try again later", retry_after_s)
         limit = self.settings.max_backlog
         if not limit:
             limit = (math.ceil(capacity.rate * self.settings.max_queue_wait_s) if capacity.rate
@@ -503,7 +524,12 @@ class Gateway:
         return await self.parts.backend.server_ready()
 
     async def circuits(self) -> dict[str, str]:
-        """Each reported model's circuit breaker (with its fallback while not closed)."""
-        return {model: c.breaker + (f", fallback {c.fallback}" if c.fallback and
-                                    c.breaker != "closed" else "")
-                for model, c in (await self.capacity.all()).items()}
+        """Each reported model's circuit breaker, and each of its versions' as
+        ``<model>/<version>`` (with the model's fallback while not closed)."""
+        circuits: dict[str, str] = {}
+        for model, c in (await self.capacity.all()).items():
+            states = [(model, c.breaker)] + [(f"{model}/{v}", state) for v, state, _ in c.versions]
+            for name, state in states:
+                circuits[name] = state + (f", fallback {c.fallback}" if c.fallback and
+                                          state != "closed" else "")
+        return circuits
