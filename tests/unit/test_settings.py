@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,7 +139,8 @@ def test_gateway_rejects_non_positive_body_limit() -> None:
 @pytest.mark.parametrize("field", ["header_timeout_s", "body_timeout_s"])
 def test_gateway_rejects_read_timeouts_that_are_not_positive(field: str) -> None:
     with pytest.raises(ConfigError, match="header_timeout_s and body_timeout_s must be positive"):
-        GatewaySettings(**{field: 0.0})
+        settings: dict[str, Any] = {field: 0.0}
+        GatewaySettings(**settings)
 
 
 def test_zero_max_wait_is_allowed() -> None:
