@@ -1,61 +1,106 @@
 """The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
 ``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``,
-``ferry rollout status|set|promote|rollback|compare|decisions``."""
+``ferry rollout status|set|promote|rollback|compare|decisions``.
+
+A subcommand's arguments, and the modules that define them, are loaded for the subcommand given
+only: ``ferry --help`` and a light subcommand import neither the services nor the planner, nor
+the HTTP client. Ctrl-C ends any of them with exit code 130 and one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-
-import uvloop
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ferry import __version__
-from ferry.auth import api_keys
-from ferry.auth.base import CLIENT_ID
-from ferry.errors import ConfigError
-from ferry.jobs import client as job_client
-from ferry.planner import command as planner
-from ferry.rollouts import client as rollout_client
-from ferry.settings import (
-    BatcherSettings,
-    CommonSettings,
-    GatewaySettings,
-    UpSettings,
-    add_arguments,
-    load,
-    reference_table,
-)
-from ferry.stack.up import LocalStack
-from ferry.telemetry.logs import configure
 
-COMMANDS: dict[str, tuple[type[CommonSettings], str]] = {
-    "up": (UpSettings, "run the whole stack locally: Redis, Triton, gateway, batcher"),
-    "gateway": (GatewaySettings, "run the HTTP gateway"),
-    "batcher": (BatcherSettings, "run a batcher worker"),
+if TYPE_CHECKING:
+    from ferry.settings import BatcherSettings, CommonSettings
+
+SERVICES = ("up", "gateway", "batcher")
+# Each subcommand's line in ``ferry --help``. plan, jobs and rollout give the same line to their
+# own parsers, which are built only when they run.
+SUMMARIES = {
+    "up": "run the whole stack locally: Redis, Triton, gateway, batcher",
+    "gateway": "run the HTTP gateway",
+    "batcher": "run a batcher worker",
+    "settings": "print every setting as a Markdown table",
+    "keys": "API keys for FERRY_AUTH=api_key",
+    "plan": "fit a model's batch cost, simulate Ferry's policy, size a deployment",
+    "jobs": "bulk jobs: submit, follow, collect",
+    "rollout": "model versions: status, set, promote, rollback, compare, decisions",
 }
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every subcommand named, only the one ``argv`` gives (if any)
+    with its arguments."""
     parser = argparse.ArgumentParser(
         prog="ferry", description="Batch inference requests for NVIDIA Triton. Every flag is "
         "also a FERRY_* environment variable; flags win.")
     parser.add_argument("--version", action="version", version=f"ferry {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, (cls, help_text) in COMMANDS.items():
-        add_arguments(commands.add_parser(name, help=help_text, description=help_text), cls)
-    commands.add_parser("settings", help="print every setting as a Markdown table")
-    keys = commands.add_parser("keys", help="API keys for FERRY_AUTH=api_key")
+    given = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, summary in SUMMARIES.items():
+        if name == given:
+            _full_parser(name)(commands)
+        else:
+            commands.add_parser(name, help=summary)
+    return parser
+
+
+def _full_parser(name: str) -> Callable[[Any], None]:
+    """What adds subcommand ``name`` with its arguments to the subparsers."""
+    if name in SERVICES:
+        return lambda commands: _add_service(commands, name)
+    if name == "keys":
+        return _add_keys
+    if name == "plan":
+        from ferry.planner import command as planner
+
+        return planner.add_parser
+    if name == "jobs":
+        from ferry.jobs import client as job_client
+
+        return job_client.add_parser
+    if name == "rollout":
+        from ferry.rollouts import client as rollout_client
+
+        return rollout_client.add_parser
+    return lambda commands: commands.add_parser(name, help=SUMMARIES[name])
+
+
+def _add_service(commands: Any, name: str) -> None:
+    from ferry.settings import add_arguments
+
+    summary = SUMMARIES[name]
+    add_arguments(commands.add_parser(name, help=summary, description=summary),
+                  _settings_class(name))
+
+
+def _settings_class(name: str) -> type[CommonSettings]:
+    from ferry.settings import BatcherSettings, GatewaySettings, UpSettings
+
+    classes: dict[str, type[CommonSettings]] = {
+        "up": UpSettings, "gateway": GatewaySettings, "batcher": BatcherSettings}
+    return classes[name]
+
+
+def _add_keys(commands: Any) -> None:
+    keys = commands.add_parser("keys", help=SUMMARIES["keys"])
     actions = keys.add_subparsers(dest="action", required=True)
     new = actions.add_parser("new", help="make a key for a client: prints the key once, and "
                              "the FERRY_API_KEYS entry that holds only its hash")
     new.add_argument("--client", required=True, help="the client id the key proves")
-    planner.add_parser(commands)
-    job_client.add_parser(commands)
-    rollout_client.add_parser(commands)
-    return parser
 
 
 def new_api_key(client: str) -> int:
+    from ferry.auth import api_keys
+    from ferry.auth.base import CLIENT_ID
+
     if not CLIENT_ID.fullmatch(client):
         print("ferry keys new: --client must be 1-128 letters, digits or ._:@/+=-")
         return 2
@@ -67,18 +112,62 @@ def new_api_key(client: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``ferry`` with ``argv`` (default: the process's arguments); its exit code."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(given)
+    except KeyboardInterrupt:  # Ctrl-C: what was under way has stopped; no traceback
+        print(f"{_name(given)}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _name(argv: list[str]) -> str:
+    """``ferry plan size``: the command and, right after it, its action (an option's value
+    is no action, so none is named past an option)."""
+    words = ["ferry"]
+    for arg in argv:
+        if arg.startswith("-") or len(words) == 3:
+            break
+        words.append(arg)
+    return " ".join(words)
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser(argv).parse_args(argv)
     if args.command == "settings":
+        from ferry.settings import reference_table
+
         print(reference_table())
         return 0
     if args.command == "keys":
         return new_api_key(args.client)
-    clients = {"plan": planner.run, "jobs": job_client.run, "rollout": rollout_client.run}
-    if args.command in clients:
-        return clients[args.command](args)
-    cls, _ = COMMANDS[args.command]
+    if args.command in ("plan", "jobs", "rollout"):
+        return _client(args.command)(args)
+    return _service(args)
+
+
+def _client(name: str) -> Callable[[argparse.Namespace], int]:
+    """The ``run`` of a command that is a client (of the planner or a gateway)."""
+    if name == "plan":
+        from ferry.planner import command as planner
+
+        return planner.run
+    if name == "jobs":
+        from ferry.jobs import client as job_client
+
+        return job_client.run
+    from ferry.rollouts import client as rollout_client
+
+    return rollout_client.run
+
+
+def _service(args: argparse.Namespace) -> int:
+    from ferry.errors import ConfigError
+    from ferry.settings import load
+    from ferry.telemetry.logs import configure
+
     try:
-        settings = load(cls, args)
+        settings = load(_settings_class(args.command), args)
     except ConfigError as exc:
         print(f"ferry {args.command}: {exc}")
         return 2
@@ -89,7 +178,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(command: str, settings: CommonSettings) -> int:
     """Run the command's service. Each service's modules are imported here, for its command
     only: a batcher process never loads the gateway's modules, nor a gateway the batcher's."""
+    from ferry.errors import ConfigError
+    from ferry.settings import BatcherSettings, GatewaySettings, UpSettings
+
     if isinstance(settings, UpSettings):
+        from ferry.stack.up import LocalStack
+
         return LocalStack(settings).run()
     if isinstance(settings, GatewaySettings):
         from ferry.gateway.serve import serve
@@ -102,6 +196,8 @@ def run(command: str, settings: CommonSettings) -> int:
 
 def run_batcher(settings: BatcherSettings) -> int:
     """One batcher on its parts, or a supervisor of one when partitions follow replicas."""
+    import uvloop
+
     from ferry.batcher.supervisor import Supervisor
     from ferry.batcher.worker import Batcher
     from ferry.compose.batcher import batcher_parts

@@ -77,10 +77,14 @@ def ferry_up(*args: str, state: Path) -> Iterator[tuple[subprocess.Popen[str], l
 
 
 def stop_and_check(proc: subprocess.Popen[str], state: Path) -> float:
+    """Ctrl-C: every process stopped, exit code 130 and one line said so (no traceback)."""
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(30) == 0
+    assert proc.wait(30) == 130
     took = time.monotonic() - started
+    assert proc.stdout is not None
+    said = proc.stdout.read()
+    assert "ferry up: interrupted; stopping ...\n" in said and "Traceback" not in said, said
     time.sleep(0.5)
     assert processes_mentioning(str(state)) == [], "ferry up left processes behind"
     return took

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
+import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, TextIO
 
 from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
-from ferry.planner.costs import CostModel
+from ferry.planner.costs import DEFAULT_SIZES, CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost
 from ferry.planner.memory import (
     RedisLoad,
@@ -25,11 +27,11 @@ from ferry.planner.memory import (
     maxmemory,
     redis_memory,
 )
-from ferry.planner.profile import DEFAULT_SIZES, from_statistics, live_statistics, sweep
 from ferry.planner.search import (
     BATCHER_TASKS_PER_S,
     GATEWAY_TASKS_PER_S,
     Arrivals,
+    Progress,
     Sizing,
     Target,
     size,
@@ -136,6 +138,16 @@ def run(args: argparse.Namespace) -> int:
 # -- fit ----------------------------------------------------------------------------------------
 
 def _fit(args: argparse.Namespace) -> int:
+    # Triton's client and numpy take longer to import than the rest of the command: only a fit
+    # needs them.
+    import asyncio  # noqa: PLC0415
+
+    from ferry.planner.profile import (  # noqa: PLC0415
+        from_statistics,
+        live_statistics,
+        sweep,
+    )
+
     if args.from_stats:
         stats = json.loads(args.from_stats.read_text())
         cost = from_statistics(stats, args.model or "")
@@ -217,7 +229,8 @@ def _size(args: argparse.Namespace) -> int:
                     gateway_tasks_per_s=args.gateway_tasks_per_s,
                     batcher_tasks_per_s=args.batcher_tasks_per_s,
                     check_seconds=args.seconds, seed=args.seed)
-    sizing = size(cost, target, arrivals_of(args))
+    with ProgressLine() as progress:
+        sizing = size(cost, target, arrivals_of(args), progress)
     redis = RedisSizes(args.payload_bytes, args.output_bytes, args.result_ttl_s,
                        args.cache_ttl_s)
     if args.json:
@@ -225,6 +238,49 @@ def _size(args: argparse.Namespace) -> int:
     else:
         print(sizing_table(sizing, args.arrivals, redis))
     return 0
+
+
+class ProgressLine:
+    """The sizing's progress on one line of a terminal (stderr), rewritten in place as each
+    simulated run starts and cleared at the end; nothing where stderr is not a terminal (a pipe
+    or a file keeps only the answer)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.shown = self.stream.isatty()
+        self.started = time.monotonic()
+
+    def __call__(self, progress: Progress) -> None:
+        if not self.shown:
+            return
+        text = progress_text(progress, time.monotonic() - self.started)
+        width = shutil.get_terminal_size().columns - 1  # a wrapped line is not rewritten
+        self.stream.write(f"\r\x1b[K{text[:width]}")
+        self.stream.flush()
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self.shown:  # cleared on Ctrl-C too, for the message that follows
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def progress_text(progress: Progress, elapsed_s: float) -> str:
+    """``searching: 2 of ~7 configurations, best so far 38 instances (64 / 50 ms), 2 s``: the
+    run under way, about how many in all, the best so far (its max batch and max wait)."""
+    best = progress.best
+    if best is None:
+        found = "none meets the target yet"
+    elif progress.checking:
+        found = f"{best.instances} instances on longer runs"
+    else:
+        found = (f"best so far {best.instances} instances ({best.max_batch} / "
+                 f"{_ms(best.max_wait_s)}{', SLO' if best.slo_s else ''})")
+    return (f"{'checking' if progress.checking else 'searching'}: {progress.run} of "
+            f"~{progress.expected} configurations, {found}, {elapsed_s:.0f} s")
 
 
 def _ms(seconds: float) -> str:

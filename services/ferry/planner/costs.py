@@ -16,6 +16,8 @@ from typing import Any
 
 from ferry.errors import ConfigError
 
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the batch sizes a sweep times
+
 
 @dataclass(frozen=True)
 class CostModel:

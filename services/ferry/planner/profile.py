@@ -10,12 +10,12 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from ferry.planner.costs import CostModel, fit, points_from_stats, weigh
+from ferry.planner.costs import DEFAULT_SIZES, CostModel, fit, points_from_stats, weigh
 from ferry.stack.up import sample_image
 from ferry.triton.base import ModelSpec
 from ferry.triton.grpc_backend import TritonGrpcBackend, as_dict
 
-DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
+__all__ = ["DEFAULT_SIZES", "from_statistics", "live_statistics", "payload", "sweep"]
 
 
 def payload(spec: ModelSpec, size: int) -> bytes:

@@ -18,6 +18,9 @@ and Redis have settled it and each task's gateway worker has answered it. So a d
 saturates by CPU as well as by GPU, and the batcher's work between two calls delays the next.
 Without one, that work is a fixed ``overhead_s`` per task.
 
+A run given a ``Bound`` (a sizing's p99 and refusals) stops as soon as it can no longer hold it:
+the search needs only its verdict, and a deployment that cannot keep up says so early.
+
 What it leaves out: other processes on the same cores, network jitter, and priorities (one
 lane). The batcher's read parking only delays reads until a batch could leave, which changes no
 batch; it is not modelled.
@@ -30,7 +33,7 @@ import heapq
 import math
 import random
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ferry.batching.estimators import ArrivalRate, BatchCost, Window
@@ -78,6 +81,19 @@ class Deployment:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """What a run must hold to be of use (a sizing's target): its p99, and the share of the
+    arrivals admission may refuse. A run stops as soon as it can no longer hold it."""
+
+    p99_s: float = math.inf
+    refused: float = 1.0
+
+
+class _Broken(Exception):
+    """The run's bound can no longer hold."""
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What a simulated run measured (after its warm-up)."""
 
@@ -96,7 +112,7 @@ class Outcome:
     unfinished: int = 0  # still queued or at Triton when arrivals stopped (counted, not lost)
     finished_s: float = 0.0  # when the last task was answered (the simulated clock)
     cpu_busy: dict[str, float] = field(default_factory=dict)  # busiest server of each process
-
+    stopped: bool = False  # stopped early, its bound broken: the figures cover only part of it
 
     @property
     def throughput(self) -> float:
@@ -120,36 +136,47 @@ class _Server:
         """Work of ``seconds`` that may start at ``at``: when it is done."""
         self.busy_s += seconds
         starts, ends = self.starts, self.ends
-        index = bisect.bisect_right(ends, at)
-        start = at
-        while index < len(starts) and starts[index] < start + seconds:
-            start = max(start, ends[index])
-            index += 1
-        end = start + seconds
-        self._book(index, start, end)
+        if not ends or at >= ends[-1]:  # after all that is booked: the cheapest case
+            end = at + seconds
+            if ends and ends[-1] == at:
+                ends[-1] = end
+                return end
+            starts.append(at)
+            ends.append(end)
+        else:
+            end = self._book(bisect.bisect_right(ends, at), at, seconds)
         if len(starts) > 2 * self.PRUNE:
             del starts[:self.PRUNE], ends[:self.PRUNE]
         return end
 
-    def _book(self, index: int, start: float, end: float) -> None:
-        """Book [start, end) before stretch ``index``, joined to the stretches it touches (so
-        that a saturated server is one long stretch, not thousands)."""
+    def _book(self, index: int, start: float, seconds: float) -> float:
+        """Book ``seconds`` in the first gap from stretch ``index`` on that holds them, joined
+        to the stretches it touches (so that a saturated server is one long stretch, not
+        thousands); when it ends. (Stretches never touch, so each skipped one ends after the
+        work's start so far.)"""
         starts, ends = self.starts, self.ends
-        after_previous = index > 0 and ends[index - 1] >= start
-        before_next = index < len(starts) and starts[index] <= end
-        if after_previous and before_next:
-            ends[index - 1] = ends[index]
-            del starts[index], ends[index]
-        elif after_previous:
+        count = len(starts)
+        joins_previous = index > 0 and ends[index - 1] >= start
+        while index < count and starts[index] < start + seconds:
+            start = ends[index]
+            index += 1
+            joins_previous = True
+        end = start + seconds
+        if index < count and starts[index] <= end:  # touches the next
+            if joins_previous:
+                ends[index - 1] = ends[index]
+                del starts[index], ends[index]
+            else:
+                starts[index] = start
+        elif joins_previous:
             ends[index - 1] = end
-        elif before_next:
-            starts[index] = start
         else:
             starts.insert(index, start)
             ends.insert(index, end)
+        return end
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batcher:
     index: int
     window: Window
@@ -163,7 +190,7 @@ class _Batcher:
     wake_at: float = math.inf
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batch:
     batcher: _Batcher
     arrivals: list[float]
@@ -171,7 +198,7 @@ class _Batch:
     workers: list[int] = field(default_factory=list)  # each task's gateway worker (with CPU)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Boarding:
     batcher: _Batcher
     arrival: float
@@ -182,8 +209,12 @@ class Simulation:
     """One run: ``Simulation(cost, deployment, seed).run(arrival_times)``."""
 
     def __init__(self, cost: CostModel, deployment: Deployment, seed: int = 0,
-                 warmup_s: float | None = None) -> None:
+                 warmup_s: float | None = None, *, bound: Bound | None = None) -> None:
         self.cost = cost
+        self.bound = bound or Bound()
+        self.over = 0  # measured tasks answered later than the bound's p99
+        self.over_limit = math.inf  # ... as many as prove the p99 past it
+        self.measured = 0  # arrivals after the warm-up
         self.deployment = deployment
         self.policy = BatchPolicy(deployment.max_batch, deployment.max_wait_s,
                                   adaptive=deployment.adaptive)
@@ -199,6 +230,9 @@ class Simulation:
             self.cpu = self.cpu.scaled(deployment.slowdown)
         self.gateways = [_Server() for _ in range(deployment.gateways if self.cpu else 0)]
         self.redis = [_Server() for _ in range(deployment.redis_shards)]
+        self._pick_batcher = _chooser(self.rng, len(self.batchers))
+        self._pick_worker = _chooser(self.rng, max(1, len(self.gateways)))
+        self._pick_shard = _chooser(self.rng, len(self.redis))
         self.seq = 0
         self.latencies: list[float] = []
         self.flushes: Counter[str] = Counter()
@@ -215,14 +249,29 @@ class Simulation:
         end = arrivals[-1] if arrivals else 0.0
         warmup = self.warmup_s if self.warmup_s is not None else 0.1 * end
         self.warmup_s = warmup
-        for now in arrivals:
-            while self.events and self.events[0][0] <= now:
+        self._limit(arrivals)
+        events, next_event, arrive = self.events, self._next_event, self._arrive
+        unfinished = 0
+        try:
+            for now in arrivals:
+                while events and events[0][0] <= now:
+                    next_event()
+                arrive(now)
+            unfinished = self.backlog
+            while self.events:
                 self._next_event()
-            self._arrive(now)
-        unfinished = self.backlog
-        while self.events:
-            self._next_event()
+        except _Broken:
+            return self._outcome(max(0.0, end - warmup), self.backlog, stopped=True)
         return self._outcome(max(0.0, end - warmup), unfinished)
+
+    def _limit(self, arrivals: Sequence[float]) -> None:
+        """How many late answers prove the p99 past the bound's, whatever the rest: the
+        nearest-rank p99 of n answers is past it once n - ceil(0.99 n) + 1 of them are, a count
+        that grows with n, so the count for every measured arrival served holds for fewer."""
+        warmup = self.warmup_s or 0.0
+        self.measured = sum(1 for at in arrivals if at >= warmup)
+        if self.bound.p99_s < math.inf:
+            self.over_limit = self.measured - math.ceil(0.99 * self.measured) + 1
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -232,16 +281,18 @@ class Simulation:
         limit = self.deployment.max_backlog
         if limit and self.backlog >= limit:
             self.refused += measured
+            if measured and self.refused / self.measured > self.bound.refused:
+                raise _Broken
             return
         self.backlog += 1
-        batcher = self.batchers[self.rng.randrange(len(self.batchers))]
-        if self.cpu is None:
+        batcher = self.batchers[self._pick_batcher()]
+        cpu = self.cpu
+        if cpu is None:
             self._board(_Boarding(batcher, now, 0), now)
             return
-        worker = self.rng.randrange(len(self.gateways))  # connections spread over workers
-        cpu = self.cpu
-        read = self._shard().run(self.gateways[worker].run(now, cpu.gateway_task_s / 2),
-                              cpu.redis_task_s / 2)
+        worker = self._pick_worker()  # connections spread over workers
+        read = self.redis[self._pick_shard()].run(
+            self.gateways[worker].run(now, cpu.gateway_task_s / 2), cpu.redis_task_s / 2)
         self._push(batcher.server.run(read, cpu.batcher_task_s / 3), _BOARD,
                    _Boarding(batcher, now, worker))
 
@@ -255,15 +306,15 @@ class Simulation:
 
     def _next_event(self) -> None:
         now, _, kind, item = heapq.heappop(self.events)
-        if kind == _DONE:
+        if kind == _BOARD:  # the most frequent: one a task
+            assert isinstance(item, _Boarding)
+            self._board(item, now)
+        elif kind == _DONE:
             assert isinstance(item, _Batch)
             self._done(item, now)
         elif kind == _REACH:
             assert isinstance(item, _Batch)
             self._reach(item, now)
-        elif kind == _BOARD:
-            assert isinstance(item, _Boarding)
-            self._board(item, now)
         else:
             assert isinstance(item, _Batcher)
             if now >= item.wake_at:
@@ -281,16 +332,20 @@ class Simulation:
                                else 0.0)
         batcher.cost.add(size, seconds)
         self.backlog -= size
-        warmup = self.warmup_s or 0.0
+        warmup, late = self.warmup_s or 0.0, self.bound.p99_s
         for arrival, answered in zip(batch.arrivals, self._answers(batch, now), strict=True):
             self.last_answer = max(self.last_answer, answered)
             if arrival >= warmup:
                 self.latencies.append(answered - arrival)
+                if answered - arrival > late:
+                    self.over += 1
+        if self.over >= self.over_limit:
+            raise _Broken
         self._plan(batcher, now)
 
     def _shard(self) -> _Server:
         """The Redis server of a task's partition (of a batch's, for its completion)."""
-        return self.redis[self.rng.randrange(len(self.redis))]
+        return self.redis[self._pick_shard()]
 
     def _answers(self, batch: _Batch, now: float) -> list[float]:
         """When each task of a batch Triton finished at ``now`` is answered: its batcher and
@@ -373,7 +428,7 @@ class Simulation:
 
     # -- results --------------------------------------------------------------------------------
 
-    def _outcome(self, seconds: float, unfinished: int) -> Outcome:
+    def _outcome(self, seconds: float, unfinished: int, stopped: bool = False) -> Outcome:
         ordered = sorted(self.latencies)
         span = max(seconds, 1e-9)
         return Outcome(
@@ -384,7 +439,7 @@ class Simulation:
             utilisation=min(1.0, self.busy_s / (self.deployment.instances * span)),
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
             flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer,
-            cpu_busy=self._cpu_busy(span))
+            cpu_busy=self._cpu_busy(span), stopped=stopped)
 
     def _cpu_busy(self, span: float) -> dict[str, float]:
         """The busiest server of each process: the share of the run it worked (warm-up
@@ -397,6 +452,20 @@ class Simulation:
                 "redis": max(s.busy_s for s in self.redis) / total}
 
 
+def _chooser(rng: random.Random, n: int) -> Callable[[], int]:
+    """``rng.randrange(n)``, drawing the very bits it draws (so a seed gives the runs it gave),
+    without its checks and calls: a run makes one to three picks per task."""
+    getrandbits, bits = rng.getrandbits, n.bit_length()
+
+    def pick() -> int:
+        value = getrandbits(bits)
+        while value >= n:
+            value = getrandbits(bits)
+        return value
+
+    return pick
+
+
 def quantile(ordered: Sequence[float], q: float) -> float:
     """The nearest-rank quantile of sorted values (0 for none)."""
     if not ordered:
@@ -405,5 +474,7 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def simulate(cost: CostModel, deployment: Deployment, arrivals: Sequence[float],
-             seed: int = 0, warmup_s: float | None = None) -> Outcome:
-    return Simulation(cost, deployment, seed, warmup_s).run(arrivals)
+             seed: int = 0, warmup_s: float | None = None, *, bound: Bound | None = None
+             ) -> Outcome:
+    """One run (``Simulation``); with a ``bound``, it stops as soon as the bound is broken."""
+    return Simulation(cost, deployment, seed, warmup_s, bound=bound).run(arrivals)

@@ -35,6 +35,7 @@ def repository_models(repository: Path) -> list[str]:
 
 
 ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105  # the file's name, not a token
+INTERRUPTED = 130  # the exit code after Ctrl-C: 128 + SIGINT, as a shell reports it
 
 
 def admin_token(state: Path) -> str:
@@ -59,22 +60,37 @@ class LocalStack:
         self.logs = self.state / "logs"
         self.processes: list[ManagedProcess] = []
         self._stop = threading.Event()
+        self._interrupted = False  # stopped by Ctrl-C (SIGINT), not SIGTERM
 
     def run(self) -> int:
-        """Start everything, print how to use it, wait for Ctrl-C or a crash, stop everything."""
+        """Start everything, print how to use it, wait for Ctrl-C or a crash, stop everything.
+        Its exit code: 130 after Ctrl-C (as a shell reports a command it ended), 0 after
+        SIGTERM, 1 if a piece failed."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        try:
+            code = self._serve()
+            if self._interrupted and code == 0:
+                print("ferry up: interrupted; stopping ...", file=sys.stderr, flush=True)
+                return INTERRUPTED
+            return code
+        finally:
+            self.stop()
+
+    def _serve(self) -> int:
         try:
             settings = self._start_all()
             print(self._banner(settings), flush=True)
             return self._watch()
         except StartupError as exc:
+            if self._interrupted:  # a start cut short by Ctrl-C is no failure
+                return 0
             print(f"ferry up: {exc}", file=sys.stderr)
             return 1
-        finally:
-            self.stop()
 
-    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if not self._stop.is_set():  # the first signal tells what stops it
+            self._interrupted = signum == signal.SIGINT
         self._stop.set()
 
     def _start_all(self) -> UpSettings:
@@ -139,7 +155,8 @@ class LocalStack:
                     print(f"ferry up: {proc.name} exited with code {proc.returncode()}; "
                           f"see {proc.log_path}; stopping", file=sys.stderr)
                     return 1
-        print("\nstopping ...", flush=True)
+        if not self._interrupted:
+            print("\nstopping ...", flush=True)
         return 0
 
     def stop(self) -> None:

@@ -1,0 +1,85 @@
+"""The ``ferry`` command as a terminal sees it: ``--help`` loads only what it prints, and Ctrl-C
+ends a sizing mid-search with exit code 130, one line on stderr and no traceback."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+# What a light command must not load: the planner's simulation and Triton's client (numpy),
+# the services, their settings and the HTTP client.
+HEAVY = ("ferry.planner.simulate", "ferry.settings", "ferry.gateway", "ferry.batcher",
+         "ferry.stack", "httpx", "uvloop", "tritonclient", "numpy")
+
+
+def loaded_after(argv: list[str]) -> list[str]:
+    """The heavy modules a fresh interpreter has loaded after ``ferry <argv>``."""
+    probe = ("import sys\nfrom ferry.cli import main\ntry:\n"
+             f"    main({argv!r})\nexcept SystemExit:\n    pass\n"
+             f"print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))")
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                          text=True, timeout=60)
+    return list(ast.literal_eval(done.stdout.strip().splitlines()[-1]))
+
+
+def test_help_loads_neither_the_planner_nor_the_services() -> None:
+    assert loaded_after(["--help"]) == []
+    assert loaded_after(["--version"]) == []
+    assert loaded_after(["keys", "new", "--client", "ci"]) == []
+
+
+def test_the_planners_help_loads_no_triton_client() -> None:
+    loaded = loaded_after(["plan", "size", "--help"])
+    assert "ferry.planner.simulate" in loaded
+    assert not [m for m in loaded if m.startswith(("tritonclient", "numpy", "httpx"))]
+
+
+def read_until(fd: int, text: bytes, timeout_s: float) -> bytes:
+    """What the terminal ``fd`` shows until ``text`` appears (or its writer closes it)."""
+    seen, deadline = b"", time.monotonic() + timeout_s
+    while text not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], deadline - time.monotonic())[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child has gone: the terminal is closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.mark.timeout(90)
+def test_ctrl_c_ends_a_sizing_mid_search_with_130_and_one_line() -> None:
+    """The design scenario, its progress on a terminal: Ctrl-C once the search has found a
+    first answer (runs are still to come), as a terminal sends it."""
+    terminal, child_side = pty.openpty()
+    with subprocess.Popen(
+            [sys.executable, "-m", "ferry", "plan", "size", "--qps", "10000", "--p99-ms", "500",
+             "--t-fixed-ms", "40", "--t-per-ms", "2.5"],
+            stdout=subprocess.PIPE, stderr=child_side,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    ) as proc:
+        os.close(child_side)
+        try:
+            shown = read_until(terminal, b"best so far", 60)
+            assert b"\r\x1b[Ksearching: " in shown and b"best so far" in shown, shown
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 130
+            shown += read_until(terminal, b"\n", 5)
+            assert proc.stdout is not None and proc.stdout.read() == b""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(terminal)
+    after = shown.rsplit(b"best so far", 1)[1]
+    assert after.endswith(b"\r\x1b[Kferry plan size: interrupted\r\n"), shown
+    assert b"Traceback" not in shown

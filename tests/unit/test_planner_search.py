@@ -1,0 +1,114 @@
+"""How the sizing search saves runs without changing its answer: grid points that cannot win
+are not simulated, a run that cannot meet its bound stops early with the verdict the whole run
+gives, and the progress it reports counts the runs it makes."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from contextlib import redirect_stdout
+from dataclasses import replace
+
+import pytest
+
+from ferry.cli import main
+from ferry.planner import arrivals
+from ferry.planner import search as search_module
+from ferry.planner.command import ProgressLine, progress_text
+from ferry.planner.costs import CostModel
+from ferry.planner.cpu import BENCH_CPU
+from ferry.planner.search import Progress, Target, size
+from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
+
+DESIGN_COST = CostModel(0.040, 0.0025)  # docs/cli.md's design scenario: 200 ms at 64
+
+
+def test_the_design_scenario_at_a_tenth_of_its_load() -> None:
+    """docs/cli.md's scenario (p99 < 500 ms, t(B) = 40 + 2.5·B ms, Ferry's CPU) at 1,000/s:
+    the answer the exhaustive search gave (71 runs) from 7 runs, as max batch 16 and 32 need
+    more instances at full batches (6 and 5) than 64 meets the target with (4). (The design
+    scenario itself, 38 instances, takes about 20 s: measured, not run here.)"""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["plan", "size", "--qps", "1000", "--p99-ms", "500", "--t-fixed-ms", "40",
+                     "--t-per-ms", "2.5", "--json"]) == 0
+    plan = json.loads(out.getvalue())
+    assert plan["deployment"] == {
+        "gpu_instances": 4, "batchers": 1, "inflight_per_batcher": 4, "partitions": 16,
+        "gateways": 1, "redis_shards": 1, "max_batch": 64, "max_wait_ms": 10.0,
+        "overhead_ms": 1.5, "max_backlog": 12800}
+    assert plan["at_design_load"]["p99_ms"] == pytest.approx(334.336, abs=0.001)
+    assert plan["envelope"]["gpu_instances"] == 4
+    assert plan["simulated_configurations"] == 7
+
+
+def test_grid_points_whose_bound_is_above_the_best_are_never_simulated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    simulated: list[Deployment] = []
+
+    def recording(cost: CostModel, deployment: Deployment, load: Sequence[float], seed: int = 0,
+                  warmup_s: float | None = None, *, bound: Bound | None = None) -> Outcome:
+        simulated.append(deployment)
+        return simulate(cost, deployment, load, seed, warmup_s, bound=bound)
+
+    monkeypatch.setattr(search_module, "simulate", recording)
+    target = Target(qps=1000, p99_s=0.5, cpu=BENCH_CPU, overhead_s=0.0015, search_seconds=10,
+                    check_seconds=10)
+    sizing = size(DESIGN_COST, target, arrivals.poisson)
+    assert sizing.deployment.instances == 4 and sizing.candidates == len(simulated)
+    assert {d.max_batch for d in simulated[:-1]} == {64}  # the last: the envelope's
+    assert max(d.instances for d in simulated) == 4
+
+
+@pytest.mark.parametrize("instances", [3, 4, 5])
+def test_a_bounded_run_gives_the_whole_runs_verdict_and_stops_when_it_fails(
+        instances: int) -> None:
+    """Around the answer of the test above: below it the bounded run stops early, past 1% of
+    its tasks late; where it meets the target it is the whole run, figure for figure."""
+    target = Target(qps=1000, p99_s=0.5, cpu=BENCH_CPU, overhead_s=0.0015)
+    deployment = search_module._with_instances(
+        Deployment(instances=1, cpu=BENCH_CPU, overhead_s=0.0015), instances, DESIGN_COST,
+        target)
+    load = arrivals.poisson(target.design_qps, 10, seed=0)
+    whole = simulate(DESIGN_COST, deployment, load)
+    bounded = simulate(DESIGN_COST, deployment, load, bound=target.bound)
+    assert search_module._meets(bounded, target) == search_module._meets(whole, target)
+    if search_module._meets(whole, target):
+        assert bounded == whole
+    else:
+        assert bounded.stopped and bounded.served < whole.served
+
+
+def test_a_run_stops_once_admission_has_refused_more_than_its_bound_allows() -> None:
+    cost = CostModel(0.050, 0.002)  # 8 per batch: 121 tasks/s
+    times = arrivals.poisson(240, 30, seed=2)
+    tight = Deployment(instances=1, max_batch=8, max_backlog=240)
+    whole = simulate(cost, tight, times, warmup_s=0.0)
+    bounded = simulate(cost, tight, times, warmup_s=0.0, bound=Bound(refused=0.001))
+    assert whole.refused > 0.001 * whole.offered
+    assert bounded.stopped and bounded.refused == int(0.001 * len(times)) + 1
+
+
+def test_progress_counts_every_run_and_ends_checking_the_answer() -> None:
+    told: list[Progress] = []
+    target = Target(qps=1000, p99_s=0.5, search_seconds=5, check_seconds=5)
+    sizing = size(DESIGN_COST, target, arrivals.poisson, told.append)
+    assert [p.run for p in told] == list(range(1, sizing.candidates + 1))
+    assert told[0].best is None and not told[0].checking
+    assert told[-1].checking and told[-1].best == sizing.deployment
+    assert told[-1].expected == sizing.candidates
+
+
+def test_the_progress_line_says_where_the_search_is_and_stays_off_a_pipe() -> None:
+    best = Deployment(instances=38, max_batch=64, max_wait_s=0.05)
+    assert progress_text(Progress(2, 7, best, checking=False), 2.4) == (
+        "searching: 2 of ~7 configurations, best so far 38 instances (64 / 50 ms), 2 s")
+    assert progress_text(Progress(1, 13, None, checking=False), 0.1) == (
+        "searching: 1 of ~13 configurations, none meets the target yet, 0 s")
+    assert progress_text(Progress(5, 7, replace(best, slo_s=0.4985), checking=True), 7) == (
+        "checking: 5 of ~7 configurations, 38 instances on longer runs, 7 s")
+    piped = io.StringIO()  # not a terminal
+    with ProgressLine(piped) as line:
+        line(Progress(1, 7, None, checking=False))
+    assert piped.getvalue() == ""
