@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import redirect_stdout
 from dataclasses import replace
 
 import pytest
 
 from ferry.cli import main
+from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner import search as search_module
 from ferry.planner.command import ProgressLine, progress_text
 from ferry.planner.costs import CostModel
-from ferry.planner.cpu import BENCH_CPU
+from ferry.planner.cpu import BENCH_CPU, CpuCost
 from ferry.planner.search import Progress, Target, size
 from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
 
@@ -80,6 +81,18 @@ def test_a_bounded_run_gives_the_whole_runs_verdict_and_stops_when_it_fails(
         assert bounded.stopped and bounded.served < whole.served
 
 
+def test_a_run_whose_batcher_falls_behind_stops_before_any_late_answer() -> None:
+    """A batcher that needs 1 ms to read a task, at 1,500/s: it reads each later than the last,
+    so 1% of the tasks read past the p99 prove it, before one of them is answered (the whole
+    run's p99 is over a minute)."""
+    slow = Deployment(instances=8, cpu=CpuCost(batcher_task_s=3e-3), overhead_s=0.0015)
+    load = arrivals.poisson(1500, 20, seed=1)
+    whole = simulate(CostModel(0.010, 0.0005), slow, load)
+    bounded = simulate(CostModel(0.010, 0.0005), slow, load, bound=Bound(p99_s=0.5))
+    assert whole.p99_s > 60
+    assert bounded.stopped and bounded.served == 0
+
+
 def test_a_run_stops_once_admission_has_refused_more_than_its_bound_allows() -> None:
     cost = CostModel(0.050, 0.002)  # 8 per batch: 121 tasks/s
     times = arrivals.poisson(240, 30, seed=2)
@@ -88,6 +101,44 @@ def test_a_run_stops_once_admission_has_refused_more_than_its_bound_allows() -> 
     bounded = simulate(cost, tight, times, warmup_s=0.0, bound=Bound(refused=0.001))
     assert whole.refused > 0.001 * whole.offered
     assert bounded.stopped and bounded.refused == int(0.001 * len(times)) + 1
+
+
+def needing(search: int, check: int) -> Callable[..., Outcome]:
+    """A stand-in simulation: the target's p99 (0.5 s) holds from ``search`` instances on the
+    search's arrivals (seed 0), from ``check`` on the longer check's (seed 2)."""
+
+    def run(cost: CostModel, deployment: Deployment, load: Sequence[float], seed: int = 0,
+            warmup_s: float | None = None, *, bound: Bound | None = None) -> Outcome:
+        holds = deployment.instances >= (check if seed == 2 else search)
+        return Outcome(offered=100, served=100, refused=0, seconds=10.0, p50_s=0.1, p90_s=0.2,
+                       p99_s=0.4 if holds else 0.6, p999_s=0.7, mean_s=0.1, utilisation=0.9,
+                       mean_batch=32.0)
+
+    return run
+
+
+@pytest.mark.parametrize(("check", "answer", "check_runs"),
+                         [(6, 6, 1), (13, 13, 6), (10**6, None, 9)])
+def test_a_failed_check_grows_the_answer_to_the_first_growth_that_holds(
+        monkeypatch: pytest.MonkeyPatch, check: int, answer: int | None,
+        check_runs: int) -> None:
+    """The search finds 6 instances (the capacity bound at 1,800/s); the check on other
+    arrivals needs ``check``: the answer is the first of 6, 7, 8... (5% steps, at least one)
+    that holds it, found in a handful of runs; where none up to 4,096 does, nine say so, not
+    the hundred and thirty-five a step at a time would take."""
+    monkeypatch.setattr(search_module, "simulate", needing(6, check))
+    told: list[Progress] = []
+    target = Target(qps=1500, p99_s=0.5)
+    if answer is None:
+        with pytest.raises(ConfigError, match="no deployment of up to 4096"):
+            size(DESIGN_COST, target, arrivals.poisson, told.append)
+    else:
+        assert size(DESIGN_COST, target, arrivals.poisson,
+                    told.append).deployment.instances == answer
+    checked = [p.best.instances for p in told if p.checking and p.best]
+    assert len(checked) == check_runs + (2 if answer else 0)  # then the target's, the envelope's
+    assert search_module._growths(6, 4096)[:16] == [*range(6, 21), 21]
+    assert len(search_module._growths(6, 4096)) == 135
 
 
 def test_progress_counts_every_run_and_ends_checking_the_answer() -> None:

@@ -8,10 +8,12 @@ tasks per second per process. Partitions so that every batcher owns at least one
 (max batch, max wait), a binary search over instance counts from the back-of-envelope bound
 upward (p99 falls as instances are added), each candidate simulated with Ferry's own policy.
 
-What makes it quick without changing its answer: the grid is searched from its lowest capacity
-bound up, and no point is searched past the fewest instances found so far (nor at all when its
-bound is above them: it cannot win); a run that can no longer meet the target (its late answers
-already past 1% of its tasks, or its refusals past the share allowed) stops there.
+What makes it quick without changing its answer (where, as the binary search takes it, more
+instances never break what fewer held): the grid is searched from its lowest capacity bound up,
+and no point is searched past the fewest instances found so far (nor at all when its bound is
+above them: it cannot win); the growths of an answer its check breaks are searched by doubling,
+then halving; and a run that can no longer meet the target (1% of its tasks late, or its
+refusals past the share allowed) stops there.
 """
 
 from __future__ import annotations
@@ -224,18 +226,41 @@ def _candidates(target: Target, cost: CostModel, first: Deployment) -> list[Depl
 def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Arrivals,
                runs: _Runs) -> tuple[Deployment, Outcome]:
     """The search's answer checked on a longer run with other arrivals (bursts the search's
-    shorter run did not meet show here), grown by 5% at a time until the check holds."""
+    shorter run did not meet show here), else the first of its growths by 5% at a time that
+    holds the check. Those are searched by doubling the step, then halving the gap (the run of
+    a growth a step at a time, but where no growth holds, as when bursts outrun Ferry's
+    processes, a dozen runs say so rather than a hundred)."""
     design = arrivals(target.design_qps, target.check_seconds, target.seed + 2)
-    while True:
-        outcome = runs.simulate(chosen, design, target.seed + 2, target.bound)
-        if _meets(outcome, target):
-            return chosen, outcome
-        if chosen.instances >= target.max_instances:
+    ladder = _growths(chosen.instances, target.max_instances)
+
+    def check(step: int) -> tuple[Deployment, Outcome] | None:
+        grown = _with_instances(chosen, ladder[step], cost, target) if step else chosen
+        runs.best = grown
+        outcome = runs.simulate(grown, design, target.seed + 2, target.bound)
+        return (grown, outcome) if _meets(outcome, target) else None
+
+    failed, step = -1, 0
+    while (found := check(step)) is None:
+        if step == len(ladder) - 1:
             raise ConfigError(f"no deployment of up to {target.max_instances} instances meets "
                               f"p99 {target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
-        grown = min(target.max_instances, chosen.instances + max(1, chosen.instances // 20))
-        chosen = _with_instances(chosen, grown, cost, target)
-        runs.best, runs.more = chosen, runs.more + 1
+        failed, step = step, min(len(ladder) - 1, 2 * step + 1)
+        runs.more = max(runs.more, 3 + (step - failed).bit_length())
+    while step - failed > 1:
+        middle = (failed + step) // 2
+        if (holds := check(middle)) is None:
+            failed = middle
+        else:
+            step, found = middle, holds
+    return found
+
+
+def _growths(instances: int, most: int) -> list[int]:
+    """``instances``, then each 5% (at least one) more than the last, up to ``most``."""
+    ladder = [instances]
+    while ladder[-1] < most:
+        ladder.append(min(most, ladder[-1] + max(1, ladder[-1] // 20)))
+    return ladder
 
 
 def _with_instances(base: Deployment, instances: int, cost: CostModel,
