@@ -1,19 +1,27 @@
-"""The task store's Lua scripts, read without Redis: every name a script uses is declared (by the
-Python side's NamedTuples, the generated constants, or the script itself), every declared name is
-used, and key names come only from ``keys.py``."""
+"""Every Lua script of the package, read without Redis: found by scanning the package (each
+room's ``ScriptSpec`` values and ``lua/`` folders), every name a script uses is declared (by the
+Python side's NamedTuples, the generated constants, or the script itself), every declared name
+is used, no script indexes KEYS or ARGV by number, key names come only from ``keys.py``, and no
+Lua is left inline in Python."""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import importlib
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from ferry import lua
+from ferry.lua import ScriptSpec
 from ferry.tasks import scripts
 from ferry.tasks.base import CancelOutcome
-from ferry.tasks.scripts import SCRIPTS, ScriptSpec
 
+ROOT = Path(__file__).resolve().parents[2]
+FERRY = ROOT / "services" / "ferry"
 LUA_KEYWORDS = frozenset({"and", "break", "do", "else", "elseif", "end", "false", "for",
                           "function", "if", "in", "local", "nil", "not", "or", "repeat",
                           "return", "then", "true", "until", "while"})
@@ -23,12 +31,48 @@ MAX_LINES = 40
 IDENTIFIER = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")
 STRING_OR_COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"",
                                re.DOTALL)
-BY_NAME = {spec.name: spec for spec in SCRIPTS}
 
 
-def code(lua: str) -> str:
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(FERRY.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _declared_scripts() -> list[ScriptSpec]:
+    """Every ``ScriptSpec`` a module of the package holds, from the modules that name the
+    class (imported: a spec is built from its room's NamedTuples and enums)."""
+    found: dict[tuple[str, str], ScriptSpec] = {}
+    for path in sorted(FERRY.rglob("*.py")):
+        if path.name != "lua.py" and "ScriptSpec" in path.read_text():
+            module = importlib.import_module(_module_name(path))
+            found |= {(v.package, v.name): v for v in vars(module).values()
+                      if isinstance(v, ScriptSpec)}
+    return sorted(found.values(), key=lambda spec: (spec.package, spec.name))
+
+
+SCRIPTS = _declared_scripts()
+FRAGMENTS = sorted({(spec.package, f) for spec in SCRIPTS for f in spec.fragments})
+FILES = sorted({(spec.package, spec.name) for spec in SCRIPTS} | set(FRAGMENTS))
+
+
+def ident(spec: ScriptSpec) -> str:
+    return f"{spec.package.rpartition('.')[2]}/{spec.name}"
+
+
+def file_id(file: tuple[str, str]) -> str:
+    return f"{file[0].rpartition('.')[2]}/{file[1]}"
+
+
+def header(lua_text: str) -> str:
+    """A script's leading comment: its contract."""
+    lines = lua_text.splitlines()
+    return "\n".join(lines[:next(i for i, line in enumerate(lines)
+                                 if not line.startswith("--"))])
+
+
+def code(text: str) -> str:
     """The Lua without comments, and with every string literal emptied (lines kept)."""
-    return STRING_OR_COMMENT.sub(lambda m: "''" if m.group()[0] in "'\"" else "", lua)
+    return STRING_OR_COMMENT.sub(lambda m: "''" if m.group()[0] in "'\"" else "", text)
 
 
 def declared_in(lua: str) -> set[str]:
@@ -46,41 +90,85 @@ def used_in(lua: str) -> set[str]:
     return {name for name in IDENTIFIER.findall(lua) if name not in LUA_KEYWORDS}
 
 
-@pytest.mark.parametrize("spec", SCRIPTS, ids=lambda s: s.name)
+def test_the_scan_finds_every_room_s_scripts() -> None:
+    rooms = {spec.package for spec in SCRIPTS}
+    assert rooms >= {"ferry.tasks", "ferry.jobs", "ferry.auth", "ferry.queue", "ferry.rollouts",
+                     "ferry.batcher"}
+    assert len(SCRIPTS) >= len(scripts.SCRIPTS) + 13  # the task store's, and the rooms' 13
+
+
+def test_every_lua_file_is_a_declared_script_or_a_fragment() -> None:
+    on_disk = {(_module_name(path.parent.parent / "__init__.py"), path.stem)
+               for path in FERRY.rglob("*.lua")}
+    assert on_disk == set(FILES)
+
+
+def _lua_strings(tree: ast.Module) -> list[int]:
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and "redis.call(" in node.value]
+
+
+def _registered(tree: ast.Module) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "register_script"]
+
+
+def test_no_lua_is_left_inline_and_every_script_is_registered_through_the_loader() -> None:
+    inline, elsewhere = [], []
+    for path in sorted(FERRY.rglob("*.py")):
+        relative = path.relative_to(FERRY)
+        if relative.parts[0] in ("resp", "v1", "model_repository"):  # the clients themselves
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        inline += [f"{relative}:{line}" for line in _lua_strings(tree)]
+        elsewhere += [f"{relative}:{call.lineno}" for call in _registered(tree)
+                      if ast.unparse(call.args[0]).split("(")[0] != "lua.source"]
+    assert inline == [], "Lua in a Python string: move it to a room's lua/ folder"
+    assert elsewhere == [], "a script registered other than as lua.source(spec)"
+
+
+@pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
 def test_every_name_a_script_uses_is_declared(spec: ScriptSpec) -> None:
-    whole = code(scripts.source(spec))
+    whole = code(lua.source(spec))
     undeclared = used_in(whole) - declared_in(whole) - LUA_GLOBALS
     assert not undeclared, f"{spec.name}.lua uses undeclared names: {sorted(undeclared)}"
 
 
-@pytest.mark.parametrize("spec", SCRIPTS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
 def test_every_declared_key_and_argument_is_used(spec: ScriptSpec) -> None:
-    used = used_in(code(scripts.read_lua(spec.name)))
+    used = used_in(code(lua.read_lua(spec.package, spec.name)))
     offsets = {name.upper() for name in spec.item}
     unused = {*spec.keys, *spec.args, *offsets} - used
     assert not unused, f"{spec.name}.lua declares but never uses: {sorted(unused)}"
     assert len({*spec.keys, *spec.args, *offsets}) == len(spec.keys) + len(spec.args) + len(
         offsets), "a name is declared twice"
+    assert not {*spec.keys, *spec.args} & (LUA_GLOBALS | LUA_KEYWORDS), "a name hides Lua's"
 
 
-@pytest.mark.parametrize("spec", SCRIPTS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
 def test_scripts_index_keys_and_argv_only_through_generated_names(spec: ScriptSpec) -> None:
-    lua = code(scripts.read_lua(spec.name))
-    assert not re.search(r"\b(?:KEYS|ARGV)\[\s*\d", lua)
+    for name in (*spec.fragments, spec.name):
+        lua_code = code(lua.read_lua(spec.package, name))
+        assert not re.search(r"\b(?:KEYS|ARGV)\[\s*\d", lua_code), f"{name}.lua"
+    if spec.item:  # per-item ARGV: from the first item on, by its offsets
+        assert "FIRST_ITEM" in lua.read_lua(spec.package, spec.name)
+    if spec.more_keys:
+        assert spec.more_keys in lua.read_lua(spec.package, spec.name)
 
 
-@pytest.mark.parametrize("name", ["common", *BY_NAME])
-def test_scripts_build_no_key_names_of_their_own(name: str) -> None:
-    lua = scripts.read_lua(name)
-    for literal in ("'task:", "'webhooks'", "'followers:", "'cache:", "ferry:", "{p"):
-        assert literal not in lua, f"{name}.lua spells a key name: {literal}"
+@pytest.mark.parametrize("file", FILES, ids=file_id)
+def test_scripts_build_no_key_names_of_their_own(file: tuple[str, str]) -> None:
+    text = lua.read_lua(*file)
+    for literal in ("'task:", "'webhooks'", "'followers:", "'cache:", "ferry:", "{p", "'idem:",
+                    "'jobs:", "'{rollouts}"):
+        assert literal not in text, f"{file[1]}.lua spells a key name: {literal}"
 
 
-def blocks(lua: str) -> list[tuple[int, int]]:
+def blocks(text: str) -> list[tuple[int, int]]:
     """(first line, last line) of each function, by its ``function``...``end`` nesting."""
     spans: list[tuple[int, int]] = []
     stack: list[tuple[str, int]] = []
-    for line_no, line in enumerate(lua.splitlines(), 1):
+    for line_no, line in enumerate(text.splitlines(), 1):
         for word in re.findall(r"\b(function|if|do|end)\b", line):
             if word == "end":
                 kind, start = stack.pop()
@@ -92,47 +180,65 @@ def blocks(lua: str) -> list[tuple[int, int]]:
     return spans
 
 
-@pytest.mark.parametrize("name", ["common", *BY_NAME])
-def test_no_function_or_main_chunk_is_over_forty_lines(name: str) -> None:
-    lua = code(scripts.read_lua(name))
-    spans = blocks(lua)
+@pytest.mark.parametrize("file", FILES, ids=file_id)
+def test_no_function_or_main_chunk_is_over_forty_lines(file: tuple[str, str]) -> None:
+    text = code(lua.read_lua(*file))
+    spans = blocks(text)
     for start, end in spans:
-        assert end - start + 1 <= MAX_LINES, f"{name}.lua: a function of {end - start + 1} lines"
+        assert end - start + 1 <= MAX_LINES, f"{file[1]}.lua: a function of {end - start + 1} lines"
     inside = {n for start, end in spans for n in range(start, end + 1)}
-    main = [line for n, line in enumerate(lua.splitlines(), 1) if n not in inside
+    main = [line for n, line in enumerate(text.splitlines(), 1) if n not in inside
             and line.strip()]
-    assert len(main) <= MAX_LINES, f"{name}.lua's main chunk is {len(main)} lines"
+    assert len(main) <= MAX_LINES, f"{file[1]}.lua's main chunk is {len(main)} lines"
 
 
-@pytest.mark.parametrize("spec", SCRIPTS, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
 def test_each_script_states_its_contract(spec: ScriptSpec) -> None:
-    header = scripts.read_lua(spec.name).split("\n\n")[0]
-    assert header.startswith(f"-- {spec.name}: ")
-    assert "KEYS" in header and "Result" in header
+    """What it reads (KEYS, and its arguments if it has any) and what it answers."""
+    contract = header(lua.read_lua(spec.package, spec.name))
+    assert contract.startswith(f"-- {spec.name}: ")
+    assert "KEYS" in contract and "Result" in contract
+    assert not spec.args or "args" in contract or "ARGV" in contract
+
+
+@pytest.mark.parametrize("spec", [s for s in SCRIPTS if s.results], ids=ident)
+def test_a_script_answers_each_of_its_results_and_no_bare_code(spec: ScriptSpec) -> None:
+    """Every member of its result enum is answered somewhere; no ``return <number>``."""
+    assert spec.results is not None
+    enum, prefix = spec.results
+    text = code(lua.read_lua(spec.package, spec.name))
+    assert {prefix + member.name for member in enum} <= used_in(text)
+    assert not re.search(r"\breturn\s+\{?\s*-?\d", text), f"{spec.name}.lua returns a number"
 
 
 def test_the_prologue_names_keys_and_arguments_in_order() -> None:
-    prologue = scripts.prologue(scripts.COMPLETE)
+    prologue = lua.prologue(scripts.COMPLETE)
     assert "local stream, dead_letters, backlog, webhooks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]" \
         in prologue
     assert "local group, result_ttl, channel," in prologue
 
 
 def test_constants_are_written_in_as_literals() -> None:
-    constants = scripts.constants(scripts.COMPLETE)
+    constants = lua.constants(scripts.COMPLETE)
     assert constants["FIRST_TASK_KEY"] == "5"
     assert constants["FIRST_ITEM"] == str(len(scripts.CompleteArgs._fields) + 1)
     assert constants["ITEM_SIZE"] == str(len(scripts.CompleteItem._fields))
     assert constants["BODY"] == str(scripts.CompleteItem._fields.index("body"))
     assert constants["PENDING"] == "'PENDING'"
     for spec in SCRIPTS:
-        left = used_in(code(scripts.source(spec))) & set(scripts.constants(spec))
+        left = used_in(code(lua.source(spec))) & set(lua.constants(spec))
         assert not left, f"{spec.name}: constants left as names: {sorted(left)}"
-    assert "ARGV[i + 3]" in scripts.source(scripts.COMPLETE)  # ARGV[i + BODY]
+    assert "ARGV[i + 3]" in lua.source(scripts.COMPLETE)  # ARGV[i + BODY]
+
+
+def test_a_constant_must_be_a_plain_literal() -> None:
+    spec = ScriptSpec("ferry.tasks", "heal", ("backlog",), constants=(("X", "a'b"),))
+    with pytest.raises(ValueError, match="not a plain Lua string constant"):
+        lua.constants(spec)
 
 
 def test_results_are_generated_from_the_python_enums() -> None:
-    admit, cancel = scripts.constants(scripts.ADMIT), scripts.constants(scripts.CANCEL)
+    admit, cancel = lua.constants(scripts.ADMIT), lua.constants(scripts.CANCEL)
     for member in scripts.AdmitVerdict:
         assert admit[f"VERDICT_{member.name}"] == str(int(member))
     for outcome in CancelOutcome:
@@ -141,14 +247,14 @@ def test_results_are_generated_from_the_python_enums() -> None:
 
 def test_a_fragment_is_prepended_once_and_only_where_declared() -> None:
     announce = "local function announce("
-    assert scripts.source(scripts.COMPLETE).count(announce) == 1
-    assert announce not in scripts.source(scripts.HEAL)
+    assert lua.source(scripts.COMPLETE).count(announce) == 1
+    assert announce not in lua.source(scripts.HEAL)
 
 
 def test_the_package_ships_the_scripts() -> None:
-    """The image installs the package (not the tree): its data must name the .lua files."""
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    """The image installs the package (not the tree): its data must name every .lua file."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     shipped = pyproject["tool"]["setuptools"]["package-data"]["ferry"]
-    lua = Path(scripts.__file__).parent / "lua"
-    assert "tasks/lua/*.lua" in shipped
-    assert {p.stem for p in lua.glob("*.lua")} == {"common", "unqueue", *BY_NAME}
+    for path in FERRY.rglob("*.lua"):
+        relative = path.relative_to(FERRY).as_posix()
+        assert any(fnmatch.fnmatch(relative, glob) for glob in shipped), relative

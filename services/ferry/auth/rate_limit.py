@@ -10,29 +10,14 @@ client, one string each, expiring when the client has its whole allowance back.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NamedTuple
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.errors import ConfigError, RateLimitedError
 from ferry.resp.client import Commands
-
-# KEYS: the client's key. ARGV: emission interval (ms), burst. Times from Redis (TIME), in ms.
-# Returns {1, remaining, reset ms} or {0, retry after ms, reset ms}.
-_GCRA = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + tonumber(now[2]) / 1000
-local interval, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local next_tat = tat + interval
-local allowed_at = next_tat - burst * interval
-if allowed_at > now then
-  return {0, tostring(allowed_at - now), tostring(tat - now)}
-end
-redis.call('SET', KEYS[1], tostring(next_tat), 'PX', math.ceil(next_tat - now) + 1)
-return {1, math.floor((now - allowed_at) / interval), tostring(next_tat - now)}
-"""
-
 
 AUTO_BURST_MAX = 100  # the most requests at once that a rate's own burst allows
 
@@ -71,6 +56,34 @@ class Verdict:
     reset_s: float
 
 
+class GcraKeys(NamedTuple):
+    tat: str  # the client's theoretical arrival time
+
+
+class GcraArgs(NamedTuple):
+    interval_ms: bytes
+    burst: int
+
+
+class Decision(IntEnum):
+    """The rate script's first value."""
+
+    ALLOWED = 1  # then the requests remaining, and ms until the whole allowance is back
+    LIMITED = 0  # then ms until one is allowed, and ms until the whole allowance is back
+
+
+GCRA = lua.ScriptSpec("ferry.auth", "gcra", GcraKeys._fields, GcraArgs._fields,
+                      results=(Decision, "GCRA_"))
+
+
+def verdict(reply: Sequence[Any]) -> Verdict:
+    """The rate script's answer."""
+    decision, first, reset = Decision(int(reply[0])), reply[1], reply[2]
+    if decision is Decision.ALLOWED:
+        return Verdict(True, int(first), 0.0, float(reset) / 1000)
+    return Verdict(False, 0, float(first) / 1000, float(reset) / 1000)
+
+
 def parse_overrides(spec: str, default_burst: int = 0) -> dict[str, Rate]:
     """``client=per_min[/burst]`` entries, comma-separated (0 per minute: unlimited); an entry
     without a burst gets ``default_burst`` (0: scaled from its own rate)."""
@@ -97,7 +110,7 @@ class RateLimiter:
         self.client = client
         self.default = default
         self.overrides = overrides
-        self._script = client.register_script(_GCRA)
+        self._script = client.register_script(lua.source(GCRA))
 
     def rate(self, client_id: str) -> Rate:
         return self.overrides.get(client_id, self.default)
@@ -107,16 +120,15 @@ class RateLimiter:
         rate = self.rate(client_id)
         if rate.per_min == 0:
             return []
-        allowed, first, reset = await self.client.execute(*self._script.command(
-            [keys.rate_key(client_id)], [b"%r" % rate.interval_ms, rate.burst]))
-        verdict = Verdict(bool(allowed), int(first) if allowed else 0,
-                          0.0 if allowed else float(first) / 1000, float(reset) / 1000)
-        headers = self.headers(rate, verdict)
-        if not verdict.allowed:
+        found = verdict(await self.client.execute(*self._script.command(
+            GcraKeys(tat=keys.rate_key(client_id)),
+            GcraArgs(interval_ms=b"%r" % rate.interval_ms, burst=rate.burst))))
+        headers = self.headers(rate, found)
+        if not found.allowed:
             raise RateLimitedError(
                 f"client {client_id!r} is over its rate limit of {rate.per_min} requests a "
-                f"minute (bursts of {rate.burst}); retry in {verdict.retry_after_s:.1f} s",
-                verdict.retry_after_s, headers)
+                f"minute (bursts of {rate.burst}); retry in {found.retry_after_s:.1f} s",
+                found.retry_after_s, headers)
         return headers
 
     @staticmethod

@@ -21,13 +21,14 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 import httpx
 import orjson
 from redis.exceptions import ResponseError
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.backoff import backoff_delay
 from ferry.redis_conn import REDIS_UNAVAILABLE, SlowRedis, text
 from ferry.settings import BatcherSettings
@@ -39,17 +40,27 @@ CONCURRENCY = 32
 CLUSTER_POLL_S = 0.5  # on a Redis Cluster, how long to wait before reading empty streams again
 CLAIM_EVERY_S = 30.0
 
-# KEYS: task hash, webhook stream. ARGV: group, entry id, outcome (JSON). The outcome joins the
-# record (once), and the entry is acknowledged and deleted.
-_DONE = """
-local body = redis.call('HGET', KEYS[1], 'body')
-if body and redis.call('HSETNX', KEYS[1], 'webhooked', '1') == 1 then  -- the first outcome only
-  redis.call('HSET', KEYS[1], 'body', string.sub(body, 1, -2) .. ',"webhook":' .. ARGV[3] .. '}')
-end
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-return 0
-"""
+
+class DoneKeys(NamedTuple):
+    task: str  # the task's hash
+    stream: str  # its partition's webhook stream
+
+
+class DoneArgs(NamedTuple):
+    group: str
+    entry_id: str
+    outcome: bytes  # JSON: the record's "webhook"
+
+
+class Done(IntEnum):
+    """What ending a webhook did to its task's record (the entry goes either way)."""
+
+    NOTED = 1  # the outcome joined the record
+    SKIPPED = 0  # the record has expired, or holds an earlier outcome
+
+
+DONE = lua.ScriptSpec("ferry.batcher", "webhook_done", DoneKeys._fields, DoneArgs._fields,
+                      results=(Done, "DONE_"))
 
 
 class WebhookSender:
@@ -65,7 +76,7 @@ class WebhookSender:
             self.streams[keys.JOB_WEBHOOKS] = None
         self.consumer = consumer
         self.metrics = metrics
-        self._done = redis.register_script(_DONE)
+        self._done = redis.register_script(lua.source(DONE))
         self._client: httpx.AsyncClient | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -214,5 +225,6 @@ class WebhookSender:
     async def _finish(self, key: str, stream: str, entry_id: str,
                       outcome: dict[str, Any]) -> None:
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # unacknowledged: sent again later
-            await self._done(keys=[key, stream],
-                             args=[keys.WEBHOOK_GROUP, entry_id, orjson.dumps(outcome)])
+            await self._done(keys=DoneKeys(task=key, stream=stream),
+                             args=DoneArgs(group=keys.WEBHOOK_GROUP, entry_id=entry_id,
+                                           outcome=orjson.dumps(outcome)))

@@ -15,85 +15,35 @@ from typing import Any
 
 import orjson
 
-from ferry import keys
+from ferry import keys, lua
+from ferry.jobs import scripts
 from ferry.jobs.model import Counts, ItemStatus, JobRecord, JobStatus
+from ferry.jobs.scripts import (
+    CommitArgs,
+    CommitItem,
+    CommitKeys,
+    Fence,
+    Field,
+    FlyArgs,
+    FlyItem,
+    FlyKeys,
+    ForgetArgs,
+    ForgetItem,
+    ForgetKeys,
+    LeaseArgs,
+    LeaseKeys,
+    MoveArgs,
+    MoveKeys,
+    ReleaseArgs,
+    ReleaseKeys,
+    SetFencedArgs,
+    SetFencedKeys,
+    job_keys,
+)
 from ferry.resp.client import Commands
 
 SUBMISSION_KEY_TTL_S = 86400
 COUNT_FIELDS = {status: f"n:{status.value}" for status in ItemStatus}
-
-# KEYS: job, lease. ARGV: token, then field/value pairs to set. 0 when the lease is not held.
-_SET_FENCED = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return 1
-"""
-
-# KEYS: job, done, flight, segments, lease. ARGV: token, segment name ('' for none), then
-# index/count-field triples' first two: index, count field. Sets each item's done bit (counting
-# it once), forgets it in flight, records the segment. 0 when the lease is not held.
-_COMMIT = """
-if redis.call('GET', KEYS[5]) ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[2]) end
-for i = 3, #ARGV, 2 do
-  if redis.call('SETBIT', KEYS[2], ARGV[i], 1) == 0 then
-    redis.call('HINCRBY', KEYS[1], ARGV[i + 1], 1)
-  end
-  redis.call('HDEL', KEYS[3], ARGV[i])
-end
-return 1
-"""
-
-# KEYS: job, flight, lease. ARGV: token, cursor, offset, then index/value pairs of items now in
-# flight. Records them and moves the cursor past them, in one step.
-_FLY = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[2], 'offset', ARGV[3])
-return 1
-"""
-
-# KEYS: job, done, lease. ARGV: token, count field, then indices. A retry: clears the indices'
-# done bits and uncounts them, rewinds the cursor and clears the retry flag, in one step.
-_FORGET = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
-for i = 3, #ARGV do redis.call('SETBIT', KEYS[2], ARGV[i], 0) end
-redis.call('HINCRBY', KEYS[1], ARGV[2], 2 - #ARGV)
-redis.call('HSET', KEYS[1], 'cursor', 0, 'offset', 0, 'retry', '')
-return 1
-"""
-
-# KEYS: job, lease. ARGV: token, ms. Take the lease (or keep it): 1 if held by token after.
-_LEASE = """
-local holder = redis.call('GET', KEYS[2])
-if holder and holder ~= ARGV[1] then return 0 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-
-# KEYS: lease. ARGV: token.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
-"""
-
-# KEYS: job. ARGV: from-states (space-separated), to-state, stamp field, stamp, then
-# field/value pairs. The job's state before (nil: no such job); changed only from a from-state.
-_MOVE = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return nil end
-for state in string.gmatch(ARGV[1], '%S+') do
-  if state == status then
-    redis.call('HSET', KEYS[1], 'status', ARGV[2], ARGV[3], ARGV[4])
-    redis.call('HDEL', KEYS[1], 'note')
-    for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-    return status
-  end
-end
-return status
-"""
-
 
 @dataclass(frozen=True)
 class NewJob:
@@ -134,13 +84,13 @@ class JobStore:
     def __init__(self, client: Commands, *, record_ttl_s: int) -> None:
         self.client = client
         self.record_ttl_s = record_ttl_s
-        self._set_fenced = client.register_script(_SET_FENCED)
-        self._commit = client.register_script(_COMMIT)
-        self._lease = client.register_script(_LEASE)
-        self._release = client.register_script(_RELEASE)
-        self._move = client.register_script(_MOVE)
-        self._fly = client.register_script(_FLY)
-        self._forget = client.register_script(_FORGET)
+        self._set_fenced = client.register_script(lua.source(scripts.SET_FENCED))
+        self._commit = client.register_script(lua.source(scripts.COMMIT))
+        self._lease = client.register_script(lua.source(scripts.LEASE))
+        self._release = client.register_script(lua.source(scripts.RELEASE))
+        self._move = client.register_script(lua.source(scripts.MOVE))
+        self._fly = client.register_script(lua.source(scripts.FLY))
+        self._forget = client.register_script(lua.source(scripts.FORGET))
 
     async def create(self, job: NewJob, label: str) -> None:
         """Record a queued job and make it a runner's to feed (active first: a job is never
@@ -188,12 +138,11 @@ class JobStore:
                    **fields: str | int | float) -> JobStatus | None:
         """Put the job in ``to`` if it is in one of ``from_states``; its state before (None: no
         such job)."""
-        args: list[str | int | float] = [" ".join(s.value for s in from_states), to.value,
-                                         f"at:{to.value}", repr(time.time())]
-        for name, value in fields.items():
-            args.extend((name, value))
-        before = await self.client.execute(*self._move.command([keys.job_key(job_id)], args))
-        moved = JobStatus(before.decode()) if before is not None else None
+        args = MoveArgs(from_states=" ".join(s.value for s in from_states), to_state=to.value,
+                        stamp_field=f"at:{to.value}", stamp=repr(time.time()))
+        moved = scripts.state_before(await self.client.execute(*self._move.command(
+            job_keys(MoveKeys, job_id),
+            [*args, *lua.items(Field(name, value) for name, value in fields.items())])))
         if moved in from_states:
             await self._announce(job_id)
         return moved
@@ -238,30 +187,32 @@ class JobStore:
         await self.client.execute("SREM", keys.JOBS_ACTIVE, job_id)
 
     async def lease(self, job_id: str, token: str, ms: int) -> bool:
-        return bool(await self.client.execute(*self._lease.command(
-            [keys.job_key(job_id), keys.job_key(job_id, "lease")], [token, ms])))
+        """Take the job's lease, or keep it; False: another runner holds it, or no such job."""
+        return scripts.fence(await self.client.execute(*self._lease.command(
+            job_keys(LeaseKeys, job_id),
+            LeaseArgs(token=token, ms=ms)))) is Fence.HELD
 
     async def release(self, job_id: str, token: str) -> None:
-        await self.client.execute(*self._release.command([keys.job_key(job_id, "lease")],
-                                                         [token]))
+        await self.client.execute(*self._release.command(
+            job_keys(ReleaseKeys, job_id), ReleaseArgs(token=token)))
 
     async def set_fenced(self, job_id: str, token: str, **fields: str | int | float) -> bool:
-        args: list[str | int | float] = [token]
-        for name, value in fields.items():
-            args.extend((name, value))
-        return bool(await self.client.execute(*self._set_fenced.command(
-            [keys.job_key(job_id), keys.job_key(job_id, "lease")], args)))
+        return scripts.fence(await self.client.execute(*self._set_fenced.command(
+            job_keys(SetFencedKeys, job_id),
+            [*SetFencedArgs(token=token),
+             *lua.items(Field(name, value) for name, value in fields.items())]))) is Fence.HELD
 
     async def fly(self, job_id: str, token: str, entries: Sequence[tuple[int, str, int]],
                   cursor: int, offset: int) -> bool:
         """Record items as in flight (index, task id, line offset) and move the cursor past
         them, in one step and before they are admitted: a runner that dies after admitting
         finds them. False: the lease is lost."""
-        args: list[str | int] = [token, cursor, offset]
-        for index, task_id, line_offset in entries:
-            args.extend((index, f"{task_id} {line_offset}"))
-        return bool(await self.client.execute(*self._fly.command(
-            [keys.job_key(job_id, part) for part in ("job", "flight", "lease")], args)))
+        items = (FlyItem(item_index=index, entry=f"{task_id} {line_offset}")
+                 for index, task_id, line_offset in entries)
+        return scripts.fence(await self.client.execute(*self._fly.command(
+            job_keys(FlyKeys, job_id),
+            [*FlyArgs(token=token, cursor=cursor, offset=offset), *lua.items(items)]))
+        ) is Fence.HELD
 
     async def flight(self, job_id: str) -> dict[int, tuple[str, int]]:
         flat = await self.client.execute("HGETALL", keys.job_key(job_id, "flight"))
@@ -278,12 +229,11 @@ class JobStore:
                      ended: Sequence[tuple[int, ItemStatus]]) -> bool:
         """Commit a written segment and the items it holds, once each; False: the lease is
         lost (nothing was written)."""
-        args: list[str | int] = [token, segment]
-        for index, status in ended:
-            args.extend((index, COUNT_FIELDS[status]))
-        return bool(await self.client.execute(*self._commit.command(
-            [keys.job_key(job_id, part) for part in ("job", "done", "flight", "segments",
-                                                     "lease")], args)))
+        items = (CommitItem(item_index=index, count_field=COUNT_FIELDS[status])
+                 for index, status in ended)
+        return scripts.fence(await self.client.execute(*self._commit.command(
+            job_keys(CommitKeys, job_id),
+            [*CommitArgs(token=token, segment=segment), *lua.items(items)]))) is Fence.HELD
 
     async def segments(self, job_id: str, start: int = 0) -> list[str]:
         return [raw.decode() for raw in await self.client.execute(
@@ -293,6 +243,7 @@ class JobStore:
                           status: ItemStatus) -> bool:
         """For a retry: clear the done bits of ``indices`` (all ended ``status``), uncount them
         and rewind the cursor, so the runner feeds them again. False: the lease is lost."""
-        return bool(await self.client.execute(*self._forget.command(
-            [keys.job_key(job_id, part) for part in ("job", "done", "lease")],
-            [token, COUNT_FIELDS[status], *indices])))
+        return scripts.fence(await self.client.execute(*self._forget.command(
+            job_keys(ForgetKeys, job_id),
+            [*ForgetArgs(token=token, count_field=COUNT_FIELDS[status]),
+             *lua.items(ForgetItem(index) for index in indices)]))) is Fence.HELD

@@ -16,11 +16,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import ResponseError
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.codec import EnvelopeError, decode_task
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
@@ -35,16 +35,23 @@ AWAKE_S = 2.0  # a priority rung (or read) this recently is read too: longer tha
 # which under a normal backlog is read only after the entries ahead of it.
 SLEEPING_POLL_S = 0.25
 
-# XCLAIM ... JUSTID each id (ARGV[3..]) that consumer ARGV[2] of group ARGV[1] still owns.
-_TOUCH_OWN = """
-for i = 3, #ARGV do
-  local row = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if row[1] and row[1][2] == ARGV[2] then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-  end
-end
-return 0
-"""
+
+class TouchKeys(NamedTuple):
+    stream: str
+
+
+class TouchArgs(NamedTuple):
+    group: str
+    consumer: str
+
+
+class TouchItem(NamedTuple):
+    entry_id: str
+
+
+# Resets the idle time of the entries the consumer still owns; answers how many it touched.
+TOUCH_OWN = lua.ScriptSpec("ferry.queue", "touch_own", TouchKeys._fields, TouchArgs._fields,
+                           item=TouchItem._fields)
 
 
 def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
@@ -108,7 +115,7 @@ class RedisStreamQueue:
         self._read_commands: dict[tuple[tuple[Priority, ...], int, int, int | None],
                                   Packed] = {}
         self._regroup = False  # a partition's read found its group gone: recreate the groups
-        self._touch = redis.register_script(_TOUCH_OWN)
+        self._touch = redis.register_script(lua.source(TOUCH_OWN))
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every owned stream (and the stream itself) if missing."""
@@ -327,7 +334,9 @@ class RedisStreamQueue:
         if not by_stream:
             return
         await asyncio.gather(*(  # one script per stream (each in its own slot), all at once
-            self._touch(keys=[stream], args=[keys.CONSUMER_GROUP, self.consumer, *ids])
+            self._touch(keys=TouchKeys(stream=stream),
+                        args=[*TouchArgs(group=keys.CONSUMER_GROUP, consumer=self.consumer),
+                              *lua.items(TouchItem(entry_id) for entry_id in ids)])
             for stream, ids in by_stream.items()))
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:

@@ -12,27 +12,42 @@ import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 import orjson
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.resp.client import Commands
 from ferry.rollouts.compare import Verdict
 from ferry.rollouts.rollout import Rollout, declared
 from ferry.rollouts.window import BUCKET_S, Figures, Key, buckets_between, figures
 
-# KEYS: rollouts, generations, log. ARGV: model, expected generation (-1: any), new JSON, new
-# generation, log entry, log length. 0 when the generation is not the expected one.
-_CHANGE = """
-local current = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if tonumber(ARGV[2]) >= 0 and current ~= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('LPUSH', KEYS[3], ARGV[5])
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[6]) - 1)
-return 1
-"""
+
+class ChangeKeys(NamedTuple):
+    rollouts: str
+    generations: str
+    log: str  # the model's decisions
+
+
+class ChangeArgs(NamedTuple):
+    model: str
+    expected: int  # the generation the writer read (-1: any)
+    rollout: bytes  # JSON
+    generation: int
+    entry: bytes  # the log entry, JSON
+
+
+class Change(IntEnum):
+    """What the change script did."""
+
+    STORED = 1
+    STALE = 0  # another change came first: nothing written
+
+
+CHANGE = lua.ScriptSpec("ferry.rollouts", "change", ChangeKeys._fields, ChangeArgs._fields,
+                        results=(Change, "CHANGE_"),
+                        constants=(("LOG_LENGTH", keys.ROLLOUT_LOG_LENGTH),))
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class RolloutStore:
 
     def __init__(self, client: Commands) -> None:
         self.client = client
-        self._change = client.register_script(_CHANGE)
+        self._change = client.register_script(lua.source(CHANGE))
 
     async def all(self) -> dict[str, Rollout]:
         flat = await self.client.execute("HGETALL", keys.ROLLOUTS)
@@ -82,11 +97,12 @@ class RolloutStore:
         with ``entry`` in its log; False if another change came first."""
         expected = -1 if before is None else before.generation
         done = await self.client.execute(*self._change.command(
-            [keys.ROLLOUTS, keys.ROLLOUT_GENERATIONS, keys.rollout_log_key(after.model)],
-            [after.model, expected, orjson.dumps(after.to_json()), after.generation,
-             orjson.dumps({**entry, "generation": after.generation}),
-             keys.ROLLOUT_LOG_LENGTH]))
-        return bool(done)
+            ChangeKeys(rollouts=keys.ROLLOUTS, generations=keys.ROLLOUT_GENERATIONS,
+                       log=keys.rollout_log_key(after.model)),
+            ChangeArgs(model=after.model, expected=expected,
+                       rollout=orjson.dumps(after.to_json()), generation=after.generation,
+                       entry=orjson.dumps({**entry, "generation": after.generation}))))
+        return Change(int(done)) is Change.STORED
 
     async def remove(self, model: str, entry: Mapping[str, Any]) -> bool:
         removed = await self.client.pipeline([

@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NamedTuple
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.resp.client import Commands
 
 TTL_S = 24 * 3600
 MAX_KEY_LENGTH = 256
-
-# KEYS: the idempotency key. ARGV: "<task id> <digest>", TTL. Returns the value already there, or
-# nil after setting it.
-_CLAIM = """
-local current = redis.call('GET', KEYS[1])
-if current then return current end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return false
-"""
-
-# KEYS: the idempotency key. ARGV: the value this request set, the value to set instead ('': none).
-_SWAP = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
-redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-return 1
-"""
-
 
 ADMITTED = "+"  # the key's third word once its task was admitted
 
@@ -54,6 +38,45 @@ class Claimed:
         return f"{self.task_id} {self.digest}" + (f" {ADMITTED}" if self.admitted else "")
 
 
+class ClaimKeys(NamedTuple):
+    key: str
+
+
+class ClaimArgs(NamedTuple):
+    holder: str  # "<task id> <digest>"
+    ttl: int
+
+
+class SwapKeys(NamedTuple):
+    key: str
+
+
+class SwapArgs(NamedTuple):
+    expected: str  # a ``Claimed.value``
+    replacement: str  # '' : delete the key
+
+
+class Swap(IntEnum):
+    """What the swap script did with a key."""
+
+    DONE = 1  # it held the expected value: replaced (or deleted)
+    NOT_HELD = 0  # it held another, or none: left alone
+
+
+CLAIM = lua.ScriptSpec("ferry.tasks", "idempotency_claim", ClaimKeys._fields, ClaimArgs._fields)
+SWAP = lua.ScriptSpec("ferry.tasks", "idempotency_swap", SwapKeys._fields, SwapArgs._fields,
+                      results=(Swap, "SWAP_"))
+
+
+def holder(reply: Any) -> Claimed | None:
+    """The claim script's answer: who holds the key (None: the request that asked, now)."""
+    if reply is None:
+        return None
+    task_id, _, rest = bytes(reply).decode().partition(" ")
+    digest, _, mark = rest.partition(" ")
+    return Claimed(task_id, digest, mark == ADMITTED)
+
+
 def redis_key(client_id: str, key: str) -> str:
     scope = hashlib.sha256(f"{len(client_id)}:{client_id}\0{key}".encode()).hexdigest()
     return f"{keys.PREFIX}:idem:{scope}"
@@ -71,32 +94,28 @@ class IdempotencyKeys:
     def __init__(self, client: Commands, ttl_s: int = TTL_S) -> None:
         self.client = client
         self.ttl_s = ttl_s
-        self._claim = client.register_script(_CLAIM)
-        self._swap = client.register_script(_SWAP)
+        self._claim = client.register_script(lua.source(CLAIM))
+        self._swap = client.register_script(lua.source(SWAP))
 
     async def claim(self, key: str, task_id: str, digest: str) -> Claimed | None:
         """Take ``key`` for ``task_id``; None if taken now, else who holds it."""
-        held = await self.client.execute(*self._claim.command([key],
-                                                              [f"{task_id} {digest}",
-                                                               self.ttl_s]))
-        if held is None:
-            return None
-        holder, _, rest = bytes(held).decode().partition(" ")
-        held_digest, _, mark = rest.partition(" ")
-        return Claimed(holder, held_digest, mark == ADMITTED)
+        return holder(await self.client.execute(*self._claim.command(
+            ClaimKeys(key=key), ClaimArgs(holder=Claimed(task_id, digest).value,
+                                          ttl=self.ttl_s))))
 
     async def replace(self, key: str, old: Claimed, task_id: str, digest: str) -> bool:
         """Hand a key whose task never came to be over to ``task_id`` (if still ``old``'s)."""
-        swapped = await self.client.execute(*self._swap.command(
-            [key], [old.value, f"{task_id} {digest}"]))
-        return bool(swapped)
+        return await self._swapped(key, old, Claimed(task_id, digest).value) is Swap.DONE
 
     async def confirm(self, key: str, task_id: str, digest: str) -> None:
         """Mark the key's task admitted: from now on it is the key's task for good."""
-        claimed = Claimed(task_id, digest)
-        await self.client.execute(*self._swap.command(
-            [key], [claimed.value, Claimed(task_id, digest, admitted=True).value]))
+        await self._swapped(key, Claimed(task_id, digest),
+                            Claimed(task_id, digest, admitted=True).value)
 
     async def release(self, key: str, task_id: str, digest: str) -> None:
         """Give up a key this request took, whose task was not admitted."""
-        await self.client.execute(*self._swap.command([key], [f"{task_id} {digest}", ""]))
+        await self._swapped(key, Claimed(task_id, digest), "")
+
+    async def _swapped(self, key: str, expected: Claimed, replacement: str) -> Swap:
+        return Swap(int(await self.client.execute(*self._swap.command(
+            SwapKeys(key=key), SwapArgs(expected=expected.value, replacement=replacement)))))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ferry import keys
+from ferry import keys, lua
 from ferry.codec import dumps, encode_task
 from ferry.errors import ServiceUnavailableError
 from ferry.priority import BY_URGENCY, Priority
@@ -102,12 +102,12 @@ class RedisTaskStore:
         self.inline_limit = inline_limit
         self.cache_ttl_s = cache_ttl_s
         self._slots = [Slot.of(p) for p in range(partitions)]
-        self._admit = client.register_script(scripts.source(scripts.ADMIT))
-        self._complete = client.register_script(scripts.source(scripts.COMPLETE))
-        self._heal = client.register_script(scripts.source(scripts.HEAL))
-        self._cancel = client.register_script(scripts.source(scripts.CANCEL))
-        self._review = client.register_script(scripts.source(scripts.REVIEW))
-        self._withdraw = client.register_script(scripts.source(scripts.WITHDRAW))
+        self._admit = client.register_script(lua.source(scripts.ADMIT))
+        self._complete = client.register_script(lua.source(scripts.COMPLETE))
+        self._heal = client.register_script(lua.source(scripts.HEAL))
+        self._cancel = client.register_script(lua.source(scripts.CANCEL))
+        self._review = client.register_script(lua.source(scripts.REVIEW))
+        self._withdraw = client.register_script(lua.source(scripts.WITHDRAW))
 
     def key(self, task_id: str) -> str:
         return keys.task_key(task_id, keys.partition_of(task_id, self.partitions))

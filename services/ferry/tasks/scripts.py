@@ -1,25 +1,17 @@
 """The task store's Lua scripts: sources in ``lua/``, named arguments declared here once, results
-decoded here into types.
-
-Each script's KEYS and ARGV are declared as a NamedTuple of names; the loader generates the
-script's prologue from those names (``local task_key, stream = KEYS[1], KEYS[2]``), and the
-Python side builds the same NamedTuples, by keyword, to call it: the two cannot drift. Then come
-the shared fragments the script declares (local functions) and its file, in which the loader
-writes each constant it shares with Python (statuses, result codes, stream field names; for a
-group of arguments repeated per item, its size and each member's offset) as a literal.
+decoded here into types; loaded by ``ferry.lua`` (the prologue, the fragments ``common`` and
+``unqueue``, the constants written in as literals).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import IntEnum
-from importlib import resources
 from typing import Any, NamedTuple
 
 from ferry import keys
+from ferry.lua import ScriptSpec
 from ferry.tasks.base import Cancellation, CancelOutcome
 from ferry.tasks.record import Status, StoredRecord
 
@@ -165,85 +157,24 @@ class ReviewArgs(NamedTuple):
     url: str  # the reviewed task's callback URL ('' : none)
 
 
-@dataclass(frozen=True)
-class ScriptSpec:
-    """A script's file, its names, and what the loader puts before it."""
+# What every task script shares with Python: statuses, stream field names, the webhook cap.
+TASK_CONSTANTS: tuple[tuple[str, str | int], ...] = (
+    *((s.name, s.value) for s in Status), ("TASK_FIELD", keys.TASK_FIELD),
+    ("BELL_FIELD", keys.BELL_FIELD), ("WEBHOOK_MAXLEN", keys.WEBHOOK_MAXLEN))
+_task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONSTANTS)
 
-    name: str
-    keys: tuple[str, ...]
-    args: tuple[str, ...] = ()
-    item: tuple[str, ...] = ()  # a group of ARGV repeated per item, after ``args``
-    more_keys: str = ""  # names the index of the first KEYS after the named ones
-    results: tuple[type[IntEnum], str] | None = None  # an enum, and its constants' prefix
-    fragments: tuple[str, ...] = ("common",)
-
-
-ADMIT = ScriptSpec("admit", AdmitKeys._fields, AdmitArgs._fields,
-                   results=(AdmitVerdict, "VERDICT_"))
-COMPLETE = ScriptSpec("complete", CompleteKeys._fields, CompleteArgs._fields,
-                      item=CompleteItem._fields, more_keys="FIRST_TASK_KEY")
-CANCEL = ScriptSpec("cancel", CancelKeys._fields, CancelArgs._fields,
-                    results=(CancelOutcome, "OUTCOME_"), fragments=("common", "unqueue"))
-WITHDRAW = ScriptSpec("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,
-                      results=(Withdrawal, "WITHDRAW_"), fragments=("common", "unqueue"))
-HEAL = ScriptSpec("heal", HealKeys._fields, more_keys="FIRST_STREAM", fragments=())
-REVIEW = ScriptSpec("review", ReviewKeys._fields, ReviewArgs._fields)
+ADMIT = _task_script("admit", AdmitKeys._fields, AdmitArgs._fields,
+                     results=(AdmitVerdict, "VERDICT_"), fragments=("common",))
+COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
+                        item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",
+                        fragments=("common",))
+CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,
+                      results=(CancelOutcome, "OUTCOME_"), fragments=("common", "unqueue"))
+WITHDRAW = _task_script("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,
+                        results=(Withdrawal, "WITHDRAW_"), fragments=("common", "unqueue"))
+HEAL = _task_script("heal", HealKeys._fields, more_keys="FIRST_STREAM")
+REVIEW = _task_script("review", ReviewKeys._fields, ReviewArgs._fields, fragments=("common",))
 SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW, WITHDRAW)
-
-
-def read_lua(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
-
-
-@functools.cache
-def source(spec: ScriptSpec) -> str:
-    """The whole script Redis runs: the generated prologue, then its fragments and its file with
-    every generated constant written in as a literal (a local would be one more upvalue for
-    every function that uses it, and creating those closures is most of a short script's
-    cost)."""
-    body = "\n".join([*(read_lua(f) for f in spec.fragments), read_lua(spec.name)])
-    values = constants(spec)
-    names = re.compile(r"\b(" + "|".join(map(re.escape, values)) + r")\b")
-    return prologue(spec) + names.sub(lambda found: values[found.group(1)], body)
-
-
-def constants(spec: ScriptSpec) -> dict[str, str]:
-    """The constants a script shares with Python, as Lua literals: statuses, stream field names,
-    result codes, and the positions of its variable KEYS and per-item ARGV."""
-    values: dict[str, str | int] = {s.name: s.value for s in Status}
-    values |= {"TASK_FIELD": keys.TASK_FIELD, "BELL_FIELD": keys.BELL_FIELD,
-               "WEBHOOK_MAXLEN": keys.WEBHOOK_MAXLEN}
-    if spec.results is not None:
-        enum, prefix = spec.results
-        values |= {prefix + member.name: int(member) for member in enum}
-    if spec.more_keys:
-        values[spec.more_keys] = len(spec.keys) + 1
-    if spec.item:
-        values |= {"FIRST_ITEM": len(spec.args) + 1, "ITEM_SIZE": len(spec.item)}
-        values |= {name.upper(): offset for offset, name in enumerate(spec.item)}
-    return {name: _literal(value) for name, value in values.items()}
-
-
-def prologue(spec: ScriptSpec) -> str:
-    """The generated locals: the named KEYS and ARGV."""
-    lines = ["-- generated by ferry.tasks.scripts from the names declared there"]
-    for table, names in (("KEYS", spec.keys), ("ARGV", spec.args)):
-        if names:
-            lines.append(_local(list(names),
-                                [f"{table}[{i}]" for i in range(1, len(names) + 1)]))
-    return "\n".join(lines) + "\n"
-
-
-def _local(names: Sequence[str], values: Sequence[str]) -> str:
-    return f"local {', '.join(names)} = {', '.join(values)}"
-
-
-def _literal(value: str | int) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if not value.replace("_", "").isalnum():
-        raise ValueError(f"not a plain Lua string constant: {value!r}")
-    return f"'{value}'"
 
 
 _VERDICTS: dict[int, AdmitVerdict] = {int(verdict): verdict for verdict in AdmitVerdict}
