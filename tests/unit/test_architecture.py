@@ -21,7 +21,9 @@ import pytest
 FERRY = Path(__file__).resolve().parents[2] / "services" / "ferry"
 GENERATED = ("v1", "model_repository")  # protobuf and Triton model code, not written here
 MAX_FUNCTION_LINES = 40
-BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp")
+BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp", "jobs",
+                     "rollouts", "oip", "submission")
+MAX_GATEWAY_METHODS = 15  # a coordinator of a few ports, not the god class it once was
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:
@@ -148,3 +150,15 @@ def test_a_batcher_process_loads_no_gateway_module(entry: str) -> None:
     loaded = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                             text=True, timeout=60).stdout.strip()
     assert loaded == "[]"
+
+
+def test_the_gateways_classes_stay_coordinators() -> None:
+    """Admission, idempotency, shadows, version picks and jobs live below the gateway, behind
+    ports: no class of the gateway's grows past ``MAX_GATEWAY_METHODS`` methods."""
+    big = sorted(
+        f"{module}.{node.name} ({count} methods)"
+        for module, tree in _modules().items() if _room(module) == "gateway"
+        for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+        if (count := sum(isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                         for item in node.body)) > MAX_GATEWAY_METHODS)
+    assert big == []

@@ -15,7 +15,6 @@ from ferry.errors import ClientError
 from ferry.gateway.intake import (
     MAX_ID_LENGTH,
     RAW_TYPES,
-    Submission,
     check_image,
     check_payload,
     media_type,
@@ -23,6 +22,7 @@ from ferry.gateway.intake import (
     read_body,
 )
 from ferry.priority import Priority
+from ferry.submission import Submission
 
 JSON = "application/json"
 

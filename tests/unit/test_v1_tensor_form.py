@@ -10,10 +10,11 @@ import orjson
 import pytest
 
 from ferry.errors import ClientError
-from ferry.gateway.intake import Submission, TensorSubmission, parse_submission
+from ferry.gateway.intake import parse_submission
 from ferry.oip.schedule import TensorTask
 from ferry.oip.spec import CheckedRequest
 from ferry.priority import Priority
+from ferry.submission import Submission, TensorSubmission
 from ferry.tensors import Tensor
 
 JSON = "application/json"

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from ferry import keys
 from ferry.codec import dumps
 from ferry.errors import ClientError
-from ferry.priority import Priority
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.rollouts.cascade import Cascade, pending_review
+from ferry.tasks.admission import Admitter, FixedLimits
 from ferry.tasks.base import NO_OWNER, NOT_SHARED, Admission, Admitted, Owner, Sharing
+from ferry.tasks.envelope import review_of
 from ferry.tasks.record import Status, TaskRecord
 from ferry.v1.task_pb2 import Task
 
@@ -62,18 +62,6 @@ class Ended(Protocol):
     def model_version(self) -> str: ...
 
 
-def review_task(task: Task, cascade: Cascade, now_ms: int) -> Task:
-    """The review of ``task``: its input, for the review model, at batch priority."""
-    review = Task(task_id=keys.new_task_id(), model=cascade.review_model,
-                  model_version=cascade.review_version, payload=task.payload,
-                  content_type=task.content_type, enqueued_at_ms=now_ms,
-                  client_id=task.client_id, priority=int(Priority.BATCH),
-                  review_of=task.task_id, review_webhook=task.callback_url)
-    review.inputs.extend(task.inputs)
-    review.trace_context.update(task.trace_context)
-    return review
-
-
 def review_end(task: Task, ended: Ended, finished_at: float) -> dict[str, Any]:
     """What a review's end writes into the reviewed record."""
     end: dict[str, Any] = {"status": ended.status.value, "task_id": task.task_id,
@@ -96,7 +84,9 @@ class Reviews:
                  max_backlog: int, partitions: int) -> None:
         self.cascades = cascades
         self.store = store
-        self.admission = Admission(limit=max_backlog, partitions=partitions)
+        # Reviews come in through the one way in, under a backlog bound of their own.
+        self.admit = Admitter(store, FixedLimits(Admission(limit=max_backlog,
+                                                           partitions=partitions)))
         self._finishing: set[asyncio.Task[None]] = set()
 
     def wanted(self, task: Task | None, status: Status, output: Any) -> Cascade | None:
@@ -110,10 +100,10 @@ class Reviews:
 
     async def begin(self, task: Task, cascade: Cascade) -> dict[str, Any]:
         """Admit the review of ``task``; the entry its record is to hold."""
-        review = review_task(task, cascade, int(time.time() * 1000))
+        envelope = review_of(task, cascade.review_model, cascade.review_version)
+        review = envelope.task
         try:
-            await self.store.admit(review, TaskRecord.pending(review, time.time()),
-                                   self.admission)
+            await self.admit(envelope)
         except NOT_ADMITTED as exc:
             log.warning("review of task %s not admitted: %s", task.task_id, exc)
             return {"status": "SKIPPED", "model": cascade.review_model,

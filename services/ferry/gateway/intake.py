@@ -14,7 +14,7 @@ import io
 import math
 import warnings
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import orjson
@@ -26,9 +26,10 @@ from ferry.errors import (
     PayloadTooLargeError,
     UnsupportedMediaTypeError,
 )
-from ferry.oip.request import InferRequest, read_infer_request
+from ferry.oip.request import read_infer_request
 from ferry.oip.schedule import schedule
 from ferry.priority import Priority
+from ferry.submission import Submission, TensorForm, TensorSubmission
 from ferry.tensors import TensorError
 
 JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s",
@@ -44,40 +45,6 @@ TENSOR_FIELDS = frozenset({"inputs", "outputs", "id", "parameters"})  # the prot
 # The tensor form's fields: the protocol's, and the payload form's but for the payload.
 TENSOR_FORM_FIELDS = TENSOR_FIELDS | (JSON_FIELDS - {"input", "input_base64"})
 MAX_VERSION_DIGITS = 18  # any such number fits Triton's 64-bit version numbers
-
-
-@dataclass(frozen=True)
-class TensorForm:
-    """A tensor form's infer request, read but not yet checked against the model, and the
-    version it asks for ('': the model's newest)."""
-
-    request: InferRequest
-    version: str = ""
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What a client asked for, checked for form but not yet against the model."""
-
-    model: str | None
-    payload: bytes
-    content_type: str
-    client_id: str = ""
-    priority: Priority = Priority.NORMAL
-    timeout_s: float | None = None  # the client's deadline, seconds from admission
-    no_cache: bool = False  # Cache-Control: no-cache: do not answer from the result cache
-    callback_url: str = ""  # where to POST the final record (checked against the allowlist)
-    version: str = ""  # the model version asked for ('': the rollout's, or Triton's policy's)
-    rollout_key: str = ""  # what a rollout's sticky split keys on ('': the client id)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TensorSubmission(Submission):
-    """The tensor form's submission: its request in place of a payload. (A subclass, not a
-    field of every submission: a frozen dataclass pays for each field it sets, on every
-    request.)"""
-
-    tensors: TensorForm
 
 
 def media_type(header: str | None) -> str:

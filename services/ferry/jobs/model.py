@@ -34,6 +34,31 @@ class JobStatus(StrEnum):
 FINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED,
                    JobStatus.EXPIRED})
 
+# Every move a job may make, and who makes it: the upload queues it; its runner starts it and
+# finalizes it (fed, cancelled or expired) and then ends it; its client cancels it while it is
+# queued or running, and retries a finished job's failed items.
+TRANSITIONS: dict[JobStatus, tuple[JobStatus, ...]] = {
+    JobStatus.VALIDATING: (JobStatus.QUEUED,),
+    JobStatus.QUEUED: (JobStatus.RUNNING, JobStatus.CANCELLING, JobStatus.FINALIZING),
+    JobStatus.RUNNING: (JobStatus.CANCELLING, JobStatus.FINALIZING),
+    JobStatus.CANCELLING: (JobStatus.FINALIZING,),
+    JobStatus.FINALIZING: tuple(sorted(FINAL)),
+    **{final: (JobStatus.QUEUED,) for final in sorted(FINAL)},
+}
+
+
+def sources(to: JobStatus) -> list[JobStatus]:
+    """The states a job may move to ``to`` from, in the table's order."""
+    return [state for state, targets in TRANSITIONS.items() if to in targets]
+
+
+def moving(before: JobStatus, to: JobStatus) -> list[JobStatus]:
+    """``[before]``, for a move of one known state (a ``ValueError`` if the table has no such
+    move: a bug, not a request)."""
+    if to not in TRANSITIONS[before]:
+        raise ValueError(f"a job does not move from {before} to {to}")
+    return [before]
+
 
 class ItemStatus(StrEnum):
     """How one item ended, as its result line says it."""

@@ -28,14 +28,14 @@ from ferry.errors import (
     TooManyRequestsError,
     UnsupportedMediaTypeError,
 )
-from ferry.gateway.bulk.items import item_request
-from ferry.gateway.bulk.run import input_name
+from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import media_type, parse_timeout
-from ferry.gateway.service import Gateway
 from ferry.jobs.blobs import BlobStore
+from ferry.jobs.items import item_request
 from ferry.jobs.manifest import Item, Sources
-from ferry.jobs.model import JobRecord, JobStatus
+from ferry.jobs.model import JobRecord, JobStatus, moving, sources
 from ferry.jobs.results import keyed, segment_lines
+from ferry.jobs.run import input_name
 from ferry.jobs.store import JobStore, NewJob
 from ferry.jobs.upload import Limits, ManifestError, upload
 from ferry.priority import Priority
@@ -63,9 +63,9 @@ def refusal(exc: ClientError) -> JSONResponse:
 class JobsApi:
     """The routes' work: each method answers one route for an authenticated caller."""
 
-    def __init__(self, gateway: Gateway, store: JobStore, blobs: BlobStore, sources: Sources,
-                 settings: GatewaySettings) -> None:
-        self.gateway = gateway
+    def __init__(self, catalog: ModelCatalog, store: JobStore, blobs: BlobStore,
+                 sources: Sources, settings: GatewaySettings) -> None:
+        self.catalog = catalog
         self.store = store
         self.blobs = blobs
         self.sources = sources
@@ -156,7 +156,7 @@ class JobsApi:
         """How each item is checked against the model before anything is queued: tensors
         against its inputs (payloads are checked when fed: an image is decoded then). A model
         that takes neither form refuses the job."""
-        catalog = self.gateway.catalog
+        catalog = self.catalog
         payload_problem = ""
         try:
             await catalog.resolve(model)
@@ -218,7 +218,7 @@ class JobsApi:
 
     async def cancel(self, job_id: str, caller: Caller) -> Response:
         await self._owned(job_id, caller)
-        before = await self.store.move(job_id, [JobStatus.QUEUED, JobStatus.RUNNING],
+        before = await self.store.move(job_id, sources(JobStatus.CANCELLING),
                                        JobStatus.CANCELLING)
         if (before is not None and before.final) or before is JobStatus.FINALIZING:
             raise ConflictError("already_finished", f"job {job_id} has already ended "
@@ -233,7 +233,8 @@ class JobsApi:
                                 f"{record.counts.failed} failed items: a retry re-runs the "
                                 "failed items of a finished job")
         await self.store.activate(job_id)
-        before = await self.store.move(job_id, [record.status], JobStatus.QUEUED, retry=1,
+        before = await self.store.move(job_id, moving(record.status, JobStatus.QUEUED),
+                                       JobStatus.QUEUED, retry=1,
                                        attempts=record.attempts + 1, reason="")
         if before is not record.status:
             raise ConflictError("job_changed", f"job {job_id} changed while retrying; look "

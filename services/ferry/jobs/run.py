@@ -1,4 +1,5 @@
-"""One job's run: fed, collected and finished by the runner that holds its lease.
+"""One job's run: fed, collected and finished by the runner that holds its lease
+(``jobs.runner``), through the engine's port to the task system (``jobs.port``).
 
 A ``JobRun`` feeds its job's items as ordinary tasks at batch priority, keeping at most a window
 of them in flight, collects their results as they end, and commits them in segments. Everything
@@ -14,16 +15,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import orjson
 
 from ferry.errors import ClientError, TooManyRequestsError
-from ferry.gateway.intake import Submission
-from ferry.gateway.service import Prepared
+from ferry.jobs.blobs import BlobStore
+from ferry.jobs.items import ItemMaker
 from ferry.jobs.manifest import LineError, read_item
-from ferry.jobs.model import ItemStatus, JobStatus, end_state
+from ferry.jobs.model import ItemStatus, JobStatus, end_state, moving, sources
+from ferry.jobs.port import Tasks
 from ferry.jobs.results import (
     TASK_ERROR_CODES,
     Result,
@@ -34,14 +36,12 @@ from ferry.jobs.results import (
     segment_bytes,
     status_of,
 )
-from ferry.jobs.store import record_of
+from ferry.jobs.store import JobStore, record_of
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.tasks.base import Owner
+from ferry.tasks.envelope import Envelope
 from ferry.tasks.record import Status, StoredRecord
 from ferry.tasks.waiters import Watch
-
-if TYPE_CHECKING:
-    from ferry.gateway.bulk.runner import JobRunner
 
 log = logging.getLogger(__name__)
 NO_TASK = "-"  # a flight entry's task id when the item never became a task (it failed at once)
@@ -97,13 +97,36 @@ class Feed:
 class Ready:
     """An item made into a task, not yet admitted."""
 
-    prepared: Prepared
-    submission: Submission
+    envelope: Envelope
     custom_id: str
 
     @property
     def task_id(self) -> str:
-        return self.prepared.task.task_id
+        return self.envelope.task.task_id
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    window: int = 256  # items in flight per client (a client's jobs share it)
+    lease_ms: int = 15_000
+    segment_items: int = 256  # results per committed segment, at most
+    segment_s: float = 1.0  # a segment is committed at least this often while items end
+    discover_s: float = 1.0
+    max_jobs: int = 64  # jobs one runner process feeds at once
+
+
+@dataclass(frozen=True)
+class Feeder:
+    """What a run is given by its runner: the job store (its lease's token), the blob store,
+    the items' maker, the task system, and how many more items a run may have in flight."""
+
+    store: JobStore
+    token: str
+    blobs: BlobStore
+    items: ItemMaker
+    tasks: Tasks
+    settings: RunSettings
+    room: Callable[[JobRun], Awaitable[int]]
 
 
 class LeaseLost(Exception):
@@ -113,7 +136,7 @@ class LeaseLost(Exception):
 class JobRun:
     """One job, fed by this process while it holds the job's lease."""
 
-    def __init__(self, runner: JobRunner, job_id: str) -> None:
+    def __init__(self, runner: Feeder, job_id: str) -> None:
         self.runner = runner
         self.job_id = job_id
         self.store = runner.store
@@ -177,7 +200,8 @@ class JobRun:
                          bytearray(await self.store.done_bits(self.job_id)))
         status = JobStatus(fields["status"])
         if status is JobStatus.QUEUED:
-            await self.store.move(self.job_id, [JobStatus.QUEUED], JobStatus.RUNNING)
+            await self.store.move(self.job_id, moving(status, JobStatus.RUNNING),
+                                  JobStatus.RUNNING)
         if status is JobStatus.CANCELLING:
             self.ending = JobStatus.CANCELLING
         self._resume_watches()
@@ -258,7 +282,7 @@ class JobRun:
             item = read_item(raw, index + 1, maker.sources)
             custom_id = item.custom_id
             submission = await maker.submission(item, self.fields)
-            return Ready(await self.runner.gateway.prepare(submission), submission, custom_id)
+            return Ready(await self.runner.tasks.prepare(submission), custom_id)
         except LineError as exc:
             self.ended.append(failure(index, custom_id, ItemStatus.FAILED, exc.problem.code,
                                       exc.problem.message))
@@ -270,13 +294,11 @@ class JobRun:
     async def _admit(self, index: int, ready: Ready) -> None:
         """Admit a fed item's task, watched from before its admission (no end is missed);
         refused for backlog, it asks again later."""
-        task, pending, sharing, _ = ready.prepared
         flying = self.feed.flight[index]
         flying.custom_id = ready.custom_id
-        self._watch(index, task.task_id, fresh=True)
+        self._watch(index, ready.task_id, fresh=True)
         try:
-            admitted = await self.runner.gateway.admit_prepared(
-                task, pending, sharing, ready.submission, Owner(self.client))
+            admitted = await self.runner.tasks.admit(ready.envelope, Owner(self.client))
         except (TooManyRequestsError, ClientError) as exc:
             self.watchers.pop(index).cancel()
             if isinstance(exc, TooManyRequestsError):
@@ -318,10 +340,10 @@ class JobRun:
 
     def _watch(self, index: int, task_id: str, *, fresh: bool = False) -> None:
         """Watch the item's task from now (``fresh``: it is being admitted, known PENDING)."""
-        context = self.runner.gateway.waiters.watch(task_id)
-        watch = context.__enter__()
+        watching = contextlib.ExitStack()  # entered now: an end announced from here is seen
+        watch = watching.enter_context(self.runner.tasks.watch(task_id))
         watcher = asyncio.create_task(self._await_end(index, watch, fresh))
-        watcher.add_done_callback(lambda _: context.__exit__(None, None, None))
+        watcher.add_done_callback(lambda _: watching.close())
         self.watchers[index] = watcher
 
     async def _await_end(self, index: int, watch: Watch, fresh: bool) -> None:
@@ -404,13 +426,12 @@ class JobRun:
         """Cancel every item in flight that has not reached Triton (those that have finish and
         are kept), end the items never fed, and let the rest end."""
         as_status = self.stopped_as
-        store = self.runner.gateway.store
         for index, flying in list(self.feed.flight.items()):
             if flying.cancel_asked:
                 continue
             flying.cancel_asked = True
             if flying.admitted:
-                await store.cancel(flying.task_id, self.client)
+                await self.runner.tasks.cancel(flying.task_id, self.client)
             elif not any(r.index == index for r in self.ended):
                 self.ended.append(_unfed(index, await self._line_at(flying.offset),
                                          as_status))
@@ -441,8 +462,7 @@ class JobRun:
         """Write the output and error files (each item once, in line order) and end the job."""
         status = JobStatus(self.fields["status"])
         ending = (JobStatus.CANCELLING if status is JobStatus.CANCELLING else self.ending)
-        await self.store.move(self.job_id, [JobStatus.RUNNING, JobStatus.CANCELLING,
-                                            JobStatus.QUEUED], JobStatus.FINALIZING,
+        await self.store.move(self.job_id, sources(JobStatus.FINALIZING), JobStatus.FINALIZING,
                               ending=ending.value)
         fields = await self.store.fields(self.job_id) or self.fields
         ending = JobStatus(fields.get("ending") or ending.value)
@@ -456,7 +476,8 @@ class JobRun:
         await errors.commit()
         counts = record_of(self.job_id, fields).counts
         final, reason = end_state(counts, ending)
-        await self.store.move(self.job_id, [JobStatus.FINALIZING], final, reason=reason,
+        await self.store.move(self.job_id, moving(JobStatus.FINALIZING, final), final,
+                              reason=reason,
                               **{"file:output": f"jobs/{self.job_id}/output.jsonl",
                                  "file:errors": f"jobs/{self.job_id}/errors.jsonl"})
         await self.store.retire(self.job_id)

@@ -1,5 +1,5 @@
 """The job runner of a gateway process: finds the jobs that need feeding, takes their leases,
-and runs each (``ferry.gateway.bulk.run``) while it holds the lease.
+and runs each (``jobs.run``) while it holds the lease.
 
 Any number of gateway processes run one: a job is fed by one runner at a time (its lease, renewed
 every third of its life), and taken over by another within a lease's life when its runner dies.
@@ -14,13 +14,12 @@ import contextlib
 import logging
 import secrets
 from collections import Counter
-from dataclasses import dataclass
 
-from ferry.gateway.bulk.items import ItemMaker
-from ferry.gateway.bulk.run import JobRun, LeaseLost
-from ferry.gateway.service import Gateway
 from ferry.jobs.blobs import BlobStore
+from ferry.jobs.items import ItemMaker
 from ferry.jobs.pacing import feed_share, window_room
+from ferry.jobs.port import Tasks
+from ferry.jobs.run import Feeder, JobRun, LeaseLost, RunSettings
 from ferry.jobs.store import JobStore
 from ferry.redis_conn import REDIS_UNAVAILABLE
 
@@ -29,27 +28,16 @@ FAILED_RUN_PAUSE_S = 5.0  # a run that failed unexpectedly is not retaken before
 PACE_EVERY_S = 0.5  # how often a model's interactive backlog is looked at
 
 
-@dataclass(frozen=True)
-class RunnerSettings:
-    window: int = 256  # items in flight per client (a client's jobs share it)
-    lease_ms: int = 15_000
-    segment_items: int = 256  # results per committed segment, at most
-    segment_s: float = 1.0  # a segment is committed at least this often while items end
-    discover_s: float = 1.0
-    max_jobs: int = 64  # jobs one runner process feeds at once
-
-
 class JobRunner:
     """Runs the jobs it holds leases on; ``start`` and ``stop`` with the gateway."""
 
-    def __init__(self, gateway: Gateway, store: JobStore, blobs: BlobStore, items: ItemMaker,
-                 settings: RunnerSettings) -> None:
-        self.gateway = gateway
+    def __init__(self, tasks: Tasks, store: JobStore, blobs: BlobStore, items: ItemMaker,
+                 settings: RunSettings) -> None:
+        self.tasks = tasks
         self.store = store
-        self.blobs = blobs
-        self.items = items
         self.settings = settings
         self.token = secrets.token_hex(8)
+        self.feeder = Feeder(store, self.token, blobs, items, tasks, settings, self.room)
         self.runs: dict[str, tuple[JobRun, asyncio.Task[None]]] = {}
         self._paused: dict[str, float] = {}
         self._shares: dict[str, tuple[float, float]] = {}  # model: (looked at, feed share)
@@ -81,13 +69,11 @@ class JobRunner:
         known = self._shares.get(model)
         if known is not None and now - known[0] < PACE_EVERY_S:
             return known[1]
-        backlog = await self.gateway.store.backlog(model)
-        capacity = await self.gateway.capacity.of(model)
-        interactive = sum(n for priority, n in backlog.items() if priority.interactive)
-        share = feed_share(interactive, capacity.rate, capacity.batch_s)
+        load = await self.tasks.load(model)
+        share = feed_share(load.interactive, load.rate, load.batch_s)
         if share < 1.0 and (known is None or known[1] == 1.0):
             log.info("jobs of %s step back: %d interactive tasks queued (feed share %.2f)",
-                     model, interactive, share)
+                     model, load.interactive, share)
         self._shares[model] = (now, share)
         return share
 
@@ -107,7 +93,7 @@ class JobRunner:
             if job_id in self.runs or self._paused.get(job_id, 0.0) > now:
                 continue
             if await self.store.lease(job_id, self.token, self.settings.lease_ms):
-                run = JobRun(self, job_id)
+                run = JobRun(self.feeder, job_id)
                 self.runs[job_id] = (run, asyncio.create_task(self._run(run)))
             elif not await self.store.fields(job_id):  # no record: an id left behind
                 await self.store.retire(job_id)

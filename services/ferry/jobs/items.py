@@ -13,11 +13,11 @@ import obstore.exceptions
 from obstore.store import S3Store
 
 from ferry.errors import BadRequestError, PayloadTooLargeError
-from ferry.gateway.intake import Submission, TensorForm, TensorSubmission
 from ferry.jobs.blobs import S3Keys, s3_store
 from ferry.jobs.manifest import Item, Sources
 from ferry.oip.request import InferRequest, read_infer_request
 from ferry.priority import Priority
+from ferry.submission import Submission, TensorForm, TensorSubmission
 from ferry.tensors import TensorError
 
 
