@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ferry.auth.api_keys import ApiKeyAuthenticator, parse_keys
-from ferry.auth.base import Authenticator, Credential, parse_algorithms
+from ferry.auth.api_keys import ApiKeyAuthenticator
+from ferry.auth.base import Authenticator, Credential
 from ferry.auth.jwt import JwtAuthenticator
-from ferry.auth.rate_limit import Rate, RateLimiter, parse_overrides
+from ferry.auth.rate_limit import Rate, RateLimiter
 from ferry.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
 from ferry.resp.client import Commands
 from ferry.settings import GatewaySettings
@@ -52,10 +52,10 @@ ANONYMOUS = Caller()
 
 def authenticator(settings: GatewaySettings) -> Authenticator | None:
     if settings.auth == "api_key":
-        return ApiKeyAuthenticator(parse_keys(settings.api_keys))
+        return ApiKeyAuthenticator(settings.api_key_entries)
     if settings.auth == "jwt":
         return JwtAuthenticator(
-            algorithms=parse_algorithms(settings.jwt_algorithms), secret=settings.jwt_secret,
+            algorithms=settings.jwt_algorithm_names, secret=settings.jwt_secret,
             public_key=settings.jwt_public_key, jwks_url=settings.jwt_jwks_url,
             jwks_refresh_s=settings.jwt_jwks_refresh_s, issuer=settings.jwt_issuer,
             audience=settings.jwt_audience, client_claim=settings.jwt_client_claim,
@@ -70,8 +70,7 @@ class Access:
     def __init__(self, settings: GatewaySettings, hot: Commands) -> None:
         self.authenticator = authenticator(settings)
         default = Rate.of(settings.rate_limit_per_min, settings.rate_limit_burst)
-        self.limiter = RateLimiter(hot, default, parse_overrides(settings.rate_limits,
-                                                                 settings.rate_limit_burst))
+        self.limiter = RateLimiter(hot, default, dict(settings.rate_limit_overrides))
         self.max_pending = settings.max_pending_per_client
         self.max_waits = settings.max_waits_per_client
         self._waits: Counter[str] = Counter()

@@ -164,14 +164,14 @@ def _client(name: str) -> Callable[[argparse.Namespace], int]:
 def _service(args: argparse.Namespace) -> int:
     from ferry.errors import ConfigError
     from ferry.settings import load
-    from ferry.telemetry.logs import configure
+    from ferry.telemetry.logs import apply
 
     try:
         settings = load(_settings_class(args.command), args)
     except ConfigError as exc:
         print(f"ferry {args.command}: {exc}")
         return 2
-    configure(settings.log_level)
+    apply(settings.log_levels)
     return run(args.command, settings)
 
 
@@ -205,6 +205,6 @@ def run_batcher(settings: BatcherSettings) -> int:
     def build(settings: BatcherSettings) -> Batcher:
         return Batcher(batcher_parts(settings))
 
-    if settings.owned_partitions.strip().lower() == "auto":
+    if settings.follows_replicas:
         return uvloop.run(Supervisor(settings, factory=build).run())
     return uvloop.run(build(settings).run())

@@ -20,7 +20,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from ferry.errors import ConfigError, DependencyUnavailableError
 from ferry.resp.client import Commands, Locate, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
-from ferry.resp.sentinel import Sentinels, sentinel_nodes
+from ferry.resp.sentinel import Sentinels
 from ferry.settings import CommonSettings
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def connect(settings: CommonSettings) -> SlowRedis:
             settings.redis_url, max_connections=settings.redis_max_connections,
             socket_timeout=settings.redis_socket_timeout_s,
             socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
-    if settings.redis_sentinels.strip():
+    if settings.redis_sentinel_nodes:
         return _through_sentinels(settings)
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=settings.redis_max_connections,
@@ -68,7 +68,7 @@ def _through_sentinels(settings: CommonSettings) -> aioredis.Redis:
     timeouts = {"socket_timeout": settings.redis_socket_timeout_s,
                 "socket_connect_timeout": settings.redis_socket_timeout_s}
     sentinels = Sentinel(  # type: ignore[no-untyped-call]
-        sentinel_nodes(settings.redis_sentinels), sentinel_kwargs={**sentinel_extra, **timeouts},
+        list(settings.redis_sentinel_nodes), sentinel_kwargs={**sentinel_extra, **timeouts},
         **timeouts, **extra)
     master: _SentinelMaster = sentinels.master_for(
         settings.redis_sentinel_master, redis_class=_SentinelMaster, db=found.db,
@@ -194,9 +194,9 @@ def lean(settings: CommonSettings, name: str) -> Commands:
 
 def locator(settings: CommonSettings) -> Locate | None:
     """With ``redis_sentinels``, what finds the master (for the lean clients); else None."""
-    if not settings.redis_sentinels.strip():
+    if not settings.redis_sentinel_nodes:
         return None
-    return Sentinels(sentinel_nodes(settings.redis_sentinels), settings.redis_sentinel_master,
+    return Sentinels(settings.redis_sentinel_nodes, settings.redis_sentinel_master,
                      address(settings), password=settings.redis_sentinel_password,
                      timeout_s=min(settings.redis_socket_timeout_s, 2.0)).master
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ferry.auth.api_keys import config_line, key_hash
+from ferry.auth.rate_limit import Rate
 from ferry.errors import ConfigError
+from ferry.rollouts.cascade import Cascade
 from ferry.settings import (
     BatcherSettings,
     CommonSettings,
@@ -21,6 +25,7 @@ from ferry.settings import (
     reference_table,
     to_env,
 )
+from ferry.settings.fields import settable
 
 
 def parse(cls: type[CommonSettings], argv: list[str]) -> argparse.Namespace:
@@ -149,7 +154,8 @@ def test_zero_max_wait_is_allowed() -> None:
 
 def test_owned_partitions_within_partitions_is_accepted() -> None:
     settings = BatcherSettings(partitions=4, owned_partitions="0-1,3")
-    assert parse_partitions(settings.owned_partitions, settings.partitions) == (0, 1, 3)
+    assert settings.owned == (0, 1, 3)
+    assert not settings.follows_replicas
 
 
 # --- parse_partitions -------------------------------------------------------------------------
@@ -196,7 +202,7 @@ def test_to_env_round_trips_through_load() -> None:
     assert env["FERRY_MAX_BATCH"] == "17"
     assert env["FERRY_MAX_WAIT_MS"] == "12.5"
     assert env["FERRY_OWNED_PARTITIONS"] == "0-3,7"
-    assert set(env) == {"FERRY_" + f.name.upper() for f in dataclasses.fields(BatcherSettings)}
+    assert set(env) == {"FERRY_" + f.name.upper() for f in settable(BatcherSettings)}
     assert load(BatcherSettings, None, environ=env) == original
 
 
@@ -275,7 +281,7 @@ def test_reference_table_lists_every_setting() -> None:
     assert any(line.startswith("| `FERRY_PORT` |") and line.endswith("| gateway, up |")
                for line in lines)
     names = {f.name for cls in (GatewaySettings, BatcherSettings, UpSettings)
-             for f in dataclasses.fields(cls)}
+             for f in settable(cls)}
     assert len(lines) == 2 + len(names)
 
 
@@ -292,10 +298,12 @@ def test_gateway_workers_default_to_one_per_core_and_cannot_be_negative() -> Non
 
 
 def test_fallbacks_from_the_list_and_variables() -> None:
-    settings = BatcherSettings(fallback_models="moderation=moderation_small, sim-v2 = sim")
-    fallbacks = settings.fallbacks({"FERRY_FALLBACK_SIM_V2": "sim_backup",
-                                    "FERRY_FALLBACK_OTHER": "other_small",
-                                    "FERRY_FALLBACK_EMPTY": " "})
+    settings = load(BatcherSettings, None, environ={
+        "FERRY_FALLBACK_MODELS": "moderation=moderation_small, sim-v2 = sim",
+        "FERRY_FALLBACK_SIM_V2": "sim_backup", "FERRY_FALLBACK_OTHER": "other_small",
+        "FERRY_FALLBACK_EMPTY": " "})
+    assert settings.fallback_variables == {"SIM_V2": "sim_backup", "OTHER": "other_small"}
+    fallbacks = settings.fallbacks
     assert fallbacks.of("moderation") == "moderation_small"
     assert fallbacks.of("sim-v2") == "sim_backup"  # the variable wins
     assert fallbacks.of("other") == "other_small"
@@ -355,3 +363,146 @@ def test_an_unreadable_secret_file_is_a_config_error() -> None:
 def test_unusable_security_settings_are_refused(env: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
         load(GatewaySettings, None, environ=env)
+
+
+def test_fallback_variables_are_read_by_the_loader_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FERRY_FALLBACK_<MODEL>`` is read with the other variables, at load: settings built
+    directly see none of it, and a child rebuilds the same fallbacks from ``to_env``."""
+    monkeypatch.setenv("FERRY_FALLBACK_SIM", "sim_slow")
+    assert BatcherSettings().fallbacks.of("sim") is None
+    loaded = load(BatcherSettings)
+    assert loaded.fallbacks.of("sim") == "sim_slow"
+    env = to_env(loaded, BatcherSettings)
+    assert env["FERRY_FALLBACK_SIM"] == "sim_slow"
+    assert load(BatcherSettings, None, environ=env) == loaded
+    assert not hasattr(load(GatewaySettings), "fallback_variables")
+
+
+def test_up_settings_hand_fallback_variables_to_the_batcher() -> None:
+    up = load(UpSettings, None, environ={"FERRY_FALLBACK_SIM": "sim_slow"})
+    batcher = load(BatcherSettings, None, environ=to_env(up, BatcherSettings))
+    assert batcher.fallbacks.of("sim") == "sim_slow"
+    assert "FERRY_FALLBACK_SIM" not in to_env(up, GatewaySettings)
+
+
+# --- structured settings: parsed once, when built, into typed fields ---------------------------
+
+KEY_LINE = config_line("alice", "fk_alice")
+HS_SECRET = "s" * 32
+
+
+@pytest.mark.parametrize(
+    ("cls", "given", "parsed", "expected"),
+    [
+        (CommonSettings, {}, "declared_rollouts", {}),
+        (CommonSettings, {"rollouts": '{"m": {"stable": "1", "candidate": "2", "share": 10}}'},
+         "declared_rollouts", {"m": {"stable": "1", "candidate": "2", "share": 10}}),
+        (CommonSettings, {}, "webhook_hosts", frozenset()),
+        (CommonSettings, {"webhook_allowed_hosts": " Hooks.example:8443, b ,",
+                          "webhook_secret": "k"},
+         "webhook_hosts", frozenset({"hooks.example:8443", "b"})),
+        (CommonSettings, {}, "redis_sentinel_nodes", ()),
+        (CommonSettings, {"redis_sentinels": "s1:26379, [::1]:26380"},
+         "redis_sentinel_nodes", (("s1", 26379), ("::1", 26380))),
+        (CommonSettings, {"log_level": "warning,ferry.batches=debug"}, "log_levels",
+         ("WARNING", {"ferry.batches": "DEBUG"})),
+        (BatcherSettings, {}, "owned", tuple(range(16))),
+        (BatcherSettings, {"partitions": 8, "owned_partitions": "6-7,0"}, "owned", (0, 6, 7)),
+        (BatcherSettings, {"owned_partitions": "auto", "replicas": 2}, "owned", ()),
+        (BatcherSettings, {"owned_partitions": " Auto ", "statefulset": "ferry-batcher"},
+         "follows_replicas", True),
+        (BatcherSettings, {}, "follows_replicas", False),
+        (BatcherSettings, {}, "declared_cascades", {}),
+        (BatcherSettings, {"cascades": '{"m": {"review_model": "big", "when": "unsafe"}}'},
+         "declared_cascades", {"m": Cascade("m", "big", "", "unsafe")}),
+        (GatewaySettings, {}, "api_key_entries", ()),
+        (GatewaySettings, {"api_keys": "not even a key"}, "api_key_entries", ()),  # auth=none
+        (GatewaySettings, {}, "jwt_algorithm_names", ()),
+        (GatewaySettings, {"auth": "jwt", "jwt_algorithms": "HS256, HS384",
+                           "jwt_secret": HS_SECRET}, "jwt_algorithm_names", ("HS256", "HS384")),
+        (GatewaySettings, {}, "rate_limit_overrides", {}),
+        (GatewaySettings, {"rate_limits": "bob=60/5, carol=0", "rate_limit_burst": 7},
+         "rate_limit_overrides", {"bob": Rate(60, 5), "carol": Rate(0, 7)}),
+        (GatewaySettings, {}, "job_completion_window_s", 86400.0),
+        (GatewaySettings, {}, "job_max_completion_window_s", 7 * 86400.0),
+        (GatewaySettings, {"job_completion_window": "30m", "job_max_completion_window": "2h"},
+         "job_completion_window_s", 1800.0),
+    ],
+)
+def test_a_structured_setting_is_parsed_when_built(
+        cls: type[CommonSettings], given: dict[str, Any], parsed: str, expected: object) -> None:
+    assert getattr(cls(**given), parsed) == expected
+
+
+def test_api_keys_are_parsed_with_auth_api_key() -> None:
+    settings = GatewaySettings(auth="api_key", api_keys=f"{KEY_LINE}\nbob:{'b' * 64}")
+    entries = settings.api_key_entries
+    assert [e.client_id for e in entries] == ["alice", "bob"]
+    assert entries[0].digest.hex() == key_hash("fk_alice")
+
+
+@pytest.mark.parametrize(
+    ("cls", "given", "setting"),
+    [
+        (CommonSettings, {"rollouts": "{not json"}, "rollouts"),
+        (CommonSettings, {"rollouts": '["m"]'}, "rollouts"),
+        (CommonSettings, {"rollouts": '{"m": {"stable": "1", "share": 150}}'}, "rollouts"),
+        (CommonSettings, {"webhook_allowed_hosts": "hooks.example"}, "webhook_allowed_hosts"),
+        (CommonSettings, {"redis_sentinels": "s1"}, "redis_sentinels"),
+        (CommonSettings, {"redis_sentinels": "s1:0"}, "redis_sentinels"),
+        (CommonSettings, {"log_level": "LOUD"}, "log_level"),
+        (CommonSettings, {"log_level": "INFO,=DEBUG"}, "log_level"),
+        (BatcherSettings, {"owned_partitions": "x"}, "owned_partitions"),
+        (BatcherSettings, {"partitions": 4, "owned_partitions": "2-5"}, "owned_partitions"),
+        (BatcherSettings, {"owned_partitions": ","}, "owned_partitions"),
+        (BatcherSettings, {"owned_partitions": "auto"}, "owned_partitions"),
+        (BatcherSettings, {"cascades": "[]"}, "cascades"),
+        (BatcherSettings, {"cascades": '{"m": {"when": "unsafe"}}'}, "cascades"),
+        (BatcherSettings, {"cascades": '{"m": {"review_model": "b", "when": "often"}}'},
+         "cascades"),
+        (BatcherSettings, {"fallback_models": "m=m"}, "fallback_models"),
+        (GatewaySettings, {"auth": "api_key"}, "api_keys"),
+        (GatewaySettings, {"auth": "api_key", "api_keys": "alice:abc"}, "api_keys"),
+        (GatewaySettings, {"auth": "api_key", "api_keys": f"alice:{'x' * 64}"}, "api_keys"),
+        (GatewaySettings, {"auth": "jwt", "jwt_algorithms": "none"}, "jwt_algorithms"),
+        (GatewaySettings, {"auth": "jwt", "jwt_algorithms": "HS256,RS256",
+                           "jwt_secret": HS_SECRET}, "jwt_algorithms"),
+        (GatewaySettings, {"auth": "jwt", "jwt_algorithms": "HS256"}, "jwt_secret"),
+        (GatewaySettings, {"rate_limits": "bob"}, "rate_limits"),
+        (GatewaySettings, {"rate_limits": "bob=fast"}, "rate_limits"),
+        (GatewaySettings, {"job_completion_window": "soon"}, "job_completion_window"),
+        (GatewaySettings, {"job_completion_window": "8d"}, "job_completion_window"),
+        (GatewaySettings, {"job_max_completion_window": "0h"}, "job_max_completion_window"),
+    ],
+)
+def test_a_bad_structured_setting_is_a_config_error_naming_it(
+        cls: type[CommonSettings], given: dict[str, Any], setting: str) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        cls(**given)
+
+
+def test_parsed_values_follow_their_text_through_replace() -> None:
+    """A supervisor's batcher is its settings with other owned partitions (``replace``): the
+    parsed fields are parsed again from the new text, and the rest kept."""
+    auto = BatcherSettings(owned_partitions="auto", replicas=3, fallback_variables={"M": "n"})
+    one = dataclasses.replace(auto, owned_partitions="1,4")
+    assert (one.owned, one.follows_replicas) == ((1, 4), False)
+    assert one.fallbacks.of("m") == "n"
+
+
+def test_parsed_values_are_not_settings() -> None:
+    """Neither a flag, a variable nor a row of the table; compared through their text."""
+    parsed = {f.name for cls in (GatewaySettings, BatcherSettings)
+              for f in dataclasses.fields(cls) if not f.init}
+    assert parsed == {"log_levels", "declared_rollouts", "webhook_hosts", "redis_sentinel_nodes",
+                      "api_key_entries", "jwt_algorithm_names", "rate_limit_overrides",
+                      "job_completion_window_s", "job_max_completion_window_s", "owned",
+                      "follows_replicas", "fallbacks", "declared_cascades"}
+    names = {f.name for cls in (GatewaySettings, BatcherSettings, UpSettings)
+             for f in settable(cls)}
+    assert not parsed & names
+    assert "fallback_variables" not in names
+    assert not any(f"FERRY_{name.upper()}`" in reference_table() for name in parsed)
+    assert BatcherSettings(owned_partitions="0-15") == BatcherSettings(owned_partitions="0-15")
+    mapping: Mapping[str, object] = GatewaySettings(rate_limits="bob=1").rate_limit_overrides
+    assert list(mapping) == ["bob"]

@@ -227,7 +227,7 @@ class BatchExecutor:
         self.metrics = metrics
         self.gate = gate
         self.context = context or Standalone()
-        self.fallbacks = settings.fallbacks()
+        self.fallbacks = settings.fallbacks
         # Bound once: each is called per batch or per delivery.
         self.breaker = self.context.breaker
         self.call_time = self.context.call_time

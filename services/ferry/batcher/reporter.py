@@ -40,7 +40,7 @@ class Reporter:
         self.policy = policy
         self.stopping = stopping
         self.clock = clock
-        self.fallbacks = settings.fallbacks()
+        self.fallbacks = settings.fallbacks
 
     async def report_loop(self) -> None:
         """Publish each model's measured capacity every second, for the gateways' admission."""

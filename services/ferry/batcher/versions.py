@@ -19,9 +19,8 @@ from ferry.batcher.keeper import RolloutKeeper
 from ferry.batcher.reviews import Reviews, ReviewStore, with_review
 from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.resp.client import Commands
-from ferry.rollouts.cascade import parse_cascades
 from ferry.rollouts.guard import Decision
-from ferry.rollouts.rollout import Rollout, parse_declared
+from ferry.rollouts.rollout import Rollout
 from ferry.rollouts.store import RolloutStore, apply_declared
 from ferry.rollouts.window import Tally
 from ferry.settings import BatcherSettings
@@ -49,8 +48,8 @@ class VersionDesk:
         self.metrics = metrics
         self.tally = Tally()
         self.store = RolloutStore(hot)
-        self.declared = parse_declared(settings.rollouts)
-        cascades = parse_cascades(settings.cascades)
+        self.declared = settings.declared_rollouts
+        cascades = settings.declared_cascades
         self.reviews = (Reviews(cascades, records, max_backlog=settings.review_max_backlog,
                                 partitions=settings.partitions) if cascades else None)
         self.capacity = CapacityBoard(hot)

@@ -36,7 +36,7 @@ from ferry.compose.batcher import BatcherParts, batcher_parts
 from ferry.errors import BackendError
 from ferry.queue.base import Delivery
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
-from ferry.settings import BatcherSettings, parse_partitions
+from ferry.settings import BatcherSettings
 from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend
@@ -53,7 +53,7 @@ class Batcher:
         self.parts = parts
         self.clock = timing.clock
         self.metrics = parts.metrics
-        self.partitions = parse_partitions(settings.owned_partitions, settings.partitions)
+        self.partitions = settings.owned
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self._gate = BackendGate(parts.backend, settings.outage_budget_s)
         self._shared = Shared()

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from ferry import keys
 from ferry.compose.triton import triton_backend
+from ferry.errors import ConfigError
 from ferry.queue.base import TaskQueue
 from ferry.queue.redis_streams import RedisStreamQueue
 from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean, locator
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
-from ferry.settings import BatcherSettings, parse_partitions
+from ferry.settings import BatcherSettings
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import Tracing
@@ -43,12 +44,15 @@ def consumer_name() -> str:
 
 def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None = None,
                   metrics: BatcherMetrics | None = None) -> BatcherParts:
+    if settings.follows_replicas:
+        raise ConfigError("owned_partitions=auto: the supervisor starts each batcher on its "
+                          "own list of partitions")
     consumer = consumer_name()
     hot = lean(settings, f"ferry-batcher-{consumer}")
     redis = connect(settings)
     reader = lean(settings, f"ferry-reader-{consumer}")
     queue = RedisStreamQueue(redis, reader, partitions=settings.partitions,
-                             owned=parse_partitions(settings.owned_partitions, settings.partitions),
+                             owned=settings.owned,
                              consumer=consumer,
                              blocker=(lambda: cluster_client(settings, f"ferry-reader-{consumer}"))
                              if settings.redis_cluster else None)

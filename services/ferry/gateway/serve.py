@@ -16,7 +16,6 @@ from ferry.gateway.app import create_app
 from ferry.gateway.timeouts import TimedHttpToolsProtocol
 from ferry.settings import GatewaySettings, to_env
 from ferry.stack.ports import is_listening
-from ferry.telemetry.logs import root_level
 from ferry.telemetry.metrics import MULTIPROCESS_DIR
 
 
@@ -37,7 +36,7 @@ def server_options(settings: GatewaySettings) -> dict[str, Any]:
     return {"host": settings.host, "port": settings.port, "loop": "uvloop",
             # httptools, with the read timeouts the app's lifespan hands it (gateway/timeouts.py)
             "http": TimedHttpToolsProtocol, "ws": "none",
-            "log_level": root_level(settings.log_level).lower(),
+            "log_level": settings.log_levels.root.lower(),
             "access_log": settings.access_log,
             # open long-polls must not hold a stop for their whole ?wait=
             "timeout_graceful_shutdown": 3}
@@ -53,6 +52,7 @@ def serve(settings: GatewaySettings) -> int:
     if workers == 1:
         uvicorn.run(create_app(settings), **options)
         return 0
+    # Written, not read: the workers uvicorn starts rebuild the settings from these variables.
     os.environ.update(to_env(settings, GatewaySettings))
     metrics_dir = _fresh_metrics_dir()
     try:
@@ -65,6 +65,8 @@ def serve(settings: GatewaySettings) -> int:
 
 def _fresh_metrics_dir() -> str:
     """An empty directory for the workers' metric files (prometheus_client multiprocess mode)."""
+    # prometheus_client's multiprocess directory, set (or chosen) here before the workers
+    # start: the library itself reads the variable in every worker.
     chosen = os.environ.get(MULTIPROCESS_DIR)
     if chosen:
         shutil.rmtree(chosen, ignore_errors=True)

@@ -30,6 +30,8 @@ SET_FIELDS = {"stable": str, "candidate": str, "share": float, "shadow": float, 
 def add_parser(commands: Any) -> None:
     rollout = commands.add_parser("rollout", help="model versions: status, set, promote, "
                                   "rollback, compare, decisions")
+    # ferry rollout is a one-shot client, not a service: its flags' defaults come from the
+    # environment when its command line is parsed, at start-up.
     rollout.add_argument("--url", default=os.environ.get("FERRY_URL", DEFAULT_URL),
                          help="the gateway (FERRY_URL)")
     rollout.add_argument("--token", default=None, help="the admin token (FERRY_ADMIN_TOKEN; "
@@ -64,6 +66,7 @@ def token(given: str | None) -> str:
     keeps it in ``$FERRY_STATE_DIR/admin-token``, ``.ferry`` by default)."""
     if given is not None:
         return given
+    # Read once, as the command starts (a one-shot client: no settings object of its own).
     if os.environ.get("FERRY_ADMIN_TOKEN"):
         return os.environ["FERRY_ADMIN_TOKEN"]
     kept = Path(os.environ.get("FERRY_STATE_DIR", ".ferry")) / "admin-token"

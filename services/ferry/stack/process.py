@@ -123,6 +123,6 @@ class ManagedProcess:
 
 def env_with(extra: Mapping[str, str]) -> dict[str, str]:
     """The current environment with ``extra`` on top."""
-    env = dict(os.environ)
+    env = dict(os.environ)  # a child process inherits this one's environment (PATH, FERRY_*...)
     env.update(extra)
     return env

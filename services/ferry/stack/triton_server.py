@@ -66,6 +66,8 @@ def triton_env() -> dict[str, str]:
     """
     libdir = str(sysconfig.get_config_var("LIBDIR") or "")
     bundled = str(pytriton_root().parent.parent / "nvidia_pytriton.libs")
+    # The child tritonserver's library and program paths, extended from this process's own
+    # (not Ferry's settings), when ferry up starts it.
     inherited = os.environ.get("LD_LIBRARY_PATH", "")
     ld_path = os.pathsep.join(p for p in (libdir, bundled, inherited) if p)
     bin_dir = str(Path(sys.executable).parent)

@@ -112,6 +112,9 @@ class GatewayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        # Read once, when the gateway (or one of its workers) starts: serve() sets it before
+        # the workers start, and prometheus_client reads the same variable for its values.
+        self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIR))
         r = self.registry
         self.requests = Counter("ferry_http_requests_total", "HTTP requests answered",
                                 ["route", "method", "status"], registry=r)
@@ -177,7 +180,7 @@ class GatewayMetrics:
     def exposition(self) -> bytes:
         """The text /metrics serves: this process's registry, or every worker's in multiprocess
         mode."""
-        if os.environ.get(MULTIPROCESS_DIR):
+        if self.multiprocess:
             registry = CollectorRegistry()
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped library
             return generate_latest(registry)

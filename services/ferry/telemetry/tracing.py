@@ -45,6 +45,8 @@ class Tracing:
     """A service's tracer, or nothing at all when traces are off."""
 
     def __init__(self, service: str, environ: Mapping[str, str] | None = None) -> None:
+        # The standard OTEL_* variables, read once when the service builds its parts at start-up
+        # (the OpenTelemetry SDK reads the rest of them itself): not Ferry's settings.
         environ = os.environ if environ is None else environ
         self.enabled = configured(environ)
         self.service = environ.get("OTEL_SERVICE_NAME") or service

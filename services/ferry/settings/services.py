@@ -1,42 +1,40 @@
-"""Typed settings, one object per service, read once at the entry point.
+"""The services' settings: one flat, frozen dataclass per service, each setting a flag and a
+``FERRY_*`` variable (``fields.setting``); beside the text of each structured setting, the typed
+value parsed from it when the settings are built (an ``init=False`` field): the code uses that
+value and never parses the text again. The checks and the parsing live by concern in this
+package (``redis``, ``triton``, ``webhooks``, ``auth``, ``jobs``, ``rollouts``, ``partitions``).
 
-Every field is a command-line flag (``--max-batch``) and an environment variable with the one
-prefix ``FERRY_`` (``FERRY_MAX_BATCH``); the flag wins, then the variable, then a file named by
-``FERRY_<NAME>_FILE`` (secrets mounted from Kubernetes Secrets), then the default written here.
-``ferry <command> --help`` prints them all with their defaults.
-"""
+Flat, not nested groups: the services' code and tests build and read settings by their field
+names (``GatewaySettings(redis_url=..., max_wait_ms=...)``), and ``auth``, ``jobs`` and
+``rollouts`` are settings' own names already."""
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from ferry.auth.api_keys import parse_keys
-from ferry.auth.base import check_key_source, parse_algorithms
-from ferry.durations import parse_window
-from ferry.errors import BadRequestError, ConfigError
-from ferry.resp.client import RedisAddress
-from ferry.resp.sentinel import sentinel_nodes
-from ferry.rollouts.cascade import parse_cascades
-from ferry.rollouts.rollout import parse_declared
-from ferry.telemetry.logs import parse as parse_log_level
+from ferry.auth.api_keys import KeyEntry
+from ferry.auth.rate_limit import Rate
+from ferry.errors import ConfigError
+from ferry.rollouts.cascade import Cascade
+from ferry.settings.auth import (
+    api_key_entries,
+    check_admin_token,
+    jwt_algorithm_names,
+    rate_limit_overrides,
+)
+from ferry.settings.fields import fill, naming, setting
+from ferry.settings.jobs import job_windows
+from ferry.settings.partitions import follows_replicas, owned
+from ferry.settings.redis import redis_sentinel_nodes
+from ferry.settings.rollouts import Fallbacks, declared_cascades, declared_rollouts, fallbacks_of
+from ferry.settings.triton import check_triton
+from ferry.settings.webhooks import webhook_hosts
+from ferry.telemetry.logs import LogLevels
+from ferry.telemetry.logs import parse as parse_log_levels
 
-ENV_PREFIX = "FERRY_"
-FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
-AUTH_MODES = ("none", "api_key", "jwt")
-MIN_ADMIN_TOKEN = 24
-S = TypeVar("S", bound="CommonSettings")
-
-
-def setting(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
-    """A settings field with its documentation."""
-    return field(default=default, metadata={"help": help})
+Declarations = Mapping[str, Mapping[str, Any]]  # model to its declared rollout's fields
 
 
 @dataclass(frozen=True)
@@ -91,44 +89,28 @@ class CommonSettings:
                             "to Redis when the declaration changes, changed by the admin API "
                             "and the guard")
 
+    # Parsed when the settings are built, each from the setting it names (neither a flag nor a
+    # variable, and compared through that setting's text):
+    log_levels: LogLevels = field(init=False, repr=False, compare=False)  # log_level
+    # rollouts: model to its declared rollout's fields
+    declared_rollouts: Declarations = field(init=False, repr=False, compare=False)
+    # webhook_allowed_hosts: 'host' and 'host:port', lower case; none: webhooks are off
+    webhook_hosts: frozenset[str] = field(init=False, repr=False, compare=False)
+    # redis_sentinels: (host, port) of each; none: no sentinels
+    redis_sentinel_nodes: tuple[tuple[str, int], ...] = field(init=False, repr=False,
+                                                              compare=False)
+
     def __post_init__(self) -> None:
-        parse_log_level(self.log_level)
-        parse_declared(self.rollouts)
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
         if self.result_ttl_s < 1 or self.pending_ttl_s < 1:
             raise ConfigError("result_ttl_s and pending_ttl_s must be at least 1")
         if self.cache_ttl_s < 0:
             raise ConfigError("cache_ttl_s must be 0 (off) or more")
-        if self.webhook_allowed_hosts.strip() and not self.webhook_secret:
-            raise ConfigError("webhook_allowed_hosts needs webhook_secret: webhooks are signed")
-        if bool(self.redis_cert_file) != bool(self.redis_key_file) or bool(
-                self.triton_cert_file) != bool(self.triton_key_file):
-            raise ConfigError("a client certificate and its key go together (redis_cert_file "
-                              "and redis_key_file, triton_cert_file and triton_key_file)")
-        self._check_redis()
-        if (self.triton_ca_file or self.triton_cert_file) and not self.triton_ssl:
-            raise ConfigError("triton_ca_file and triton_cert_file need triton_ssl=true")
-
-    def _check_redis(self) -> None:
-        if self.redis_cluster and (self.redis_url.startswith("unix:")
-                                   or RedisAddress.from_url(self.redis_url).db != 0):
-            raise ConfigError("a Redis Cluster is reached over redis:// or rediss:// and has "
-                              "only database 0")
-        if self.redis_sentinels.strip():
-            if self.redis_cluster:
-                raise ConfigError("redis_sentinels and redis_cluster exclude each other: a "
-                                  "Redis Cluster fails over by itself")
-            if not self.redis_sentinel_master:
-                raise ConfigError("redis_sentinels needs redis_sentinel_master")
-            sentinel_nodes(self.redis_sentinels)
-        if self.redis_min_replicas < 0 or self.redis_wait_ms < 1:
-            raise ConfigError("redis_min_replicas must be 0 or more and redis_wait_ms at least 1")
-
-    @property
-    def webhook_hosts(self) -> frozenset[str]:
-        return frozenset(h.strip().lower() for h in self.webhook_allowed_hosts.split(",")
-                         if h.strip())
+        check_triton(self)
+        fill(self, log_levels=naming("log_level", parse_log_levels, self.log_level),
+             declared_rollouts=declared_rollouts(self.rollouts),
+             webhook_hosts=webhook_hosts(self), redis_sentinel_nodes=redis_sentinel_nodes(self))
 
     @property
     def triton_grpc_target(self) -> str:
@@ -221,10 +203,33 @@ class GatewaySettings(CommonSettings):
                                "24+ characters (or FERRY_ADMIN_TOKEN_FILE); empty: the admin "
                                "API answers 403")
 
+    # Parsed when the settings are built, each from the setting it names:
+    # api_keys: (client id, key digest) of each; none unless auth=api_key
+    api_key_entries: tuple[KeyEntry, ...] = field(init=False, repr=False, compare=False)
+    # jwt_algorithms: none unless auth=jwt
+    jwt_algorithm_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    # rate_limits: client to its own rate
+    rate_limit_overrides: Mapping[str, Rate] = field(init=False, repr=False, compare=False)
+    # job_completion_window and job_max_completion_window, in seconds
+    job_completion_window_s: float = field(init=False, repr=False, compare=False)
+    job_max_completion_window_s: float = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._check_jobs_and_admin()
-        self._check_requests()
+        self._check_serving()
+        check_admin_token(self)
+        default_window_s, longest_window_s = job_windows(self)
+        fill(self, api_key_entries=api_key_entries(self),
+             jwt_algorithm_names=jwt_algorithm_names(self),
+             rate_limit_overrides=rate_limit_overrides(self),
+             job_completion_window_s=default_window_s,
+             job_max_completion_window_s=longest_window_s)
+
+    def _check_serving(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes must be positive")
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ConfigError("header_timeout_s and body_timeout_s must be positive")
         if self.workers < 0:
             raise ConfigError("workers must be 0 (one per core) or more")
         if not 0 <= self.grpc_port <= 65535 or self.grpc_port == self.port:
@@ -232,37 +237,6 @@ class GatewaySettings(CommonSettings):
         if self.max_backlog < 0 or self.max_queue_wait_s <= 0 or self.default_timeout_s < 0:
             raise ConfigError("max_backlog and default_timeout_s must be >= 0, max_queue_wait_s "
                               "> 0")
-        if self.auth not in AUTH_MODES:
-            raise ConfigError(f"auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
-        if self.auth == "api_key":
-            parse_keys(self.api_keys)
-        if self.auth == "jwt":
-            check_key_source(parse_algorithms(self.jwt_algorithms), self.jwt_secret,
-                             self.jwt_public_key, self.jwt_jwks_url)
-        if self.rate_limit_per_min < 0 or self.rate_limit_burst < 0:
-            raise ConfigError("rate_limit_per_min and rate_limit_burst must be >= 0")
-        if self.max_pending_per_client < 0 or self.max_waits_per_client < 0:
-            raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
-
-    def _check_requests(self) -> None:
-        if self.max_body_bytes < 1:
-            raise ConfigError("max_body_bytes must be positive")
-        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
-            raise ConfigError("header_timeout_s and body_timeout_s must be positive")
-
-    def _check_jobs_and_admin(self) -> None:
-        if self.admin_token and len(self.admin_token) < MIN_ADMIN_TOKEN:
-            raise ConfigError(f"admin_token must have at least {MIN_ADMIN_TOKEN} characters")
-        if min(self.job_max_items, self.job_max_bytes, self.job_window,
-               self.job_max_unfinished, self.job_record_ttl_s) < 1 or self.job_lease_s <= 0:
-            raise ConfigError("job_max_items, job_max_bytes, job_window, job_max_unfinished, "
-                              "job_record_ttl_s and job_lease_s must be positive")
-        try:
-            longest = parse_window(self.job_max_completion_window, 0, 10 ** 9)
-            parse_window(self.job_completion_window, 0, longest)
-        except BadRequestError as exc:
-            raise ConfigError(f"job_completion_window, job_max_completion_window: "
-                              f"{exc.message}") from None
 
 
 @dataclass(frozen=True)
@@ -334,31 +308,34 @@ class BatcherSettings(CommonSettings):
     rollout_check_s: float = setting(2.0, "how often the rollouts' guard looks (on the batcher "
                                      "that owns partition 0)")
 
+    # FERRY_FALLBACK_<MODEL>=<fallback> variables, by <MODEL>: read by the loader (no flag)
+    fallback_variables: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    # Parsed when the settings are built, each from the setting it names:
+    # owned_partitions: the partitions it names (none for 'auto'), and whether it is 'auto'
+    # (the supervisor then starts each batcher on a list of its own, from the replica count)
+    owned: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    follows_replicas: bool = field(init=False, repr=False, compare=False)
+    # fallback_models and fallback_variables
+    fallbacks: Fallbacks = field(init=False, repr=False, compare=False)
+    # cascades: model to the cascade that reviews its answers
+    declared_cascades: Mapping[str, Cascade] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.slo_ms < 0:
             raise ConfigError("max_batch must be >= 1, max_wait_ms and slo_ms >= 0")
         if self.max_attempts < 1 or self.max_inflight_batches < 0:
             raise ConfigError("max_attempts must be >= 1 and max_inflight_batches >= 0")
-        if self.owned_partitions.strip().lower() == "auto":
-            if not self.replicas and not self.statefulset:
-                raise ConfigError("owned_partitions=auto needs replicas or statefulset")
-            if self.replicas < 0 or self.replicas_check_s <= 0:
-                raise ConfigError("replicas must be >= 0 and replicas_check_s > 0")
-        else:
-            parse_partitions(self.owned_partitions, self.partitions)
         if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:
             raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")
         if not 0 < self.breaker_threshold <= 1 or self.breaker_min_calls < 1:
             raise ConfigError("breaker_threshold must be in (0, 1] and breaker_min_calls >= 1")
-        parse_fallbacks(self.fallback_models, {})
-        parse_cascades(self.cascades)
         if self.review_max_backlog < 1 or self.rollout_check_s <= 0:
             raise ConfigError("review_max_backlog must be >= 1 and rollout_check_s > 0")
-
-    def fallbacks(self, environ: Mapping[str, str] | None = None) -> Fallbacks:
-        """The fallback models, from ``fallback_models`` and ``FERRY_FALLBACK_<MODEL>``."""
-        return parse_fallbacks(self.fallback_models, os.environ if environ is None else environ)
+        fill(self, owned=owned(self), follows_replicas=follows_replicas(self.owned_partitions),
+             fallbacks=fallbacks_of(self.fallback_models, self.fallback_variables),
+             declared_cascades=declared_cascades(self.cascades))
 
 
 @dataclass(frozen=True)
@@ -370,145 +347,4 @@ class UpSettings(GatewaySettings, BatcherSettings):
     model_repository: str = setting("", "Triton model repository to serve (default: bundled)")
     state_dir: str = setting(".ferry", "where logs and Redis data of the local stack go")
     metrics_port: int = setting(0, "batcher /metrics port (0: pick a free one)")
-
-
-FALLBACK_ENV_PREFIX = ENV_PREFIX + "FALLBACK_"
-
-
-def env_model_name(model: str) -> str:
-    """How a ``FERRY_FALLBACK_<MODEL>`` variable names a model: upper case, '-' and '.' as '_'."""
-    return model.upper().replace("-", "_").replace(".", "_")
-
-
-@dataclass(frozen=True)
-class Fallbacks:
-    """Which model answers for a model whose circuit breaker is open."""
-
-    named: Mapping[str, str]  # from fallback_models
-    variables: Mapping[str, str]  # FERRY_FALLBACK_<MODEL> values, by <MODEL>
-
-    def of(self, model: str) -> str | None:
-        """The fallback of ``model`` (a variable wins over the list), or None."""
-        fallback = self.variables.get(env_model_name(model)) or self.named.get(model)
-        return fallback if fallback and fallback != model else None
-
-
-NO_FALLBACKS = Fallbacks({}, {})
-
-
-def parse_fallbacks(spec: str, environ: Mapping[str, str]) -> Fallbacks:
-    """'a=b,c=d' and the ``FERRY_FALLBACK_*`` variables."""
-    named: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        model, sep, fallback = (x.strip() for x in part.partition("="))
-        if not sep or not model or not fallback or model == fallback:
-            raise ConfigError(f"fallback_models {spec!r}: {part!r} is not 'model=other_model'")
-        named[model] = fallback
-    variables = {name[len(FALLBACK_ENV_PREFIX):]: value.strip() for name, value in environ.items()
-                 if name.startswith(FALLBACK_ENV_PREFIX) and value.strip()}
-    return Fallbacks(named, variables)
-
-
-def parse_partitions(spec: str, total: int) -> tuple[int, ...]:
-    """Parse 'all' or a list of indices and ranges ('0-3,7') into sorted partition numbers."""
-    if spec.strip().lower() == "all":
-        return tuple(range(total))
-    chosen: set[int] = set()
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        low, _, high = part.partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
-        if not 0 <= first <= last < total:
-            raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
-        chosen.update(range(first, last + 1))
-    if not chosen:
-        raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
-    return tuple(sorted(chosen))
-
-
-def _base_type(annotation: Any) -> type:
-    hint = typing.get_origin(annotation)
-    if hint in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(annotation) if a is not type(None))  # type: ignore[no-any-return]
-    return annotation  # type: ignore[no-any-return]
-
-
-def _convert(kind: type, raw: str, name: str) -> Any:
-    try:
-        if kind is bool:
-            return raw.strip().lower() in ("1", "true", "yes", "on")
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
-
-
-def add_arguments(parser: argparse.ArgumentParser, cls: type[CommonSettings]) -> None:
-    """One flag per field, each help line naming its variable and default."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        env = ENV_PREFIX + f.name.upper()
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            default=None,
-            metavar=_base_type(hints[f.name]).__name__.upper(),
-            help=f"{f.metadata.get('help', '')} [env {env}, default {f.default!r}]",
-        )
-
-
-def load(cls: type[S], args: argparse.Namespace | None = None,
-         environ: Mapping[str, str] | None = None) -> S:
-    """Build ``cls`` from flags, then ``FERRY_*`` variables, then defaults."""
-    environ = os.environ if environ is None else environ
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        raw = getattr(args, f.name, None) if args is not None else None
-        if raw is None:
-            raw = environ.get(ENV_PREFIX + f.name.upper())
-        if raw is None and environ.get(ENV_PREFIX + f.name.upper() + FILE_SUFFIX):
-            raw = _read_secret(environ[ENV_PREFIX + f.name.upper() + FILE_SUFFIX], f.name)
-        if raw is not None:
-            values[f.name] = _convert(_base_type(hints[f.name]), str(raw), f.name)
-    return cls(**values)
-
-
-def _read_secret(path: str, name: str) -> str:
-    """A setting's value from a file (a mounted Kubernetes Secret): its content, without the
-    final line break."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read().removesuffix("\n").removesuffix("\r")
-    except OSError as exc:
-        raise ConfigError(f"{name}: cannot read {ENV_PREFIX}{name.upper()}{FILE_SUFFIX} "
-                          f"({path}): {exc.strerror}") from None
-
-
-def to_env(settings: CommonSettings, cls: type[CommonSettings]) -> dict[str, str]:
-    """The ``FERRY_*`` variables that rebuild the ``cls`` part of ``settings`` in a child."""
-    return {
-        ENV_PREFIX + f.name.upper(): str(getattr(settings, f.name))
-        for f in dataclasses.fields(cls)
-    }
-
-
-def reference_table() -> str:
-    """Markdown table of every setting, for docs/configuration.md."""
-    rows = ["| variable | flag | default | meaning | used by |", "|---|---|---|---|---|"]
-    seen: dict[str, list[str]] = {}
-    docs: dict[str, dataclasses.Field[Any]] = {}
-    for cls in (GatewaySettings, BatcherSettings, UpSettings):
-        for f in dataclasses.fields(cls):
-            seen.setdefault(f.name, []).append(cls.__name__.removesuffix("Settings").lower())
-            docs.setdefault(f.name, f)
-    up_defaults = {f.name: f.default for f in dataclasses.fields(UpSettings)}
-    for name, f in docs.items():
-        default = f"`{f.default!r}`"
-        if name in up_defaults and up_defaults[name] != f.default:
-            default += f" (`ferry up`: `{up_defaults[name]!r}`)"
-        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `--{name.replace('_', '-')}` | "
-                    f"{default} | {f.metadata['help']} | {', '.join(seen[name])} |")
-    return "\n".join(rows)
 

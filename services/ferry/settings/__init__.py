@@ -1,0 +1,50 @@
+"""Typed settings, one object per service, read once at the entry point.
+
+Every setting is a command-line flag (``--max-batch``) and an environment variable with the one
+prefix ``FERRY_`` (``FERRY_MAX_BATCH``); the flag wins, then the variable, then a file named by
+``FERRY_<NAME>_FILE`` (secrets mounted from Kubernetes Secrets), then the default written here.
+``ferry <command> --help`` prints them all with their defaults.
+
+A structured setting (the declared rollouts and cascades, the owned partitions, the fallback
+models, the API keys, the JWT algorithms, the per-client rates, the sentinels, the webhooks'
+hosts, the jobs' completion windows, the log levels) is parsed once, when the settings are built,
+into a typed field beside its text (``declared_rollouts`` beside ``rollouts``), and a bad value
+is a ``ConfigError`` naming the setting. The environment is read by ``load`` and nowhere after.
+
+The package, by concern: ``fields`` (how a setting is declared), ``redis``, ``triton``,
+``webhooks``, ``auth``, ``jobs``, ``rollouts`` (rollouts, cascades, fallbacks), ``partitions``;
+``services`` composes them into the services' settings, and ``loading`` builds those.
+"""
+
+from ferry.settings.auth import AUTH_MODES, MIN_ADMIN_TOKEN
+from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, setting
+from ferry.settings.loading import add_arguments, load, reference_table, to_env
+from ferry.settings.partitions import parse_partitions
+from ferry.settings.rollouts import (
+    FALLBACK_ENV_PREFIX,
+    NO_FALLBACKS,
+    Fallbacks,
+    env_model_name,
+)
+from ferry.settings.services import BatcherSettings, CommonSettings, GatewaySettings, UpSettings
+
+__all__ = [
+    "AUTH_MODES",
+    "ENV_PREFIX",
+    "FALLBACK_ENV_PREFIX",
+    "FILE_SUFFIX",
+    "MIN_ADMIN_TOKEN",
+    "NO_FALLBACKS",
+    "BatcherSettings",
+    "CommonSettings",
+    "Fallbacks",
+    "GatewaySettings",
+    "UpSettings",
+    "add_arguments",
+    "env_model_name",
+    "load",
+    "parse_partitions",
+    "reference_table",
+    "setting",
+    "to_env",
+]

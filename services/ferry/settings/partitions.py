@@ -1,0 +1,51 @@
+"""Which partitions a batcher reads: ``owned_partitions`` parsed once, when its settings are
+built ('all', a list such as '0-7,12', or 'auto': the supervisor's, from the replica count)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ferry.errors import ConfigError
+from ferry.settings.fields import naming
+
+if TYPE_CHECKING:
+    from ferry.settings.services import BatcherSettings
+
+AUTO = "auto"
+
+
+def owned(settings: BatcherSettings) -> tuple[int, ...]:
+    """The partitions ``owned_partitions`` names; none for 'auto' (after checking what the
+    supervisor needs: it gives every batcher it starts a list of its own)."""
+    if not follows_replicas(settings.owned_partitions):
+        return naming("owned_partitions", lambda spec: parse_partitions(spec, settings.partitions),
+                      settings.owned_partitions)
+    if not settings.replicas and not settings.statefulset:
+        raise ConfigError("owned_partitions=auto needs replicas or statefulset")
+    if settings.replicas < 0 or settings.replicas_check_s <= 0:
+        raise ConfigError("replicas must be >= 0 and replicas_check_s > 0")
+    return ()
+
+
+def follows_replicas(spec: str) -> bool:
+    """Whether ``owned_partitions`` is 'auto'."""
+    return spec.strip().lower() == AUTO
+
+
+def parse_partitions(spec: str, total: int) -> tuple[int, ...]:
+    """Parse 'all' or a list of indices and ranges ('0-3,7') into sorted partition numbers."""
+    if spec.strip().lower() == "all":
+        return tuple(range(total))
+    chosen: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
+        if not 0 <= first <= last < total:
+            raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
+        chosen.update(range(first, last + 1))
+    if not chosen:
+        raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
+    return tuple(sorted(chosen))
