@@ -31,7 +31,7 @@ from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.oip.served import ServedDesk
 from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble, warn_of_eviction
-from ferry.rollouts.rollout import Sticky, parse_declared
+from ferry.rollouts.rollout import Sticky
 from ferry.rollouts.store import RolloutStore, apply_declared
 from ferry.settings import GatewaySettings
 from ferry.submission import Submission
@@ -110,7 +110,7 @@ class Gateway:
             await check_cluster_mode(self.parts.settings, self.parts.redis)
             await warn_of_eviction(self.parts.redis)
         with contextlib.suppress(*REDIS_UNAVAILABLE):  # the batchers write it too
-            await apply_declared(self.rollouts, parse_declared(self.settings.rollouts))
+            await apply_declared(self.rollouts, self.settings.declared_rollouts)
         await self.parts.backend.start()
         with contextlib.suppress(DependencyUnavailableError):  # metrics primed, as at every
             await self.catalog.names()  # read of the models (Triton may answer only later)

@@ -118,10 +118,9 @@ class JobsApi:
     async def _new_job(self, query: Any, client_id: str) -> NewJob:
         model = query.get("model") or self.settings.default_model
         priority = Priority.parse(query.get("priority", "batch"), "query.priority")
-        max_s = parse_window(self.settings.job_max_completion_window, 0, 10 ** 9)
+        max_s = self.settings.job_max_completion_window_s
         window_s = parse_window(query.get("completion_window"),
-                                parse_window(self.settings.job_completion_window, 0, max_s),
-                                max_s)
+                                self.settings.job_completion_window_s, max_s)
         callback = query.get("callback_url", "")
         if callback:
             check_callback(callback, self.settings.webhook_hosts)
