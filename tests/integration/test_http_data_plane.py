@@ -12,9 +12,8 @@ import pytest
 
 from ferry.errors import PermanentBackendError, TransientBackendError, UnknownModelError
 from ferry.stack.ports import LOOPBACK, free_port
-from ferry.tensors import Tensor
+from ferry.tensors import Tensor, pack_bytes, unpack_bytes
 from ferry.triton.http_infer import HttpInferClient, bytes_batch_body, tensor_body
-from ferry.triton.tensors import pack_bytes, unpack_bytes
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batch_executions,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ferry.errors import PermanentBackendError, TransientBackendError, UnknownModelError
-from ferry.tensors import Tensor
+from ferry.tensors import Tensor, pack_bytes
 from ferry.triton.http_infer import (
     bytes_batch_body,
     infer_path,
@@ -16,7 +16,6 @@ from ferry.triton.http_infer import (
     refusal,
     tensor_body,
 )
-from ferry.triton.tensors import pack_bytes
 
 
 def test_the_path_names_the_version_only_when_one_is_pinned_and_quotes_names() -> None:

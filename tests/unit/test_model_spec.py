@@ -10,8 +10,9 @@ import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from ferry.errors import ModelContractError, PermanentBackendError
+from ferry.tensors import pack_bytes, unpack_bytes
 from ferry.triton.base import ModelSpec, ensemble_steps
-from ferry.triton.tensors import output_rows, pack_bytes, unpack_bytes
+from ferry.triton.tensors import output_rows
 
 
 def metadata() -> dict[str, Any]:
@@ -200,9 +201,9 @@ def test_unpack_bytes_matches_tritonclients_decoding() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"\x05\x00\x00\x00abc", b"\x01\x00"])
-def test_truncated_bytes_tensor_is_refused(raw: bytes) -> None:
-    with pytest.raises(PermanentBackendError, match="truncated BYTES tensor"):
-        unpack_bytes(raw)
+def test_truncated_bytes_output_is_refused(raw: bytes) -> None:
+    with pytest.raises(PermanentBackendError, match=r"^truncated BYTES tensor from Triton$"):
+        output_rows("OUTPUT", "BYTES", [1, 1], raw, 1)
 
 
 def test_bytes_output_rows_per_request() -> None:

@@ -18,13 +18,13 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ferry.errors import PermanentBackendError, UnknownModelError
-from ferry.tensors import Tensor
+from ferry.tensors import Tensor, pack_bytes
 from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
 from ferry.triton.grpc_errors import translate
 from ferry.triton.http_infer import HttpInferClient, bytes_batch_body, tensor_body
 from ferry.triton.http_json import triton_json
 from ferry.triton.oip import InferredTensors, infer_tensors, model_infer_request, reply_tensors
-from ferry.triton.tensors import Rows, output_rows, pack_bytes
+from ferry.triton.tensors import Rows, output_rows
 
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
                     ("grpc.max_receive_message_length", -1)]

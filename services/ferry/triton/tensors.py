@@ -2,13 +2,13 @@
 
 gRPC's ``raw_input_contents`` / ``raw_output_contents`` carry tensors as bytes: numeric tensors
 in row-major little-endian order, BYTES tensors as a 4-byte little-endian length before each
-element. Decoding them here (instead of through numpy object arrays) keeps the batcher's cost per
-request small.
+element (``ferry.tensors`` packs and unpacks those, for the gateway and this adapter alike).
+Decoding them here (instead of through numpy object arrays) keeps the batcher's cost per request
+small.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from math import prod
 from typing import Any
@@ -17,38 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ferry.errors import ModelContractError, PermanentBackendError
+from ferry.tensors import NUMPY_DTYPE, TensorError, unpack_bytes
 
 Row = npt.NDArray[Any] | list[bytes]  # one request's slice of one output tensor
 Rows = dict[str, Row]  # one request's outputs by name
-
-_LENGTH = struct.Struct("<I")
-_NUMERIC: dict[str, str] = {
-    "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8",
-    "INT8": "<i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8",
-    "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
-}
-
-
-def pack_bytes(elements: Sequence[bytes]) -> bytes:
-    """A BYTES tensor's raw contents: each element after its 4-byte little-endian length."""
-    pack = _LENGTH.pack
-    return b"".join([part for e in elements for part in (pack(len(e)), e)])
-
-
-def unpack_bytes(raw: bytes) -> list[bytes]:
-    """The elements of a BYTES tensor's raw contents."""
-    elements: list[bytes] = []
-    pos, end, unpack = 0, len(raw), _LENGTH.unpack_from
-    while pos < end:
-        if pos + 4 > end:
-            raise PermanentBackendError("truncated BYTES tensor from Triton")
-        (size,) = unpack(raw, pos)
-        pos += 4
-        if pos + size > end:
-            raise PermanentBackendError("truncated BYTES tensor from Triton")
-        elements.append(raw[pos:pos + size])
-        pos += size
-    return elements
 
 
 def output_rows(name: str, datatype: str, shape: Sequence[int], raw: bytes,
@@ -59,7 +31,7 @@ def output_rows(name: str, datatype: str, shape: Sequence[int], raw: bytes,
         raise ModelContractError(f"output {name!r} has {rows} rows for {batch} inputs")
     per_row = prod(int(d) for d in shape[1:])
     if datatype == "BYTES":
-        elements = unpack_bytes(raw)
+        elements = _elements(raw)
         if len(elements) != batch * per_row:
             raise PermanentBackendError(f"output {name!r}: {len(elements)} elements for shape "
                                         f"{list(shape)}")
@@ -68,11 +40,20 @@ def output_rows(name: str, datatype: str, shape: Sequence[int], raw: bytes,
     return list(array)
 
 
+def _elements(raw: bytes) -> list[bytes]:
+    """A BYTES output's elements, read by ``ferry.tensors``' codec; cut short, the batch fails
+    for good (Triton would answer the same again)."""
+    try:
+        return unpack_bytes(raw)
+    except TensorError:
+        raise PermanentBackendError("truncated BYTES tensor from Triton") from None
+
+
 def _numeric(name: str, datatype: str, raw: bytes) -> npt.NDArray[Any]:
     if datatype == "BF16":  # no numpy dtype: widen to float32 (bf16 is float32's top half)
         halves = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
         return (halves << 16).view(np.float32)
-    dtype = _NUMERIC.get(datatype)
+    dtype = NUMPY_DTYPE.get(datatype)
     if dtype is None:
         raise PermanentBackendError(f"output {name!r} has datatype {datatype}, which Ferry "
                                     "cannot decode")
