@@ -42,6 +42,8 @@ def bytes_to_json(value: bytes) -> JSON:
 
     Valid JSON (RFC 8259: no NaN or Infinity, no number that overflows a double) is passed on
     byte for byte, as an ``orjson.Fragment``: no re-encoding, and big integers stay exact.
+    Base64 is ``{"base64": ...}``, as docs/models.md documents it for a payload task's output (a
+    tensor task's record writes ``{"b64": ...}``, ``oip/answer.py``: both are public).
     """
     try:
         orjson.loads(value)

@@ -28,6 +28,8 @@ from ferry.tensors import (
     to_json,
 )
 
+# An element's escape, as docs/api.md and docs/oip.md document it (a payload task's output
+# writes {"base64": ...} instead, codec.py, as docs/models.md says: both are public).
 B64 = "b64"
 
 
