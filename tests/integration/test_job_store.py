@@ -12,21 +12,29 @@ import httpx
 import orjson
 import pytest
 
-from ferry.jobs import blobs
-from ferry.jobs.blobs import BlobStore, DirectoryStore, ObjectStore, S3Keys
+from ferry.jobs.blobs import READ_CHUNK, BlobStore, DirectoryStore, ObjectStore, S3Keys
 from tests.conftest import S3Server, TritonServer
 from tests.integration.helpers import batcher_settings, gateway_settings, running_stack
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["directory", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BlobStore]:
+def _store(request: pytest.FixtureRequest, tmp_path: Path, read_chunk: int) -> BlobStore:
     if request.param == "directory":
-        yield DirectoryStore(tmp_path / "jobs")
-        return
+        return DirectoryStore(tmp_path / "jobs", read_chunk)
     s3: S3Server = request.getfixturevalue("s3")
-    yield ObjectStore(f"s3://{s3.bucket}/{tmp_path.name}", s3.endpoint)
+    return ObjectStore(f"s3://{s3.bucket}/{tmp_path.name}", s3.endpoint, read_chunk=read_chunk)
+
+
+@pytest.fixture(params=["directory", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
+    return _store(request, tmp_path, READ_CHUNK)
+
+
+@pytest.fixture(params=["directory", "s3"])
+def small_reads(request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
+    """A store that reads 64 bytes at a time: lines longer than one ranged read."""
+    return _store(request, tmp_path, 64)
 
 
 async def test_files_appear_whole_on_commit_and_never_on_abort(store: BlobStore) -> None:
@@ -47,8 +55,8 @@ async def test_files_appear_whole_on_commit_and_never_on_abort(store: BlobStore)
 
 
 async def test_lines_are_read_from_any_offset_longer_than_a_read_or_not(
-        store: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blobs, "READ_CHUNK", 64)  # lines longer than one ranged read
+        small_reads: BlobStore) -> None:
+    store = small_reads
     lines = [b"short", b"x" * 300, b"", b"y" * 70, b"last"]
     await store.put("f.jsonl", b"\n".join(lines) + b"\n")
     found = await store.lines("f.jsonl", 0, 10)

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from ferry import keys
 from ferry.auth import api_keys
 from ferry.auth import jwt as ferry_jwt
+from ferry.errors import UnauthorizedError
 from ferry.settings import GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
@@ -236,37 +237,52 @@ def _rsa_jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
     return {**jwk, "kid": kid, "use": "sig", "alg": "RS256"}
 
 
-async def test_rs256_keys_come_from_a_jwks_url_and_rotate(
-    redis_url: str, triton_server: TritonServer, monkeypatch: pytest.MonkeyPatch,
+async def test_rs256_keys_come_from_a_jwks_url(
+    redis_url: str, triton_server: TritonServer,
 ) -> None:
-    monkeypatch.setattr(ferry_jwt, "JWKS_MIN_REFETCH_S", 0.2)
-    first, second = (rsa.generate_private_key(65537, 2048) for _ in range(2))
+    key = rsa.generate_private_key(65537, 2048)
     claims = {"sub": "dave", "exp": int(time.time()) + 60}
     with _JwksServer() as jwks:
-        jwks.keys = [_rsa_jwk(first, "k1")]
+        jwks.keys = [_rsa_jwk(key, "k1")]
         settings = gateway_settings(redis_url, triton_server.grpc_url, auth="jwt",
                                     jwt_jwks_url=jwks.url)
         async with running_gateway(settings) as client:
-            signed_first = _token(claims, first, "RS256", {"kid": "k1"})
-            assert (await post(client, "a", {"Authorization": f"Bearer {signed_first}"})
+            signed = _token(claims, key, "RS256", {"kid": "k1"})
+            assert (await post(client, "a", {"Authorization": f"Bearer {signed}"})
                     ).status_code == 202
-            jwks.keys = [_rsa_jwk(second, "k2")]  # the provider rotates its key
-            await asyncio.sleep(0.3)
-            signed_second = _token(claims, second, "RS256", {"kid": "k2"})
-            assert (await post(client, "b", {"Authorization": f"Bearer {signed_second}"})
-                    ).status_code == 202
-            fetches = jwks.fetches
-            for _ in range(5):  # made-up key ids cost the provider at most one fetch
-                made_up = _token(claims, second, "RS256", {"kid": "nobody"})
-                assert refused_as_unauthenticated(await post(
-                    client, "c", {"Authorization": f"Bearer {made_up}"})) == "invalid_token"
-            assert jwks.fetches <= fetches + 1
+            made_up = _token(claims, key, "RS256", {"kid": "nobody"})
+            assert refused_as_unauthenticated(await post(
+                client, "c", {"Authorization": f"Bearer {made_up}"})) == "invalid_token"
             # algorithm confusion: the public key, as an HMAC secret, signs an HS256 token
-            public_pem = second.public_key().public_bytes(
+            public_pem = key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-            confused = _unsigned({"alg": "HS256", "typ": "JWT", "kid": "k2"}, claims, public_pem)
+            confused = _unsigned({"alg": "HS256", "typ": "JWT", "kid": "k1"}, claims, public_pem)
             response = await post(client, "d", {"Authorization": f"Bearer {confused}"})
             assert refused_as_unauthenticated(response) == "invalid_token"
+
+
+async def test_a_rotated_jwks_key_is_fetched_at_most_once_per_interval() -> None:
+    """A key id the cached set lacks is fetched for once ``min_refetch_s`` has passed since the
+    last fetch, not before; made-up key ids cost the provider at most one fetch."""
+    first, second = (rsa.generate_private_key(65537, 2048) for _ in range(2))
+    with _JwksServer() as server:
+        server.keys = [_rsa_jwk(first, "k1")]
+        jwks = ferry_jwt.Jwks(server.url, refresh_s=300.0, min_refetch_s=0.2)
+        try:
+            assert await jwks.key("k1") is not None
+            server.keys = [_rsa_jwk(second, "k2")]  # the provider rotates its key
+            with pytest.raises(UnauthorizedError):
+                await jwks.key("k2")  # fetched a moment ago: not again yet
+            assert server.fetches == 1
+            await asyncio.sleep(0.3)  # the interval passes
+            assert await jwks.key("k2") is not None
+            fetches = server.fetches
+            for _ in range(5):
+                with pytest.raises(UnauthorizedError):
+                    await jwks.key("nobody")
+            assert server.fetches <= fetches + 1
+        finally:
+            await jwks.close()
 
 
 def _gateway_process(settings: GatewaySettings, log: Path) -> tuple[ManagedProcess, str]:

@@ -3,10 +3,11 @@
 The key is an HMAC secret (HS*), a PEM public key, or a JWKS document fetched over HTTP(S) and
 cached: refreshed every ``jwt_jwks_refresh_s``, and for a token naming an unknown key id at most
 once per ``JWKS_MIN_REFETCH_S`` (a stream of made-up key ids cannot turn the gateway into a load
-on the identity provider). ``exp`` is required; ``nbf``, ``iss`` and ``aud`` are checked when
-present or configured, with ``jwt_leeway_s`` of clock skew. ``alg: none`` and algorithm
-confusion (an RS256 public key used as an HS256 secret) cannot pass: the accepted algorithms come
-from the configuration, never from the token, and HMAC and public-key algorithms cannot be mixed.
+on the identity provider; ``Jwks`` takes another interval as ``min_refetch_s``). ``exp`` is
+required; ``nbf``, ``iss`` and ``aud`` are checked when present or configured, with
+``jwt_leeway_s`` of clock skew. ``alg: none`` and algorithm confusion (an RS256 public key used
+as an HS256 secret) cannot pass: the accepted algorithms come from the configuration, never from
+the token, and HMAC and public-key algorithms cannot be mixed.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ JWKS_MAX_BYTES = 1 << 20
 class Jwks:
     """The keys of a JWKS URL, by key id, fetched on demand and cached."""
 
-    def __init__(self, url: str, refresh_s: float, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, refresh_s: float, timeout_s: float = 5.0,
+                 min_refetch_s: float = JWKS_MIN_REFETCH_S) -> None:
         self.url = url
         self.refresh_s = refresh_s
+        self.min_refetch_s = min_refetch_s  # between fetches for key ids it does not know
         self._client = httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
         self._keys: dict[str | None, Any] = {}
         self._fetched_at = -float("inf")
@@ -48,7 +51,7 @@ class Jwks:
 
     async def key(self, kid: str | None) -> Any:
         stale = time.monotonic() - self._fetched_at
-        if stale > self.refresh_s or (kid not in self._keys and stale > JWKS_MIN_REFETCH_S):
+        if stale > self.refresh_s or (kid not in self._keys and stale > self.min_refetch_s):
             await self._refresh()
         found = self._keys.get(kid)
         if found is None and kid is None and len(self._keys) == 1:
@@ -60,7 +63,7 @@ class Jwks:
 
     async def _refresh(self) -> None:
         async with self._lock:
-            if time.monotonic() - self._fetched_at <= JWKS_MIN_REFETCH_S:
+            if time.monotonic() - self._fetched_at <= self.min_refetch_s:
                 return  # another request refreshed it meanwhile
             try:
                 response = await self._client.get(self.url)

@@ -63,8 +63,9 @@ class BlobStore(Protocol):
 class DirectoryStore:
     """Files under a directory (created when missing)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, read_chunk: int = READ_CHUNK) -> None:
         self.root = Path(root).resolve()
+        self.read_chunk = read_chunk  # bytes per read of a stream
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -94,7 +95,7 @@ class DirectoryStore:
     async def stream(self, name: str) -> AsyncIterator[bytes]:
         handle = await asyncio.to_thread(self.path(name).open, "rb")
         try:
-            while chunk := await asyncio.to_thread(handle.read, READ_CHUNK):
+            while chunk := await asyncio.to_thread(handle.read, self.read_chunk):
                 yield chunk
         finally:
             handle.close()
@@ -184,8 +185,10 @@ class ObjectStore:
     half-written.
     """
 
-    def __init__(self, url: str, endpoint: str = "", keys: S3Keys | None = None) -> None:
+    def __init__(self, url: str, endpoint: str = "", keys: S3Keys | None = None,
+                 read_chunk: int = READ_CHUNK) -> None:
         self.store = s3_store(url, endpoint, keys)
+        self.read_chunk = read_chunk  # bytes per ranged read (doubled for a longer line)
 
     def writer(self, name: str) -> ObjectWriter:
         return ObjectWriter(self.store, name)
@@ -196,7 +199,7 @@ class ObjectStore:
     async def lines(self, name: str, offset: int, count: int) -> list[tuple[int, bytes]]:
         size = int((await obstore.head_async(self.store, name))["size"])
         found: list[tuple[int, bytes]] = []
-        window = READ_CHUNK
+        window = self.read_chunk
         while len(found) < count and offset < size:
             end = min(size, offset + window)
             data = bytes(await obstore.get_range_async(self.store, name, start=offset, end=end))
@@ -213,7 +216,7 @@ class ObjectStore:
 
     async def stream(self, name: str) -> AsyncIterator[bytes]:
         result = await obstore.get_async(self.store, name)
-        async for chunk in result.stream(min_chunk_size=READ_CHUNK):
+        async for chunk in result.stream(min_chunk_size=self.read_chunk):
             yield bytes(chunk)
 
     async def exists(self, name: str) -> bool:
