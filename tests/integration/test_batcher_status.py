@@ -35,7 +35,7 @@ async def test_health_readiness_and_metrics(triton_server: TritonServer, tmp_pat
             assert ready.status_code == 200
             assert ready.json() == {"ok": True, "redis": "ok", "triton": "ok",
                                     "partitions": "0,1,2,3,4,5,6,7"}
-            await asyncio.sleep(0.5)  # a claim round: it measures the owned partitions
+            await batcher.depth_rounds.next(timeout_s=5)  # it measures the owned partitions
             metrics = await client.get("/metrics")
             assert "ferry_batch_size" in metrics.text and metrics.status_code == 200
             assert 'ferry_partition_depth{partition="7"} 0.0' in metrics.text

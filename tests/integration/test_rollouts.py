@@ -373,11 +373,18 @@ async def test_shadows_are_dropped_not_queued_when_the_backlog_is_high(
         await declare(stack.client, stable="1", candidate="4", share=0, shadow=100, auto=False)
         results = await asyncio.gather(*(answered(stack.client, f"b-{i}".encode())
                                          for i in range(150)))
-        await asyncio.sleep(0.5)  # the last shadows' admission
-        metrics = (await stack.client.get("/metrics")).text
+        counts: dict[str, float] = {}
+
+        async def every_shadow_counted() -> bool:  # the last shadows' admission has ended
+            nonlocal counts
+            metrics = (await stack.client.get("/metrics")).text
+            counts = {outcome: _sample(metrics, "ferry_shadow_tasks_total", default=0.0,
+                                       model=MODEL, outcome=outcome)
+                      for outcome in ("sent", "dropped")}
+            return counts["sent"] + counts["dropped"] >= 150
+
+        await wait_until_async(every_shadow_counted, 10)
     assert [r["status"] for r in results] == ["SUCCESS"] * 150
-    counts = {outcome: _sample(metrics, "ferry_shadow_tasks_total", model=MODEL,
-                               outcome=outcome) for outcome in ("sent", "dropped")}
     assert counts["sent"] > 0 and counts["dropped"] > 0
     assert counts["sent"] + counts["dropped"] == 150
 
@@ -402,11 +409,14 @@ def _rescaled(image: bytes, factor: float) -> bytes:
     return out.getvalue()
 
 
-def _sample(text: str, name: str, **labels: str) -> float:
+def _sample(text: str, name: str, default: float | None = None, **labels: str) -> float:
+    """The sample's value; ``default`` where there is none yet (None: that fails the test)."""
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
     for line in text.splitlines():
         if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
+    if default is not None:
+        return default
     raise AssertionError(f"no {name}{{{wanted}}} in the metrics")
 
 
@@ -429,7 +439,12 @@ async def test_the_rollout_command_sets_shows_compares_and_ends_a_rollout(
                                "50", "--shadow", "100", "--manual")
         async with httpx.AsyncClient(base_url=served.http, timeout=30) as client:
             await traffic(client, 30)
-        await asyncio.sleep(1.0)  # the keeper's comparison
+
+            async def some_compared() -> bool:  # by the keeper, once a pair's tasks have ended
+                report = await client.get(f"/v1/admin/rollouts/{MODEL}/compare", headers=ADMIN)
+                return bool(report.json()["compared"] > 0)
+
+            assert await wait_until_async(some_compared, 10)
         status = await ferry("status", MODEL)
         compared = await ferry("--json", "compare", MODEL)
         rolled = await ferry("rollback", MODEL)

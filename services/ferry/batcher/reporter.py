@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from ferry.batcher.models import ModelBook
-from ferry.batcher.shared import wait
+from ferry.batcher.shared import Rounds, wait
 from ferry.batching.breaker import BreakerState
 from ferry.batching.estimators import service_rate
 from ferry.batching.policy import BatchPolicy
@@ -40,6 +40,7 @@ class Reporter:
         self.policy = policy
         self.stopping = stopping
         self.clock = clock
+        self.depth_rounds = Rounds()  # of depth_loop
         self.fallbacks = settings.fallbacks
 
     async def report_loop(self) -> None:
@@ -73,10 +74,11 @@ class Reporter:
         """Measure the queue's depth, and each owned partition's, every claim interval."""
         interval = self.settings.claim_interval_ms / 1000.0
         while not await wait(self.stopping, interval):
-            try:
-                await self.measure_depth()
-            except REDIS_UNAVAILABLE as exc:
-                log.warning("measuring the queue's depth failed: %s", exc)
+            with self.depth_rounds.round():
+                try:
+                    await self.measure_depth()
+                except REDIS_UNAVAILABLE as exc:
+                    log.warning("measuring the queue's depth failed: %s", exc)
 
     async def measure_depth(self) -> None:
         self.metrics.queue_depth.set(await self.queue.depth())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 
 from ferry.batching.buffer import BoardingBuffer
 from ferry.batching.policy import Lane
@@ -86,3 +87,32 @@ async def wait_any(events: tuple[asyncio.Event, ...], timeout_s: float | None) -
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+class Rounds:
+    """A background loop's rounds, counted: what a test or a probe waits on to know that the
+    loop has run since it asked, instead of sleeping for the loop's interval."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.ended = 0
+        self._ended = asyncio.Event()  # set when a round ends, then replaced by a fresh one
+
+    @contextlib.contextmanager
+    def round(self) -> Iterator[None]:
+        """One round: the block (it ends however the block ends)."""
+        self.started += 1
+        try:
+            yield
+        finally:
+            self.ended += 1
+            self._ended.set()
+            self._ended = asyncio.Event()
+
+    async def next(self, timeout_s: float) -> None:
+        """Return once a round that began after this call has ended (``TimeoutError`` after
+        ``timeout_s``)."""
+        target = self.started + 1
+        async with asyncio.timeout(timeout_s):
+            while self.ended < target:
+                await self._ended.wait()

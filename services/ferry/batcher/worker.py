@@ -28,7 +28,7 @@ from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.reader import Reader
 from ferry.batcher.reporter import Reporter
 from ferry.batcher.served import StatisticsDesk
-from ferry.batcher.shared import Shared
+from ferry.batcher.shared import Rounds, Shared
 from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
 from ferry.batching.policy import BatchPolicy
@@ -107,6 +107,11 @@ class Batcher:
     def backend_reachable(self) -> bool:
         """False during a Triton outage, while reading and dispatch hold."""
         return self._gate.is_open
+
+    @property
+    def depth_rounds(self) -> Rounds:
+        """The rounds of the loop that measures the owned partitions every claim interval."""
+        return self._reporter.depth_rounds
 
     def model_state(self, model: str) -> ModelState | None:
         """What the batcher knows of ``model`` (None before its first task); not a copy."""
