@@ -68,6 +68,16 @@ def ferry_processes(gateway: GatewaySettings, batcher: BatcherSettings, logs: Pa
             proc.stop(grace_s=grace_s)
 
 
+@contextmanager
+def ferry_served(redis_url: str, triton_url: str, logs: Path, **gateway: Any
+                 ) -> Iterator[Served]:
+    """A gateway (one worker; ``gateway``: its other settings) and a batcher, in processes of
+    their own as ``ferry up`` runs them."""
+    settings = gateway_settings(redis_url, triton_url, workers=1, **gateway)
+    with ferry_processes(settings, batcher_settings(redis_url, triton_url), logs) as url:
+        yield Served(url, f"{LOOPBACK}:{settings.grpc_port}")
+
+
 @dataclass
 class Stack:
     client: httpx.AsyncClient
@@ -107,6 +117,11 @@ class Served:
 
     http: str
     grpc: str
+
+    @property
+    def address(self) -> str:
+        """The HTTP port's host:port (what ``tritonclient.http`` takes)."""
+        return self.http.removeprefix("http://")
 
 
 @asynccontextmanager

@@ -22,31 +22,15 @@ import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from ferry.stack.ports import free_port
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
     batch_executions,
-    batcher_settings,
     executions_since,
-    ferry_processes,
-    gateway_settings,
     task_keys,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def ferry(redis_server: str, triton_server: TritonServer,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """A gateway (one process, gRPC on its own port) and a batcher."""
-    grpc_port = free_port()
-    gateway = gateway_settings(redis_server, triton_server.grpc_url, port=free_port(),
-                               grpc_port=grpc_port, workers=1, max_body_bytes=64 * 1024)
-    batcher = batcher_settings(redis_server, triton_server.grpc_url)
-    with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("oip-grpc")) as url:
-        yield Served(url, f"127.0.0.1:{grpc_port}")
 
 
 @pytest.fixture

@@ -15,13 +15,11 @@ import redis
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from ferry.stack.ports import LOOPBACK, free_port
+from ferry.stack.ports import LOOPBACK
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
+    Served,
     backlog_counts,
-    batcher_settings,
-    ferry_processes,
-    gateway_settings,
     stream_lengths,
     task_keys,
 )
@@ -31,20 +29,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 
-@pytest.fixture(scope="module")
-def ferry(redis_server: str, triton_server: TritonServer,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A gateway and a batcher: the gateway's host:port."""
-    gateway = gateway_settings(redis_server, triton_server.grpc_url, port=free_port(),
-                               workers=1, max_body_bytes=64 * 1024)
-    batcher = batcher_settings(redis_server, triton_server.grpc_url)
-    with ferry_processes(gateway, batcher, tmp_path_factory.mktemp("oip-infer")) as url:
-        yield url.removeprefix("http://")
-
-
 @pytest.fixture
-def client(ferry: str) -> Iterator[triton_http.InferenceServerClient]:
-    with triton_http.InferenceServerClient(ferry, network_timeout=60) as ferry_client:
+def client(ferry: Served) -> Iterator[triton_http.InferenceServerClient]:
+    with triton_http.InferenceServerClient(ferry.address, network_timeout=60) as ferry_client:
         yield ferry_client
 
 
@@ -102,8 +89,8 @@ def test_an_unknown_model_is_refused_as_triton_refuses_it(
 @pytest.mark.parametrize("path", ["/v2/models/nope/infer", "/v2/models/simple/versions/7/infer",
                                   "/v2/models/nope/versions/1/infer"])
 def test_an_unknown_model_or_version_is_refused_before_its_inputs(
-        ferry: str, triton_server: TritonServer, path: str, body: bytes) -> None:
-    ours = httpx.post(f"http://{ferry}{path}", content=body)
+        ferry: Served, triton_server: TritonServer, path: str, body: bytes) -> None:
+    ours = httpx.post(f"{ferry.http}{path}", content=body)
     theirs = httpx.post(f"http://{LOOPBACK}:{triton_server.ports.http}{path}", content=body)
     assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
     assert ours.status_code == 404
@@ -115,8 +102,8 @@ def test_an_unknown_model_or_version_is_refused_before_its_inputs(
             b'"data": [1, 2, 3, 4]}, {"name": "STEPS", "datatype": "INT32", "shape": [1, 2], '
             b'"data": [1, 2]}]}', "application/json")], ids=["payload", "tensors"])
 def test_v1_names_an_unknown_version_once_in_tritons_words(
-        ferry: str, triton_server: TritonServer, model: str, body: bytes, kind: str) -> None:
-    ours = httpx.post(f"http://{ferry}/v1/inference?model={model}&version=7", content=body,
+        ferry: Served, triton_server: TritonServer, model: str, body: bytes, kind: str) -> None:
+    ours = httpx.post(f"{ferry.http}/v1/inference?model={model}&version=7", content=body,
                       headers={"Content-Type": kind})
     theirs = httpx.get(f"http://{LOOPBACK}:{triton_server.ports.http}/v2/models/{model}"
                        "/versions/7").json()["error"]
@@ -158,32 +145,32 @@ BAD: dict[str, tuple[bytes, dict[str, str], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_a_bad_request_is_refused_and_nothing_is_enqueued(ferry: str, store: redis.Redis,
+def test_a_bad_request_is_refused_and_nothing_is_enqueued(ferry: Served, store: redis.Redis,
                                                           case: str) -> None:
     body, headers, reason = BAD[case]
     before = (len(task_keys(store)), stream_lengths(store), backlog_counts(store))
-    answer = httpx.post(f"http://{ferry}/v2/models/simple/infer", content=body,
+    answer = httpx.post(f"{ferry.http}/v2/models/simple/infer", content=body,
                         headers=headers, timeout=30)
     assert answer.status_code == 400, answer.text
     assert reason in answer.json()["error"]
     assert (len(task_keys(store)), stream_lengths(store), backlog_counts(store)) == before
 
 
-def test_an_oversized_body_is_413(ferry: str) -> None:
-    answer = httpx.post(f"http://{ferry}/v2/models/simple/infer", content=bytes(70 * 1024),
+def test_an_oversized_body_is_413(ferry: Served) -> None:
+    answer = httpx.post(f"{ferry.http}/v2/models/simple/infer", content=bytes(70 * 1024),
                         timeout=30)
     assert answer.status_code == 413, answer.text
     assert "limit" in answer.json()["error"]
 
 
-def test_respond_async_answers_202_and_the_record_holds_the_answer(ferry: str) -> None:
+def test_respond_async_answers_202_and_the_record_holds_the_answer(ferry: Served) -> None:
     body = _json(GOOD, id="later")
-    answer = httpx.post(f"http://{ferry}/v2/models/simple/infer", content=body,
+    answer = httpx.post(f"{ferry.http}/v2/models/simple/infer", content=body,
                         headers={"Prefer": "respond-async"}, timeout=30)
     assert answer.status_code == 202, answer.text
     task_id = answer.json()["task_id"]
     assert answer.headers["location"] == f"/v1/result/{task_id}"
-    record = httpx.get(f"http://{ferry}/v1/result/{task_id}", params={"wait": 20},
+    record = httpx.get(f"{ferry.http}/v1/result/{task_id}", params={"wait": 20},
                        timeout=30).json()
     assert record["task_id"] == task_id
     assert record["status"] == "SUCCESS", record
@@ -192,8 +179,8 @@ def test_respond_async_answers_202_and_the_record_holds_the_answer(ferry: str) -
     assert record["output"]["id"] == "later"
 
 
-def test_answers_are_compressed_as_accepted(ferry: str) -> None:
-    answer = httpx.post(f"http://{ferry}/v2/models/simple/infer", content=_json(GOOD),
+def test_answers_are_compressed_as_accepted(ferry: Served) -> None:
+    answer = httpx.post(f"{ferry.http}/v2/models/simple/infer", content=_json(GOOD),
                         headers={"Accept-Encoding": "gzip"}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-encoding"] == "gzip"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,9 +16,9 @@ from tritonclient.utils import InferenceServerException
 
 from ferry import __version__
 from ferry.oip.rest import EXTENSIONS
-from ferry.stack.ports import LOOPBACK, free_port
+from ferry.stack.ports import LOOPBACK
 from tests.conftest import TritonServer
-from tests.integration.helpers import batcher_settings, ferry_processes, gateway_settings
+from tests.integration.helpers import Served, ferry_served
 from tests.integration.test_security import ALICE, ALICE_KEY, KEYS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -27,32 +26,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 MODELS = ("sim", "sim_slow2", "moderation_trt", "moderation_ensemble")
 
 
-def _stack(redis_server: str, triton: TritonServer, logs: Path, **auth: Any) -> Iterator[str]:
-    gateway = gateway_settings(redis_server, triton.grpc_url, port=free_port(), workers=1,
-                               **auth)
-    batcher = batcher_settings(redis_server, triton.grpc_url)
-    with ferry_processes(gateway, batcher, logs) as url:
-        yield url.removeprefix("http://")
-
-
-@pytest.fixture(scope="module")
-def ferry(redis_server: str, triton_server: TritonServer,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A gateway (and a batcher) without authentication: its host:port."""
-    yield from _stack(redis_server, triton_server, tmp_path_factory.mktemp("oip"))
-
-
 @pytest.fixture(scope="module")
 def guarded_ferry(redis_server: str, triton_server: TritonServer,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A gateway that takes API keys: its host:port."""
-    yield from _stack(redis_server, triton_server, tmp_path_factory.mktemp("oip-auth"),
-                      auth="api_key", api_keys=KEYS, rate_limit_per_min=0)
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A gateway that takes API keys."""
+    with ferry_served(redis_server, triton_server.grpc_url, tmp_path_factory.mktemp("oip-auth"),
+                      auth="api_key", api_keys=KEYS, rate_limit_per_min=0) as served:
+        yield served
 
 
 @pytest.fixture
-def client(ferry: str) -> Iterator[triton_http.InferenceServerClient]:
-    with triton_http.InferenceServerClient(ferry) as ferry_client:
+def client(ferry: Served) -> Iterator[triton_http.InferenceServerClient]:
+    with triton_http.InferenceServerClient(ferry.address) as ferry_client:
         yield ferry_client
 
 
@@ -95,11 +80,11 @@ def stats_shape(stats: dict[str, Any]) -> list[tuple[str, str, list[str], list[s
             for s in stats["model_stats"]]
 
 
-def test_statistics_count_ferrys_own_work(ferry: str, client: triton_http.InferenceServerClient,
+def test_statistics_count_ferrys_own_work(ferry: Served, client: triton_http.InferenceServerClient,
                                           triton: triton_http.InferenceServerClient) -> None:
     before = client.get_inference_statistics("sim", "1")["model_stats"][0]
     for text in (uuid.uuid4().hex for _ in range(3)):
-        answer = httpx.post(f"http://{ferry}/v1/inference?model=sim", content=text,
+        answer = httpx.post(f"{ferry.http}/v1/inference?model=sim", content=text,
                             headers={"Prefer": "wait=10", "Content-Type": "text/plain"},
                             timeout=20)
         assert answer.status_code == 200, answer.text
@@ -140,15 +125,15 @@ def test_refusals_are_tritons(client: triton_http.InferenceServerClient,
                                   "/v2/models/nope/ready", "/v2/models/sim/versions/7/ready",
                                   "/v2/models/nope/stats", "/v2/models/sim/versions/abc",
                                   "/v2/models/sim/versions/abc/config", "/v2/nothing"])
-def test_error_statuses_and_bodies_are_tritons(ferry: str, triton_server: TritonServer,
+def test_error_statuses_and_bodies_are_tritons(ferry: Served, triton_server: TritonServer,
                                                path: str) -> None:
-    ours = httpx.get(f"http://{ferry}{path}")
+    ours = httpx.get(f"{ferry.http}{path}")
     theirs = httpx.get(f"http://{LOOPBACK}:{triton_server.ports.http}{path}")
     assert (ours.status_code, ours.json()) == (theirs.status_code, theirs.json())
 
 
-def test_with_authentication_the_model_routes_need_the_key(guarded_ferry: str) -> None:
-    with triton_http.InferenceServerClient(guarded_ferry) as client:
+def test_with_authentication_the_model_routes_need_the_key(guarded_ferry: Served) -> None:
+    with triton_http.InferenceServerClient(guarded_ferry.address) as client:
         assert client.is_server_live() and client.is_server_ready()  # health stays open
         status, message = refusal(lambda: client.get_model_metadata("sim"))
         assert status == "401" and message
@@ -159,6 +144,6 @@ def test_with_authentication_the_model_routes_need_the_key(guarded_ferry: str) -
         assert client.get_model_config("sim", headers=ALICE)["max_batch_size"] == 64
         assert client.get_inference_statistics("sim", headers=ALICE)["model_stats"]
         assert client.get_server_metadata(headers=ALICE)["name"] == "ferry"
-    answer = httpx.get(f"http://{guarded_ferry}/v2/models/sim")
+    answer = httpx.get(f"{guarded_ferry.http}/v2/models/sim")
     assert answer.status_code == 401 and answer.json()["error"]
     assert answer.headers["www-authenticate"].startswith("Bearer")
