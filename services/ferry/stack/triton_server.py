@@ -51,11 +51,18 @@ def prepare_backends(state_dir: Path) -> Path:
         raise StartupError(f"the Triton wheel has no Python backend stub for Python {version}")
     target = state_dir / "backends" / "python"
     target.mkdir(parents=True, exist_ok=True)
-    for source in (root / "backends" / "python").iterdir():
-        if source.is_file():
-            shutil.copy2(source, target / source.name)
-    shutil.copy2(stub, target / stub.name)
+    for source in (*(p for p in (root / "backends" / "python").iterdir() if p.is_file()), stub):
+        _replace(source, target / source.name)
     return target.parent
+
+
+def _replace(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` through a fresh file renamed over it: a stub still running
+    from an earlier Triton (restarted by a test, or by ``ferry up`` again) keeps its old file,
+    where copying onto it would fail with "Text file busy"."""
+    fresh = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copy2(source, fresh)
+    os.replace(fresh, target)
 
 
 def triton_env() -> dict[str, str]:
