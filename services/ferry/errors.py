@@ -1,7 +1,8 @@
 """Ferry's one exception hierarchy.
 
 Redis and gRPC errors are translated into these at the adapter boundary; whether a failure is worth
-retrying is decided here, by the class, and nowhere else.
+retrying is decided here, by the class (and, for a Redis error reply, by ``redis_reply_error``),
+and nowhere else.
 """
 
 import math
@@ -161,6 +162,56 @@ class ServiceUnavailableError(ClientError):
 
 class DependencyUnavailableError(FerryError):
     """Redis or Triton cannot be reached right now (the request may succeed later)."""
+
+
+class RedisError(FerryError):
+    """A Redis command failed (Ferry's own, not the driver's: the adapters of both Redis
+    clients, ``ferry.redis_conn`` for redis-py and ``ferry.resp`` for the lean one, translate
+    every error into one of these). Whether to try again is the subclass's to say:
+    ``RedisUnavailableError`` (yes) or ``RedisCommandError`` (no)."""
+
+    @property
+    def code(self) -> str:
+        """The error reply's first word (``WRONGTYPE``, ``NOGROUP``, ``OOM``...)."""
+        return str(self).split(" ", 1)[0]
+
+
+class RedisUnavailableError(RedisError, DependencyUnavailableError):
+    """Redis cannot serve now, and may later: an error reply that says "not now" (the command
+    had no effect), or a connection that failed (``RedisConnectionError``)."""
+
+
+class RedisConnectionError(RedisUnavailableError):
+    """Redis could not be reached, the connection broke, or Redis did not answer in time: what
+    the command did is unknown."""
+
+
+class RedisOutOfMemoryError(RedisUnavailableError):
+    """``OOM``: Redis is at ``maxmemory`` under ``noeviction`` and refuses writes (a script's
+    first write is refused whole: nothing was written)."""
+
+
+class RedisCommandError(RedisError):
+    """Redis refused the command for good (``WRONGTYPE``, ``NOGROUP``, ``NOSCRIPT``, a script's
+    error, ``ERR`` syntax...): the same command would be refused again."""
+
+
+# Error replies that say "not now" rather than "never", by their first word: the command had no
+# effect, and may succeed once Redis has loaded its data, a failover or a cluster's
+# reconfiguration is over, or a long script has ended. Every other error reply is permanent.
+REDIS_NOT_NOW = frozenset({"LOADING", "READONLY", "BUSY", "MASTERDOWN", "MISCONF", "TRYAGAIN",
+                           "CLUSTERDOWN", "NOREPLICAS"})
+
+
+def redis_reply_error(message: str) -> RedisError:
+    """The error for a Redis error reply, ``message`` as Redis sent it: transient or permanent,
+    decided here for both clients."""
+    code = message.split(" ", 1)[0]
+    if code == "OOM":
+        return RedisOutOfMemoryError(message)
+    if code in REDIS_NOT_NOW:
+        return RedisUnavailableError(message)
+    return RedisCommandError(message)
 
 
 class BackendError(FerryError):

@@ -1,23 +1,40 @@
-"""The ways Ferry's services open Redis, from one settings object.
+"""The ways Ferry's services open Redis, from one settings object; redis-py's adapter.
 
 The hot path (admission, result reads and wake-ups, stream reads, completion) goes through the
 lean pipelined client of ``ferry.resp``; everything else (consumer groups, reclaim, keep-alive,
-hand-back, depth, readiness) through redis-py.
+hand-back, depth, readiness) through redis-py. Both raise Ferry's errors only (``ferry.errors``:
+``RedisUnavailableError``, transient, or ``RedisCommandError``, permanent): the lean client makes
+them as it parses, and redis-py's clients opened here translate theirs as they leave a command,
+a pipeline or a script (``translate``), by the same rule for the same reply.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import logging
 import ssl
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis import exceptions as driver
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import OutOfMemoryError, RedisError
+from redis.commands.core import AsyncScript
+from redis.typing import EncodableT, KeyT, ScriptTextT
 
-from ferry.errors import ConfigError, DependencyUnavailableError
+from ferry.errors import (
+    ConfigError,
+    RedisCommandError,
+    RedisConnectionError,
+    RedisError,
+    RedisOutOfMemoryError,
+    RedisUnavailableError,
+    redis_reply_error,
+)
 from ferry.resp.client import Commands, Locate, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
 from ferry.resp.sentinel import Sentinels
@@ -26,10 +43,130 @@ from ferry.settings import CommonSettings
 log = logging.getLogger(__name__)
 SlowRedis = aioredis.Redis | RedisCluster  # redis-py, for the occasional work
 
-# Every way a call to Redis fails for now, from either client: redis-py's errors, a broken
-# socket (OSError), and the lean client's own (already DependencyUnavailableError). The one
-# translation of driver errors: callers catch this, and nothing else of the drivers.
-REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (RedisError, OSError, DependencyUnavailableError)
+# What redis-py (or a socket under it) raises: translated into Ferry's errors as it leaves.
+DRIVER_ERRORS = (driver.RedisError, driver.RedisClusterException, OSError)
+# The first word of the error replies redis-py has a class for, for one it raised itself
+# (it keeps a reply's first word apart, as ``status_code``).
+_CODES: dict[type[Exception], str] = {
+    driver.BusyLoadingError: "LOADING", driver.ReadOnlyError: "READONLY",
+    driver.OutOfMemoryError: "OOM", driver.TryAgainError: "TRYAGAIN",
+    driver.MasterDownError: "MASTERDOWN", driver.ClusterDownError: "CLUSTERDOWN",
+    driver.NoScriptError: "NOSCRIPT", driver.ExecAbortError: "EXECABORT",
+    driver.NoPermissionError: "NOPERM", driver.MovedError: "MOVED", driver.AskError: "ASK",
+    driver.ClusterCrossSlotError: "CROSSSLOT"}
+_IN_PIPELINE = " of pipeline caused error: "  # redis-py's words before a pipeline's error reply
+
+
+def translate(exc: BaseException) -> RedisError:
+    """redis-py's error (or a socket's) as Ferry's: an error reply by the rule the lean client
+    follows (``ferry.errors.redis_reply_error``), a failed connection as transient, the
+    client's own refusal (a bad argument, a cross-slot transaction...) as permanent."""
+    if isinstance(exc, driver.ResponseError | driver.BusyLoadingError):
+        return redis_reply_error(_reply(exc))
+    if isinstance(exc, driver.ConnectionError | driver.TimeoutError | driver.InvalidResponse
+                  | OSError):
+        return RedisConnectionError(str(exc) or type(exc).__name__)
+    if isinstance(exc, driver.SlotNotCoveredError) or type(exc) is driver.RedisClusterException:
+        return RedisUnavailableError(str(exc))  # no node reachable, or slots not all served
+    return RedisCommandError(str(exc))
+
+
+def _reply(exc: driver.RedisError) -> str:
+    """An error reply as Redis sent it: redis-py takes its first word off when it has a class
+    for it, and puts a pipeline's failed command before it (and the reply after, or the repr
+    of the exception's arguments); the command, which may hold a payload, is left out."""
+    message = str(exc).rpartition(_IN_PIPELINE)[2]
+    if message.startswith("(") and message.endswith(",)"):
+        message = _first_argument(message)
+    code = getattr(exc, "status_code", None) or _CODES.get(type(exc))
+    return f"{code} {message}" if code else message
+
+
+def _first_argument(text: str) -> str:
+    """The first of an exception's arguments written as a tuple's repr (else ``text``)."""
+    with contextlib.suppress(ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        args = ast.literal_eval(text)
+        if isinstance(args, tuple) and args and isinstance(args[0], str):
+            return args[0]
+    return text
+
+
+class FerryRedis(aioredis.Redis):
+    """redis-py's client of one Redis, whose every command, pipeline and script raises Ferry's
+    errors (``translate``); its own retries and failover handling run first, on its own."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+    def register_script(self, script: ScriptTextT) -> AsyncScript:  # type: ignore[override]
+        return _Script(self, script)
+
+
+class FerryCluster(RedisCluster):
+    """redis-py's Redis Cluster client, raising Ferry's errors as ``FerryRedis`` does."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None
+                 ) -> ClusterPipeline:
+        if shard_hint:
+            raise RedisCommandError("shard_hint is not supported in cluster mode")
+        return _ClusterPipeline(self, transaction)  # type: ignore[abstract]  # to mypy alone
+
+    def register_script(self, script: ScriptTextT) -> AsyncScript:  # type: ignore[override]
+        return _Script(self, script)
+
+
+class _Pipeline(Pipeline):
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return _translated(await super().execute(raise_on_error))
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+
+
+class _ClusterPipeline(ClusterPipeline):
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True
+                      ) -> list[Any]:
+        try:
+            return _translated(await super().execute(raise_on_error, allow_redirections))
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+
+
+def _translated(replies: list[Any]) -> list[Any]:
+    """A pipeline's replies, the errors among them (``raise_on_error=False``) as Ferry's."""
+    for index, reply in enumerate(replies):
+        if isinstance(reply, DRIVER_ERRORS):
+            replies[index] = translate(reply)
+    return replies
+
+
+class _Script(AsyncScript):
+    """redis-py's script, loaded again where Redis has lost it (``NOSCRIPT``: a restart, a
+    failover, ``SCRIPT FLUSH``) as redis-py's is, the error being Ferry's."""
+
+    async def __call__(self, keys: Sequence[KeyT] | None = None,
+                       args: Iterable[EncodableT] | None = None,
+                       client: aioredis.Redis | RedisCluster | None = None) -> Any:
+        keys, arguments = list(keys or ()), list(args or ())
+        try:
+            return await super().__call__(keys, arguments, client)
+        except RedisCommandError as exc:
+            if exc.code != "NOSCRIPT":
+                raise
+        self.sha = await (client or self.registered_client).script_load(self.script)
+        return await super().__call__(keys, arguments, client)
 
 
 def connect(settings: CommonSettings) -> SlowRedis:
@@ -40,7 +177,7 @@ def connect(settings: CommonSettings) -> SlowRedis:
     pool of that size per node).
     """
     if settings.redis_cluster:
-        return RedisCluster.from_url(
+        return FerryCluster.from_url(
             settings.redis_url, max_connections=settings.redis_max_connections,
             socket_timeout=settings.redis_socket_timeout_s,
             socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
@@ -51,10 +188,10 @@ def connect(settings: CommonSettings) -> SlowRedis:
         timeout=settings.redis_pool_timeout_s, health_check_interval=30,
         socket_timeout=settings.redis_socket_timeout_s,
         socket_connect_timeout=settings.redis_socket_timeout_s, **_credentials(settings))
-    return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it in aclose()
+    return FerryRedis.from_pool(pool)  # the client owns the pool and closes it in aclose()
 
 
-def _through_sentinels(settings: CommonSettings) -> aioredis.Redis:
+def _through_sentinels(settings: CommonSettings) -> FerryRedis:
     """redis-py's client of the master the sentinels name: it asks them again after a broken
     connection or a ``READONLY`` reply."""
     found = address(settings)
@@ -77,7 +214,7 @@ def _through_sentinels(settings: CommonSettings) -> aioredis.Redis:
     return master
 
 
-class _SentinelMaster(aioredis.Redis):
+class _SentinelMaster(FerryRedis):
     """redis-py's client of a master found through sentinels, which closes its connections to
     the sentinels too when it is closed."""
 
@@ -101,9 +238,9 @@ async def check_cluster_mode(settings: CommonSettings, redis: SlowRedis) -> None
 
 
 def unavailable(exc: Exception) -> tuple[str, str]:
-    """The error code and message a client gets for a Redis that cannot serve now: one out of
-    memory says so (nothing was written: Redis refuses a script's first write whole)."""
-    if str(exc).startswith("OOM") or isinstance(exc, OutOfMemoryError):
+    """The error code and message a client gets for a dependency that cannot serve now: a Redis
+    out of memory says so (nothing was written: Redis refuses a script's first write whole)."""
+    if isinstance(exc, RedisOutOfMemoryError):
         return ("redis_out_of_memory", "Redis is out of memory (maxmemory reached, writes "
                 "refused): nothing was queued; retry later")
     return "unavailable", f"a dependency is unavailable: {exc}"

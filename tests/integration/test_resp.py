@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from ferry.errors import RedisCommandError
 from ferry.resp.client import (
     RedisAddress,
     RespClient,
     RespConnectionError,
-    RespError,
     RespTimeoutError,
 )
 from ferry.resp.subscriber import Subscriber
@@ -70,9 +70,9 @@ async def test_an_error_reply_raises_and_the_connection_carries_on(redis_url: st
     c = client(redis_url)
     try:
         await c.execute("SET", "s", "text")
-        with pytest.raises(RespError, match="WRONGTYPE"):
+        with pytest.raises(RedisCommandError, match="WRONGTYPE"):
             await c.execute("LPUSH", "s", "x")
-        with pytest.raises(RespError, match="ERR value is not an integer"):
+        with pytest.raises(RedisCommandError, match="ERR value is not an integer"):
             await c.pipeline([("SET", "a", "1"), ("INCR", "s"), ("SET", "b", "2")])
         assert await c.execute("MGET", "a", "b") == [b"1", b"2"]  # the whole pipeline ran
     finally:

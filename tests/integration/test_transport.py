@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from ferry.errors import RedisError
 from ferry.redis_conn import lean
-from ferry.resp.client import RespConnectionError, RespError
 from ferry.settings import BatcherSettings, GatewaySettings, load
 from ferry.stack.ports import LOOPBACK, free_port
 from ferry.stack.process import ManagedProcess
@@ -112,7 +112,7 @@ async def test_redis_over_mutual_tls_with_an_acl_user_from_a_password_file(
     for name, change in wrong.items():
         settings = load(GatewaySettings, environ=_environ(tls_redis, triton_server.grpc_url,
                                                           **change))
-        with pytest.raises((RespConnectionError, RespError)):
+        with pytest.raises(RedisError):
             await _ping(settings)
             pytest.fail(f"connected with {name}")
 

@@ -24,6 +24,10 @@ MAX_FUNCTION_LINES = 40
 BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp", "jobs",
                      "rollouts", "oip", "submission")
 MAX_GATEWAY_METHODS = 15  # a coordinator of a few ports, not the god class it once was
+# The Redis adapters: redis-py's clients are opened (and their errors translated) in
+# ``redis_conn``, the lean client is ``resp``. Only they import a Redis driver.
+REDIS_DRIVERS = ("redis", "hiredis")
+REDIS_ADAPTERS = ("ferry.redis_conn", "ferry.resp")
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:
@@ -162,3 +166,30 @@ def test_the_gateways_classes_stay_coordinators() -> None:
         if (count := sum(isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
                          for item in node.body)) > MAX_GATEWAY_METHODS)
     assert big == []
+
+
+def _drivers_imported(tree: ast.Module) -> set[str]:
+    """The Redis driver modules a module imports (absolute imports of ``REDIS_DRIVERS``)."""
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    names |= {node.module or "" for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and not node.level}
+    return {name for name in names if name.split(".")[0] in REDIS_DRIVERS}
+
+
+def test_only_the_redis_adapters_import_a_redis_driver() -> None:
+    """A driver's errors are translated into Ferry's at its adapter (``ferry.errors``: transient
+    ``RedisUnavailableError`` or permanent ``RedisCommandError``), so no caller catches, or
+    needs, a driver's class."""
+    offenders = sorted(
+        f"{module} imports {name}" for module, tree in _modules().items()
+        if not any(module == a or module.startswith(f"{a}.") for a in REDIS_ADAPTERS)
+        for name in _drivers_imported(tree))
+    assert offenders == []
+
+
+def test_a_driver_import_is_seen_however_written() -> None:
+    tree = ast.parse("import redis.asyncio as aioredis\nfrom redis.exceptions import "
+                     "ResponseError\nimport hiredis\nfrom ferry import redis_conn\n"
+                     "from .redis import x\ndef f() -> None:\n    from redis import crc\n")
+    assert _drivers_imported(tree) == {"redis.asyncio", "redis.exceptions", "hiredis", "redis"}

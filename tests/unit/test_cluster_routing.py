@@ -7,9 +7,9 @@ import pytest
 from redis.crc import key_slot
 
 from ferry import keys
-from ferry.errors import ConfigError
+from ferry.errors import ConfigError, RedisCommandError, RedisUnavailableError
 from ferry.priority import Priority
-from ferry.resp.client import Packed, RespError, RespUnavailableError, Script
+from ferry.resp.client import Packed, Script
 from ferry.resp.cluster import SLOTS, command_key, parse_slots, redirect, slot_of
 from ferry.settings import CommonSettings
 
@@ -84,10 +84,10 @@ def test_slots_nobody_serves_stay_unowned() -> None:
 
 
 @pytest.mark.parametrize(("reply", "expected"), [
-    (RespError("MOVED 3999 127.0.0.1:6381"), ("MOVED", ("127.0.0.1", 6381))),
-    (RespError("ASK 3999 10.1.2.3:7000"), ("ASK", ("10.1.2.3", 7000))),
-    (RespError("ERR wrong number of arguments"), None),
-    (RespUnavailableError("TRYAGAIN Multiple keys request during rehashing of slot"), None),
+    (RedisCommandError("MOVED 3999 127.0.0.1:6381"), ("MOVED", ("127.0.0.1", 6381))),
+    (RedisCommandError("ASK 3999 10.1.2.3:7000"), ("ASK", ("10.1.2.3", 7000))),
+    (RedisCommandError("ERR wrong number of arguments"), None),
+    (RedisUnavailableError("TRYAGAIN Multiple keys request during rehashing of slot"), None),
     (b"MOVED 1 a:1", None),  # a value, not an error reply
 ])
 def test_redirections(reply: object, expected: tuple[str, tuple[str, int]] | None) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hiredis
 import pytest
 
-from ferry.errors import ConfigError, DependencyUnavailableError
-from ferry.resp.client import RedisAddress, RespError, _error_reply, pack
+from ferry.errors import ConfigError
+from ferry.resp.client import RedisAddress, pack
 
 
 def test_pack_is_a_resp_array_of_bulk_strings() -> None:
@@ -56,18 +56,3 @@ def test_unix_socket_and_query_database_urls() -> None:
 def test_url_options_the_lean_client_cannot_honour_are_refused() -> None:
     with pytest.raises(ConfigError, match="not supported"):
         RedisAddress.from_url("redis://cache:6380/0?ssl_cert_reqs=none")
-
-
-@pytest.mark.parametrize(("reply", "unavailable"), [
-    ("LOADING Redis is loading the dataset in memory", True),
-    ("OOM command not allowed when used memory > 'maxmemory'.", True),
-    ("READONLY You can't write against a read only replica.", True),
-    ("BUSY Redis is busy running a script.", True),
-    ("WRONGTYPE Operation against a key holding the wrong kind of value", False),
-    ("ERR unknown command 'NOPE'", False),
-])
-def test_error_replies_that_mean_not_now_are_dependency_unavailable(reply: str,
-                                                                    unavailable: bool) -> None:
-    error = _error_reply(RespError(reply))
-    assert isinstance(error, RespError)
-    assert isinstance(error, DependencyUnavailableError) is unavailable

@@ -32,11 +32,11 @@ from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
     ModelContractError,
+    RedisConnectionError,
+    RedisUnavailableError,
     UnknownModelError,
 )
 from ferry.queue.base import Delivery
-from ferry.redis_conn import REDIS_UNAVAILABLE
-from ferry.resp.client import RespUnavailableError
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore, Completion
 from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
@@ -438,7 +438,7 @@ class BatchExecutor:
             attempt += 1
             try:
                 written = await self.store.complete(completions)
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 failures += self._settle_failed(exc, len(outcomes), attempt)
                 await self.sleep(backoff_delay(min(attempt, 8), 0.1, 2.0, self.jitter()))
                 continue
@@ -452,14 +452,13 @@ class BatchExecutor:
             return True
         return False
 
-    def _settle_failed(self, exc: Exception, tasks: int, attempt: int) -> int:
+    def _settle_failed(self, exc: RedisUnavailableError, tasks: int, attempt: int) -> int:
         """Count a failed write of results; 1 if it counts against ``max_attempts`` (only once
         the batcher stops: then its tasks are handed back). A refusal (out of memory, a replica,
         loading...) or a lost connection (a failover under way) is tried again for as long as
         the batcher runs: the answers are kept, and Triton is not asked again. Writing them
         twice is harmless: a task's first final record stands."""
-        reason = str(exc).split(" ", 1)[0] if isinstance(exc, RespUnavailableError) else \
-            "connection"
+        reason = "connection" if isinstance(exc, RedisConnectionError) else exc.code
         self.metrics.settle_retries.labels(reason).inc()
         if attempt == 1 or attempt % 20 == 0:
             log.warning("could not settle %d task(s) (try %d): %s", tasks, attempt, exc)

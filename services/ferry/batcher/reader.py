@@ -23,9 +23,9 @@ from ferry.batcher.shared import Shared, wait, wait_any
 from ferry.batcher.tensor_batch import signature
 from ferry.batching import fate, readahead
 from ferry.batching.policy import Lane
+from ferry.errors import RedisUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery, TaskQueue
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status
@@ -144,7 +144,7 @@ class Reader:
         try:
             deliveries = await (self._read_ahead(count, readable) if ahead
                                 else self._read(count, block_ms, readable))
-        except REDIS_UNAVAILABLE as exc:
+        except RedisUnavailableError as exc:
             await self._read_failed(exc)
             return None
         self.read_failures = 0
@@ -207,7 +207,7 @@ class Reader:
             asked = min(count, *(rooms[p] for p in wanted))
             try:
                 last = await self.queue.read(asked, 0, wanted)
-            except REDIS_UNAVAILABLE as exc:  # what was read boards; the rest waits for a read
+            except RedisUnavailableError as exc:  # what was read boards; the rest waits for a read
                 log.warning("reading on failed (%s); boarding what was read", exc)
                 break
             if not last:
@@ -266,7 +266,7 @@ class Reader:
             try:
                 await self.reclaim()
                 await self.store.heal_backlog(self.partitions)
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
 
     async def keep_loop(self) -> None:
@@ -275,7 +275,7 @@ class Reader:
         while not await wait(self.shared.stopping, interval):
             try:
                 await self.queue.touch(list(self.shared.held))
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("refreshing held tasks failed: %s", exc)
 
     async def reclaim(self) -> None:

@@ -13,8 +13,8 @@ from ferry.batcher.shared import Rounds, wait
 from ferry.batching.breaker import BreakerState
 from ferry.batching.estimators import service_rate
 from ferry.batching.policy import BatchPolicy
+from ferry.errors import RedisUnavailableError
 from ferry.queue.base import TaskQueue
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.resp.client import Commands
 from ferry.settings import BatcherSettings
 from ferry.tasks import capacity
@@ -48,7 +48,7 @@ class Reporter:
         while not await wait(self.stopping, capacity.REPORT_INTERVAL_S):
             try:
                 await capacity.report(self.hot, self.consumer, self.capacities(), time.time())
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("reporting capacity failed: %s", exc)
 
     def capacities(self) -> dict[str, Capacity]:
@@ -77,7 +77,7 @@ class Reporter:
             with self.depth_rounds.round():
                 try:
                     await self.measure_depth()
-                except REDIS_UNAVAILABLE as exc:
+                except RedisUnavailableError as exc:
                     log.warning("measuring the queue's depth failed: %s", exc)
 
     async def measure_depth(self) -> None:

@@ -22,8 +22,7 @@ from typing import Any, Protocol
 import orjson
 
 from ferry.codec import dumps
-from ferry.errors import ClientError
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.errors import ClientError, DependencyUnavailableError, RedisUnavailableError
 from ferry.rollouts.cascade import Cascade, pending_review
 from ferry.tasks.admission import Admitter, FixedLimits
 from ferry.tasks.base import NO_OWNER, NOT_SHARED, Admission, Admitted, Owner, Sharing
@@ -33,7 +32,7 @@ from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 FINISH_TRIES = 5
-NOT_ADMITTED: tuple[type[Exception], ...] = (ClientError, *REDIS_UNAVAILABLE)
+NOT_ADMITTED = (ClientError, DependencyUnavailableError)
 
 
 class ReviewStore(Protocol):
@@ -125,7 +124,7 @@ class Reviews:
                 written = await self.store.write_review(task.review_of, b'"review":' + marker,
                                                         b'"review":' + review,
                                                         task.review_webhook)
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("review %s: writing its end failed (try %d): %s", task.task_id,
                             attempt, exc)
                 await asyncio.sleep(0.2 * attempt)

@@ -17,7 +17,7 @@ from typing import Protocol
 from ferry.batcher.executor import Outcome
 from ferry.batcher.keeper import RolloutKeeper
 from ferry.batcher.reviews import Reviews, ReviewStore, with_review
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.errors import RedisError, RedisUnavailableError
 from ferry.resp.client import Commands
 from ferry.rollouts.guard import Decision
 from ferry.rollouts.rollout import Rollout
@@ -59,7 +59,7 @@ class VersionDesk:
 
     async def start(self) -> None:
         if self.declared:
-            with contextlib.suppress(*REDIS_UNAVAILABLE):  # the gateways write it too
+            with contextlib.suppress(RedisUnavailableError):  # the gateways write it too
                 await apply_declared(self.store, self.declared)
         self._loops = [asyncio.create_task(self._every(FLUSH_S, self.flush), name="ferry-tally")]
         if self.keeper is not None:
@@ -72,7 +72,7 @@ class VersionDesk:
         if self._loops:
             await asyncio.wait(self._loops, timeout=2.0)
         self._loops = []
-        with contextlib.suppress(*REDIS_UNAVAILABLE):
+        with contextlib.suppress(RedisError):
             await self.flush()
         if self.reviews is not None:
             await self.reviews.stop()
@@ -127,7 +127,7 @@ class VersionDesk:
         drained = self.tally.drain()
         try:
             await self.store.add_tally(drained)
-        except REDIS_UNAVAILABLE:
+        except RedisUnavailableError:
             self.tally.merge(drained)
             raise
 
@@ -147,7 +147,7 @@ class VersionDesk:
             started = time.monotonic()
             try:
                 await step()
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("%s: Redis refused (%s); trying again", step.__name__, exc)
             except Exception:  # a bad rollout or record must not stop the batcher
                 log.exception("%s failed; trying again", step.__name__)

@@ -26,11 +26,11 @@ from typing import Any, NamedTuple
 
 import httpx
 import orjson
-from redis.exceptions import ResponseError
 
 from ferry import keys, lua
 from ferry.backoff import backoff_delay
-from ferry.redis_conn import REDIS_UNAVAILABLE, SlowRedis, text
+from ferry.errors import RedisCommandError, RedisUnavailableError
+from ferry.redis_conn import SlowRedis, text
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.webhooks import SIGNATURE_HEADER, CallbackRefusedError, pin, sign
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 CONCURRENCY = 32
 CLUSTER_POLL_S = 0.5  # on a Redis Cluster, how long to wait before reading empty streams again
 CLAIM_EVERY_S = 30.0
+# Refusals that mean Redis lost the streams' data (the group is gone; the stream was deleted
+# under a blocked read): the streams and the group are made again.
+REGROUP = ("NOGROUP", "UNBLOCKED")
 
 
 class DoneKeys(NamedTuple):
@@ -84,16 +87,20 @@ class WebhookSender:
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
+        await self._ensure_groups()
+        self._client = httpx.AsyncClient(follow_redirects=False,
+                                         timeout=self.settings.webhook_timeout_s)
+        self._loop_task = asyncio.create_task(self._run(), name="ferry-webhooks")
+
+    async def _ensure_groups(self) -> None:
+        """Create the consumer group on every webhook stream (and the stream) if missing."""
         for stream in self.streams:
             try:
                 await self.redis.xgroup_create(stream, keys.WEBHOOK_GROUP, id="0",
                                                mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
+            except RedisCommandError as exc:
+                if exc.code != "BUSYGROUP":
                     raise
-        self._client = httpx.AsyncClient(follow_redirects=False,
-                                         timeout=self.settings.webhook_timeout_s)
-        self._loop_task = asyncio.create_task(self._run(), name="ferry-webhooks")
 
     async def stop(self) -> None:
         """Stop reading; cancel sends in progress (their entries stay pending, to be claimed)."""
@@ -108,17 +115,26 @@ class WebhookSender:
 
     async def _run(self) -> None:
         pending = True  # first, what this consumer left unacknowledged (never: a new name)
-        last_claim = 0.0
+        last_claim, regroup = 0.0, False
         while not self._stopping.is_set():
             try:
+                if regroup:
+                    await self._ensure_groups()
+                    regroup = False
                 if time.monotonic() - last_claim >= CLAIM_EVERY_S:
                     last_claim = time.monotonic()
                     await self._claim()
                 await self._read(pending)
                 pending = False
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("reading webhooks failed: %s", exc)
                 await asyncio.sleep(1.0)
+            except RedisCommandError as exc:
+                if exc.code not in REGROUP:  # refused for good: said once, not tried forever
+                    log.error("webhooks stopped: Redis refuses their reads (%s)", exc)
+                    return
+                log.warning("webhook group missing (Redis flushed?); recreating it: %s", exc)
+                regroup = True
 
     async def _read(self, pending: bool) -> None:
         start = "0" if pending else ">"
@@ -186,7 +202,7 @@ class WebhookSender:
             self.metrics.webhooks.labels(outcome["status"]).inc()
             if outcome["status"] != "delivered":
                 log.warning("job %s: webhook to %s failed: %s", job_id, url, outcome)
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unacknowledged: sent again later
+        with contextlib.suppress(RedisUnavailableError):  # unacknowledged: sent again later
             await self.redis.xack(stream, keys.WEBHOOK_GROUP, entry_id)
             await self.redis.xdel(stream, entry_id)
 
@@ -224,7 +240,7 @@ class WebhookSender:
 
     async def _finish(self, key: str, stream: str, entry_id: str,
                       outcome: dict[str, Any]) -> None:
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unacknowledged: sent again later
+        with contextlib.suppress(RedisUnavailableError):  # unacknowledged: sent again later
             await self._done(keys=DoneKeys(task=key, stream=stream),
                              args=DoneArgs(group=keys.WEBHOOK_GROUP, entry_id=entry_id,
                                            outcome=orjson.dumps(outcome)))

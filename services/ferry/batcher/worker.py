@@ -33,9 +33,9 @@ from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
 from ferry.batching.policy import BatchPolicy
 from ferry.compose.batcher import BatcherParts, batcher_parts
-from ferry.errors import BackendError
+from ferry.errors import BackendError, RedisError, RedisUnavailableError
 from ferry.queue.base import Delivery
-from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode
+from ferry.redis_conn import check_cluster_mode
 from ferry.settings import BatcherSettings
 from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics
@@ -191,7 +191,7 @@ class Batcher:
             try:
                 await step()
                 return
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 attempt += 1
                 if self.clock() >= deadline:
                     raise
@@ -231,7 +231,7 @@ class Batcher:
         try:
             await self.parts.queue.release(deliveries)
             log.info("handed %d unfinished task(s) back to the queue", len(deliveries))
-        except REDIS_UNAVAILABLE as exc:
+        except RedisError as exc:
             log.warning("could not hand back %d task(s) (%s); they will be reclaimed after "
                         "%d ms", len(deliveries), exc, self.settings.claim_idle_ms)
 
@@ -242,7 +242,7 @@ class Batcher:
         await self._statistics.stop()
         if self._webhooks is not None:
             await self._webhooks.stop()
-        with contextlib.suppress(*REDIS_UNAVAILABLE):
+        with contextlib.suppress(RedisError):
             await self._reporter.withdraw()
         if self._metrics_server is not None:
             await self._metrics_server.close()
@@ -250,7 +250,7 @@ class Batcher:
         await self._gate.close()
         await parts.backend.close()
         await parts.queue.close()  # no read in flight may land after the consumer is forgotten
-        with contextlib.suppress(*REDIS_UNAVAILABLE):
+        with contextlib.suppress(RedisError):
             await parts.queue.forget_consumer()
         await parts.hot.close()
         await parts.redis.aclose()

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
-from ferry.errors import clip_echoes
+from ferry.errors import DependencyUnavailableError, clip_echoes
 from ferry.gateway.admin import RolloutAdmin, add_admin_routes
 from ferry.gateway.bulk.parts import job_parts
 from ferry.gateway.bulk.routes import add_job_routes
@@ -36,7 +36,7 @@ from ferry.oip.infer import Inference, add_infer_routes
 from ferry.oip.rest import PREFIX as OIP_PREFIX
 from ferry.oip.rest import Discovery, oip_error, oip_router, tidy_openapi
 from ferry.oip.served import ServedStatistics
-from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
+from ferry.redis_conn import unavailable
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.triton.base import InferenceBackend
@@ -187,8 +187,7 @@ def _install_error_handlers(api: FastAPI) -> None:
         error = went_away(request.scope)
         return error_response(error.status, error.code, error.message)
 
-    for kind in REDIS_UNAVAILABLE:
-        api.add_exception_handler(kind, refused)
+    api.add_exception_handler(DependencyUnavailableError, refused)
 
 
 def _allowed(api: FastAPI, request: Request) -> str:

@@ -20,11 +20,16 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from ferry.access import ANONYMOUS, Caller
-from ferry.errors import BadRequestError, ClientError, RequestTimeoutError
+from ferry.errors import (
+    BadRequestError,
+    ClientError,
+    DependencyUnavailableError,
+    RequestTimeoutError,
+)
 from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.gateway.timeouts import TIMED_OUT
-from ferry.redis_conn import REDIS_UNAVAILABLE, unavailable
+from ferry.redis_conn import unavailable
 from ferry.tasks.idempotency import MAX_KEY_LENGTH
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.webhooks import check_callback
@@ -199,7 +204,7 @@ class HotLane:
             self.metrics.rejected.labels(str(exc.status), exc.code).inc()
             status, body, answer_headers = (exc.status, error_body(exc.code, exc.message),
                                             exc.headers())
-        except REDIS_UNAVAILABLE as exc:
+        except DependencyUnavailableError as exc:
             code, message = unavailable(exc)
             self.metrics.rejected.labels("503", code).inc()
             status, body, answer_headers = 503, error_body(code, message), [

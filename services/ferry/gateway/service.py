@@ -22,6 +22,8 @@ from ferry.errors import (
     ConflictError,
     DependencyUnavailableError,
     NotFoundError,
+    RedisError,
+    RedisUnavailableError,
 )
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.prepare import Prepared, Preparer
@@ -30,7 +32,7 @@ from ferry.gateway.versions import Versions
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
 from ferry.oip.served import ServedDesk
-from ferry.redis_conn import REDIS_UNAVAILABLE, check_cluster_mode, trouble, warn_of_eviction
+from ferry.redis_conn import check_cluster_mode, trouble, warn_of_eviction
 from ferry.rollouts.rollout import Sticky
 from ferry.rollouts.store import RolloutStore, apply_declared
 from ferry.settings import GatewaySettings
@@ -106,10 +108,10 @@ class Gateway:
 
     async def start(self) -> None:
         self.tracing.start()
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # a Redis still starting: checked later
+        with contextlib.suppress(RedisUnavailableError):  # a Redis still starting: checked later
             await check_cluster_mode(self.parts.settings, self.parts.redis)
             await warn_of_eviction(self.parts.redis)
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # the batchers write it too
+        with contextlib.suppress(RedisUnavailableError):  # the batchers write it too
             await apply_declared(self.rollouts, self.settings.declared_rollouts)
         await self.parts.backend.start()
         with contextlib.suppress(DependencyUnavailableError):  # metrics primed, as at every
@@ -245,7 +247,7 @@ class Gateway:
             await self.parts.redis.ping()
             checks["redis"] = await trouble(self.parts.redis,
                                             self.settings.redis_min_replicas) or "ok"
-        except REDIS_UNAVAILABLE as exc:
+        except RedisError as exc:  # a refused INFO (permanent) too: not ready, and why
             checks["redis"] = f"unreachable: {exc}"
         checks["triton"] = "ok" if await self.parts.backend.server_ready() else "not ready"
         try:
@@ -261,7 +263,7 @@ class Gateway:
         Open Inference Protocol's server readiness)."""
         try:
             await self.parts.redis.ping()
-        except REDIS_UNAVAILABLE:
+        except RedisError:
             return False
         return await self.parts.backend.server_ready()
 

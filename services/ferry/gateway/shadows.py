@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from ferry.errors import ServiceUnavailableError, TooManyRequestsError
+from ferry.errors import DependencyUnavailableError, ServiceUnavailableError, TooManyRequestsError
 from ferry.gateway.versions import Versions
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.rollouts.store import Pair, RolloutStore
 from ferry.tasks.admission import Admit
 from ferry.tasks.base import NO_OWNER, Admitted, Owner
@@ -64,7 +63,7 @@ class Shadowing:
         except (TooManyRequestsError, ServiceUnavailableError):
             self.counted(task.model, "dropped")
             return
-        except REDIS_UNAVAILABLE as exc:
+        except DependencyUnavailableError as exc:
             log.warning("shadow of task %s not admitted: %s", task.task_id, exc)
             self.counted(task.model, "dropped")
             return

@@ -10,8 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ferry.errors import BadRequestError
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.errors import BadRequestError, RedisUnavailableError
 from ferry.rollouts.rollout import Pick, Rollout, Sticky
 from ferry.rollouts.store import RolloutStore
 
@@ -43,7 +42,7 @@ class Versions:
     async def _refresh(self) -> None:
         try:
             self._rollouts = await self.store.all()
-        except REDIS_UNAVAILABLE as exc:  # the last copy serves until Redis answers again
+        except RedisUnavailableError as exc:  # the last copy serves until Redis answers again
             log.warning("cannot read the rollouts (keeping the last copy): %s", exc)
         except BadRequestError as exc:  # a stored rollout this version cannot read
             log.error("a stored rollout is invalid (keeping the last copy): %s", exc)

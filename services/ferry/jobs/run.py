@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from ferry.errors import ClientError, TooManyRequestsError
+from ferry.errors import ClientError, RedisUnavailableError, TooManyRequestsError
 from ferry.jobs.blobs import BlobStore
 from ferry.jobs.items import ItemMaker
 from ferry.jobs.manifest import LineError, read_item
@@ -37,7 +37,6 @@ from ferry.jobs.results import (
     status_of,
 )
 from ferry.jobs.store import JobStore, record_of
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.tasks.base import Owner
 from ferry.tasks.envelope import Envelope
 from ferry.tasks.record import Status, StoredRecord
@@ -353,7 +352,7 @@ class JobRun:
         while True:
             try:
                 record = await watch.final(WATCH_POLL_S, known, read_first=read_first)
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("job %s: reading task %s failed (%s)", self.job_id, watch.task_id,
                             exc)
                 await asyncio.sleep(1.0)

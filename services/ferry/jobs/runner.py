@@ -15,13 +15,13 @@ import logging
 import secrets
 from collections import Counter
 
+from ferry.errors import DependencyUnavailableError, RedisUnavailableError
 from ferry.jobs.blobs import BlobStore
 from ferry.jobs.items import ItemMaker
 from ferry.jobs.pacing import feed_share, window_room
 from ferry.jobs.port import Tasks
 from ferry.jobs.run import Feeder, JobRun, LeaseLost, RunSettings
 from ferry.jobs.store import JobStore
-from ferry.redis_conn import REDIS_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 FAILED_RUN_PAUSE_S = 5.0  # a run that failed unexpectedly is not retaken before this
@@ -81,7 +81,7 @@ class JobRunner:
         while True:
             try:
                 await self._discover()
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("job runner: Redis unavailable (%s); looking again", exc)
             await asyncio.sleep(self.settings.discover_s)
 
@@ -106,9 +106,9 @@ class JobRunner:
             log.warning("job %s: its lease went to another runner; stopped", run.job_id)
         except asyncio.CancelledError:
             raise
-        except REDIS_UNAVAILABLE as exc:  # resumed from Redis once it answers again
-            log.warning("job %s: Redis unavailable (%s); resuming when it is back", run.job_id,
-                        exc)
+        except DependencyUnavailableError as exc:  # Redis (or Triton) down: resumed later
+            log.warning("job %s: a dependency is unavailable (%s); resuming when it is back",
+                        run.job_id, exc)
             self._paused[run.job_id] = asyncio.get_running_loop().time() + 1.0
         except Exception as exc:  # a bug, or a dependency down: noted, retried later
             log.exception("job %s: run failed; another attempt in %g s", run.job_id,
@@ -128,7 +128,7 @@ class JobRunner:
             await asyncio.sleep(self.settings.lease_ms / 3000)
             try:
                 held = await self.store.lease(run.job_id, self.token, self.settings.lease_ms)
-            except REDIS_UNAVAILABLE:
+            except RedisUnavailableError:
                 continue  # the lease may yet be renewed before it ends
             if not held:
                 entry = self.runs.get(run.job_id)

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2
 
 from ferry import __version__
 from ferry.access import Access, Caller
-from ferry.errors import BackendError, ClientError, clip_echoes
+from ferry.errors import BackendError, ClientError, DependencyUnavailableError, clip_echoes
 from ferry.oip.grpc_codec import (
     accepted_response,
     infer_request,
@@ -36,7 +36,6 @@ from ferry.oip.hold import HOLD_S, ROLLOUT_KEY_HEADER, Failure, Refused, cancel_
 from ferry.oip.infer import RESULT_PREFIX, Inference
 from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
 from ferry.oip.schedule import tensor_task
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.rollouts.rollout import Sticky
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.tensors import TensorError
@@ -75,7 +74,7 @@ def rpc_error(exc: Exception) -> RpcError | None:
         return RpcError(_CLIENT_CODES.get(exc.status, Code.INVALID_ARGUMENT), exc.message)
     if isinstance(exc, BackendError):
         return RpcError(backend_code(exc), exc.reason)
-    if isinstance(exc, REDIS_UNAVAILABLE):
+    if isinstance(exc, DependencyUnavailableError):
         return RpcError(Code.UNAVAILABLE, f"a dependency is unavailable: {exc}")
     return None
 

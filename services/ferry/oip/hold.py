@@ -16,10 +16,9 @@ from enum import Enum
 from typing import Protocol
 
 from ferry.access import Caller
-from ferry.errors import ClientError
+from ferry.errors import ClientError, DependencyUnavailableError
 from ferry.oip.answer import answer_tensors
 from ferry.oip.schedule import TensorTask
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.rollouts.rollout import Sticky
 from ferry.tasks.record import Status, StoredRecord
 from ferry.tasks.waiters import Watch
@@ -118,5 +117,5 @@ def _reason(record: StoredRecord) -> str:
 async def cancel_quietly(gateway: TensorGateway, task_id: str, caller: Caller) -> None:
     """Cancel a task nobody waits for any more; too late (it runs) is no error, and the
     cancel itself is shielded from the cancellation of the call that asks for it."""
-    with contextlib.suppress(ClientError, *REDIS_UNAVAILABLE):
+    with contextlib.suppress(ClientError, DependencyUnavailableError):
         await asyncio.shield(gateway.cancel(task_id, caller))

@@ -22,8 +22,7 @@ from pydantic import BaseModel, Field
 
 from ferry import __version__
 from ferry.access import Access, Caller
-from ferry.errors import BackendError, ClientError, clip_echoes
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.errors import BackendError, ClientError, DependencyUnavailableError, clip_echoes
 from ferry.triton.base import ModelDiscovery
 
 PREFIX = "/v2"
@@ -116,7 +115,7 @@ async def guarded_as(access: Access, request: Request, work: CallerWork) -> Resp
         return oip_error(exc.status, exc.message, exc.headers())
     except BackendError as exc:
         return oip_error(status_of(exc), exc.reason)
-    except REDIS_UNAVAILABLE as exc:
+    except DependencyUnavailableError as exc:
         return oip_error(503, f"a dependency is unavailable: {exc}", [(b"retry-after", b"1")])
     for name, value in caller.headers:
         answer.headers[name.decode("latin-1")] = value.decode("latin-1")

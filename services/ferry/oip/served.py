@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ferry import keys
-from ferry.errors import BackendError
+from ferry.errors import BackendError, RedisError, RedisUnavailableError
 from ferry.oip.statistics import Counters, Drained, Served, models_in, with_ferry_figures
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.resp.client import Commands
 from ferry.triton.base import ModelDiscovery, ensemble_steps
 
@@ -26,7 +25,7 @@ log = logging.getLogger(__name__)
 Metadata = Callable[[str, str], Awaitable[dict[str, Any]]]
 FLUSH_S = 0.25
 STOP_FLUSH_S = 2.0  # how long a stopping process tries to add its last tally
-_NOT_ADDED: tuple[type[Exception], ...] = (TimeoutError, *REDIS_UNAVAILABLE)
+_NOT_ADDED = (TimeoutError, RedisError)  # at stop: any
 
 
 class ServedStore:
@@ -106,7 +105,7 @@ class ServedDesk:
             await asyncio.sleep(self.period_s)
             try:
                 await self.flush()
-            except REDIS_UNAVAILABLE as exc:
+            except RedisUnavailableError as exc:
                 log.warning("statistics not added: Redis refused (%s); trying again", exc)
             except Exception:  # a bug here must not stop the counting, nor the process
                 log.exception("statistics not added; trying again")

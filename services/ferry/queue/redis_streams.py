@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from redis.exceptions import ResponseError
-
 from ferry import keys, lua
 from ferry.codec import EnvelopeError, decode_task
+from ferry.errors import RedisCommandError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
 from ferry.redis_conn import SlowRedis, text
-from ferry.resp.client import Commands, Packed, RespError
+from ferry.resp.client import Commands, Packed
 from ferry.resp.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -122,8 +121,8 @@ class RedisStreamQueue:
         for stream in self.streams:
             try:
                 await self.redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
+            except RedisCommandError as exc:
+                if exc.code != "BUSYGROUP":
                     raise
 
     async def read(self, count: int, block_ms: int,
@@ -160,9 +159,9 @@ class RedisStreamQueue:
                 reply = await self.reader.execute(
                     self._read_command(priorities, count, block_ms),
                     timeout_s=self.reader.timeout_s + max(0, block_ms) / 1000.0)
-        except RespError as exc:
+        except RedisCommandError as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted under a blocked read
-            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
+            if exc.code not in ("NOGROUP", "UNBLOCKED"):
                 raise
             log.warning("consumer group missing (Redis flushed?); recreating it: %s", exc)
             await self.ensure_groups()
@@ -290,8 +289,8 @@ class RedisStreamQueue:
             reply: Any = await self.redis.xautoclaim(
                 stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
                 start_id=self._claim_cursor[stream], count=count)
-        except ResponseError as exc:
-            if "NOGROUP" in str(exc):
+        except RedisCommandError as exc:
+            if exc.code == "NOGROUP":  # the group is gone: the reader makes it again
                 return []
             raise
         cursor, entries, deleted = reply  # Redis 7: the third item lists deleted entries
@@ -334,10 +333,16 @@ class RedisStreamQueue:
         if not by_stream:
             return
         await asyncio.gather(*(  # one script per stream (each in its own slot), all at once
-            self._touch(keys=TouchKeys(stream=stream),
-                        args=[*TouchArgs(group=keys.CONSUMER_GROUP, consumer=self.consumer),
-                              *lua.items(TouchItem(entry_id) for entry_id in ids)])
-            for stream, ids in by_stream.items()))
+            self._touch_stream(stream, ids) for stream, ids in by_stream.items()))
+
+    async def _touch_stream(self, stream: str, entry_ids: list[str]) -> None:
+        try:
+            await self._touch(keys=TouchKeys(stream=stream),
+                              args=[*TouchArgs(group=keys.CONSUMER_GROUP, consumer=self.consumer),
+                                    *lua.items(TouchItem(entry_id) for entry_id in entry_ids)])
+        except RedisCommandError as exc:
+            if exc.code != "NOGROUP":  # the group is gone (Redis lost it): nothing is owned
+                raise
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.
@@ -364,7 +369,7 @@ class RedisStreamQueue:
             if rows:
                 return False
         for stream in self.streams:
-            with contextlib.suppress(ResponseError):
+            with contextlib.suppress(RedisCommandError):
                 await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, self.consumer)
         return True
 

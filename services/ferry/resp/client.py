@@ -23,7 +23,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
-from ferry.errors import ConfigError, DependencyUnavailableError, FerryError
+from ferry.errors import (
+    ConfigError,
+    RedisCommandError,
+    RedisConnectionError,
+    RedisError,
+    RedisUnavailableError,
+    redis_reply_error,
+)
 
 log = logging.getLogger(__name__)
 HOLD_DOWN_S = 0.5  # after a failed connection attempt, how long callers fail without retrying
@@ -33,29 +40,13 @@ Command = Sequence[Arg]  # or a Packed command, sent as it is
 Locate = Callable[[], Awaitable["RedisAddress"]]  # where the master is now (Redis Sentinel)
 
 
-class RespError(FerryError):
-    """Redis answered a command with an error reply."""
+# Errors are Ferry's (``ferry.errors``): an error reply is made by ``redis_reply_error`` as it is
+# parsed (transient or permanent, decided there for both clients), a failed connection is a
+# RespConnectionError.
 
 
-class RespConnectionError(DependencyUnavailableError, ConnectionError):
+class RespConnectionError(RedisConnectionError, ConnectionError):
     """Redis cannot be reached, or the connection broke: the command's effect is unknown."""
-
-
-class RespUnavailableError(RespError, DependencyUnavailableError):
-    """Redis answered that it cannot serve now (loading its data, out of memory, a replica,
-    busy with a script...): the command had no effect, and may succeed later."""
-
-
-# Error replies that say "not now" rather than "never": their first word.
-_UNAVAILABLE = frozenset({"LOADING", "READONLY", "OOM", "BUSY", "MASTERDOWN", "MISCONF",
-                          "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"})
-
-
-def _error_reply(reply: RespError) -> RespError:
-    message = str(reply)
-    if message.split(" ", 1)[0] in _UNAVAILABLE:
-        return RespUnavailableError(message)
-    return reply
 
 
 class RespTimeoutError(RespConnectionError, TimeoutError):
@@ -153,7 +144,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
         self._loop = loop
         self._timeout_s = timeout_s
-        self._reader = hiredis.Reader(replyError=RespError)
+        self._reader = hiredis.Reader(replyError=redis_reply_error)
         self._waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -174,20 +165,18 @@ class _Connection(asyncio.Protocol):
                 self._fail(RespConnectionError("Redis sent a reply nobody asked for"))
                 return
             future, _ = self._waiting.popleft()
-            if isinstance(reply, RespError):
-                reply = self._error(reply)
+            if isinstance(reply, RedisError):
+                self._error(reply)
                 if not future.done():  # a caller that gave up (cancelled) no longer wants it
                     future.set_exception(reply)
             elif not future.done():
                 future.set_result(reply)
 
-    def _error(self, reply: RespError) -> RespError:
-        """An error reply as raised; ``READONLY`` (this server was demoted to a replica in a
-        failover) also retires the connection, so the next command finds the master again."""
-        error = _error_reply(reply)
-        if str(error).startswith("READONLY"):
-            self.retire(error)
-        return error
+    def _error(self, reply: RedisError) -> None:
+        """``READONLY`` (this server was demoted to a replica in a failover) retires the
+        connection, so the next command finds the master again."""
+        if reply.code == "READONLY":
+            self.retire(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(RespConnectionError(f"connection to Redis lost: {exc or 'closed by peer'}"))
@@ -277,7 +266,7 @@ class RespClient:
 
     async def execute(self, *command: Arg, timeout_s: float | None = None) -> Any:
         """One command's reply (a lone ``Packed`` argument is sent as it is); an error reply
-        raises ``RespError``."""
+        raises it (a ``RedisError``)."""
         single = command[0] if len(command) == 1 and isinstance(command[0], Packed) else command
         return (await self._run([single], timeout_s))[0]
 
@@ -337,7 +326,7 @@ class RespClient:
         await connection.writable()
         try:
             return await future, connection
-        except RespError as exc:
+        except RedisCommandError as exc:
             if not _no_script(exc):
                 raise
         return await self.execute(*command, timeout_s=timeout_s), None
@@ -356,7 +345,7 @@ class RespClient:
         if len(futures) == 1:
             try:
                 return [await futures[0]]
-            except RespError as exc:
+            except RedisError as exc:
                 return [exc]
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
@@ -443,12 +432,12 @@ class RespClient:
             connection.client_id = int(cast(int, replies[len(greeting)]))
             connection.address = address
             if self.locate is not None and not _is_master(replies[-1]):
-                raise RespUnavailableError(f"Redis at {address} is not the master (yet): the "
-                                           "sentinels have not seen the failover through")
-        except RespUnavailableError:
+                raise RedisUnavailableError(f"Redis at {address} is not the master (yet): the "
+                                            "sentinels have not seen the failover through")
+        except RedisUnavailableError:  # not now (loading...), or the connection failed
             connection.close()
             raise
-        except RespError as exc:  # AUTH refused, no such database...: Redis is unusable as set
+        except RedisError as exc:  # AUTH refused, no such database, too many clients...
             connection.close()
             raise RespConnectionError(f"Redis refused the connection's set-up: {exc}") from exc
         except BaseException:
@@ -503,7 +492,7 @@ def raise_first(replies: Sequence[Any]) -> None:
 
 
 def _no_script(reply: Any) -> bool:
-    return isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT")
+    return isinstance(reply, RedisCommandError) and reply.code == "NOSCRIPT"
 
 
 class Script:

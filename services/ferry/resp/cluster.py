@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.crc import key_slot
 
-from ferry.errors import ConfigError
+from ferry.errors import ConfigError, RedisCommandError, RedisUnavailableError
 from ferry.resp.client import (
     Arg,
     Command,
@@ -27,8 +27,6 @@ from ferry.resp.client import (
     RedisAddress,
     RespClient,
     RespConnectionError,
-    RespError,
-    RespUnavailableError,
     Script,
     as_bytes,
     raise_first,
@@ -81,7 +79,7 @@ def parse_slots(reply: Any, asked: Node) -> list[Node | None]:
 
 def redirect(reply: Any) -> tuple[str, Node] | None:
     """("MOVED" | "ASK", node) of a redirection error reply, else None."""
-    if not isinstance(reply, RespError) or isinstance(reply, RespUnavailableError):
+    if not isinstance(reply, RedisCommandError):
         return None
     words = str(reply).split(" ")
     if len(words) != 3 or words[0] not in ("MOVED", "ASK"):
@@ -147,7 +145,7 @@ class ClusterClient:
                 return results
             await self._refresh(force=True)
         for index in todo:
-            results[index] = RespUnavailableError(
+            results[index] = RedisUnavailableError(
                 f"Redis Cluster redirected a command {MAX_REDIRECTS} times (slots moving?)")
         return results
 
@@ -242,7 +240,7 @@ class ClusterClient:
                 except RespConnectionError as exc:
                     problem = exc
                     continue
-                except RespError as exc:
+                except RedisCommandError as exc:
                     if "cluster support disabled" in str(exc):
                         raise ConfigError(
                             f"Redis at {self.address} is not a cluster: set "

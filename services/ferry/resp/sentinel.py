@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ferry.errors import ConfigError
+from ferry.errors import ConfigError, RedisError
 from ferry.resp.client import (
     Command,
     RedisAddress,
     RespConnectionError,
-    RespError,
     _Connection,
     handshake,
     open_connection,
@@ -57,7 +56,7 @@ class Sentinels:
         for sentinel in list(self._sentinels):
             try:
                 found = await self._ask(sentinel)
-            except (RespConnectionError, RespError, TimeoutError) as exc:
+            except (RedisError, TimeoutError) as exc:
                 problems.append(f"{sentinel}: {exc}")
                 continue
             if found is None:

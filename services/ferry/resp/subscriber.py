@@ -16,11 +16,11 @@ from typing import cast
 import hiredis
 
 from ferry.backoff import backoff_delay
+from ferry.errors import RedisError, redis_reply_error
 from ferry.resp.client import (
     Locate,
     RedisAddress,
     RespConnectionError,
-    RespError,
     handshake,
     open_connection,
     pack,
@@ -33,7 +33,7 @@ class _Subscription(asyncio.Protocol):
     def __init__(self, channel: bytes, on_message: Callable[[bytes], None]) -> None:
         self.channel = channel
         self.on_message = on_message
-        self.reader = hiredis.Reader(replyError=RespError)
+        self.reader = hiredis.Reader(replyError=redis_reply_error)
         self.transport: asyncio.Transport | None = None
         self.subscribed = asyncio.Event()
         self.lost = asyncio.Event()
@@ -47,7 +47,7 @@ class _Subscription(asyncio.Protocol):
         self.reader.feed(data)
         while (reply := self.reader.gets()) is not False:
             self.alive = True
-            if isinstance(reply, RespError):
+            if isinstance(reply, RedisError):
                 self.error = reply  # AUTH or SUBSCRIBE refused: reconnecting will not help soon
                 self.close()
             elif isinstance(reply, list) and reply and reply[0] == b"message":

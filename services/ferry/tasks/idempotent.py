@@ -12,8 +12,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from ferry.errors import ClientError, ServiceUnavailableError, UnprocessableError
-from ferry.redis_conn import REDIS_UNAVAILABLE
+from ferry.errors import (
+    ClientError,
+    DependencyUnavailableError,
+    RedisError,
+    RedisUnavailableError,
+    ServiceUnavailableError,
+    UnprocessableError,
+)
 from ferry.tasks import idempotency
 from ferry.tasks.admission import Submitted
 from ferry.tasks.idempotency import IdempotencyKeys
@@ -22,7 +28,7 @@ from ferry.tasks.waiters import Watch
 
 WAIT_TRIES, WAIT_S = 20, 0.05  # a repeat waits for the first's admission
 TAKEOVER_TRIES = 3  # a repeat takes over a key whose task never came to be
-RELEASE_ON: tuple[type[Exception], ...] = (ClientError, *REDIS_UNAVAILABLE)  # not admitted
+RELEASE_ON = (ClientError, DependencyUnavailableError, RedisError)  # not admitted
 
 
 class Records(Protocol):
@@ -64,7 +70,7 @@ class Idempotent:
             with contextlib.suppress(Exception):  # best effort: a retry will find it stale
                 await self.keys.release(key, task_id, digest)
             raise
-        with contextlib.suppress(*REDIS_UNAVAILABLE):  # unconfirmed: still replayed
+        with contextlib.suppress(RedisUnavailableError):  # unconfirmed: still replayed
             await self.keys.confirm(key, task_id, digest)  # while its record lives
         return submitted
 

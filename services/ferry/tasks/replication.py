@@ -27,7 +27,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferry.resp.client import Command, Commands, RespClient, RespError, RespUnavailableError
+from ferry.errors import RedisCommandError, RedisUnavailableError
+from ferry.resp.client import Command, Commands, RespClient
 from ferry.resp.cluster import ClusterClient, redirect
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,11 @@ class ReplicaAcks:
         target = await self._connection_of(key)
         try:
             reply, connection = await target.execute_traced(*command)
-        except RespError as exc:
+        except RedisCommandError as exc:
             if redirect(exc) is None or not isinstance(self.client, ClusterClient):
                 raise
             self.client.slots_moved()  # the slot moved: it had no effect; try again
-            raise RespUnavailableError(f"the partition's slot moved ({exc})") from exc
+            raise RedisUnavailableError(f"the partition's slot moved ({exc})") from exc
         return Written(reply, target, connection)
 
     async def confirmed(self, written: Written) -> bool:

@@ -24,6 +24,7 @@ from ferry.errors import (
     BadRequestError,
     ClientError,
     ConflictError,
+    DependencyUnavailableError,
     NotFoundError,
     TooManyRequestsError,
     UnsupportedMediaTypeError,
@@ -39,7 +40,6 @@ from ferry.jobs.run import input_name
 from ferry.jobs.store import JobStore, NewJob
 from ferry.jobs.upload import Limits, ManifestError, upload
 from ferry.priority import Priority
-from ferry.redis_conn import REDIS_UNAVAILABLE
 from ferry.settings import GatewaySettings
 from ferry.tensors import TensorError
 from ferry.webhooks import check_callback
@@ -303,7 +303,7 @@ async def _guarded(access: Access, request: Request, work: Work) -> Response:
         return refusal(exc)
     except BackendError as exc:
         return JSONResponse({"error": {"code": "backend_error", "message": exc.reason}}, 502)
-    except REDIS_UNAVAILABLE as exc:
+    except DependencyUnavailableError as exc:
         return JSONResponse({"error": {"code": "unavailable", "message": "a dependency is "
                                        f"unavailable: {exc}"}}, 503, headers={"Retry-After": "1"})
     for name, value in caller.headers:
