@@ -6,11 +6,9 @@ never executed, as ``test_architecture`` reads it."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from pathlib import Path
 
-FERRY = Path(__file__).resolve().parents[2] / "services" / "ferry"
-GENERATED = ("v1", "model_repository")
+from tests.unit.test_architecture import _sources  # every hand-written module, parsed
+
 ENVIRONMENT = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
 
 ALLOWED = {
@@ -33,16 +31,6 @@ ALLOWED = {
     "ferry.rollouts.client.add_parser",
     "ferry.rollouts.client.token",
 }
-
-
-def _modules() -> Iterator[tuple[str, ast.Module]]:
-    for path in sorted(FERRY.rglob("*.py")):
-        relative = path.relative_to(FERRY)
-        if relative.parts[0] in GENERATED:
-            continue
-        parts = ("ferry", *relative.with_suffix("").parts)
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        yield name, ast.parse(path.read_text(), str(path))
 
 
 def _touches_environment(node: ast.AST) -> bool:
@@ -73,13 +61,13 @@ def readers(module: str, tree: ast.AST) -> set[str]:
 
 
 def test_nothing_reads_the_environment_outside_start_up() -> None:
-    found = {reader for module, tree in _modules() for reader in readers(module, tree)}
+    found = {reader for module, tree in _sources() for reader in readers(module, tree)}
     assert sorted(found - ALLOWED) == []
 
 
 def test_every_allowed_reader_still_reads() -> None:
     """A stale entry would let a new read in where the old one was."""
-    found = {reader for module, tree in _modules() for reader in readers(module, tree)}
+    found = {reader for module, tree in _sources() for reader in readers(module, tree)}
     assert sorted(ALLOWED - found) == []
 
 
