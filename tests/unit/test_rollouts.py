@@ -8,7 +8,13 @@ import dataclasses
 import orjson
 import pytest
 
-from ferry.errors import BadRequestError, ConfigError, ForbiddenError, UnauthorizedError
+from ferry.errors import (
+    BadRequestError,
+    ConfigError,
+    ForbiddenError,
+    RedisConnectionError,
+    UnauthorizedError,
+)
 from ferry.gateway.admin import RolloutAdmin
 from ferry.gateway.versions import Versions
 from ferry.rollouts import latency
@@ -295,7 +301,7 @@ class CountingStore:
     async def all(self) -> dict[str, Rollout]:
         self.reads += 1
         if self.down:
-            raise ConnectionError("Redis is down")
+            raise RedisConnectionError("Redis is down")
         return dict(self.rollouts)
 
 
