@@ -76,6 +76,9 @@ BELL_FIELD = "bell"  # a doorbell entry's one field: the priority's value
 BELL_MS = 1000  # a priority rings at most once a second per partition; readers stay awake longer
 
 CAPACITY_KEY = f"{PREFIX}:capacity"  # batchers' measured service rates and breaker states
+# Every batcher's lease: consumer name -> Redis's clock (ms) at its last heartbeat.
+BATCHERS_KEY = f"{PREFIX}:batchers"
+BATCHERS_TTL_MS = 86_400_000  # the hash goes when no batcher has beaten for a day
 
 
 def dead_letter_stream(partition: int) -> str:

@@ -1,10 +1,12 @@
 """The Lua scripts of the rooms besides the task store (whose scripts test_scripts.py runs),
 against a real Redis (and, in ``make test-cluster``, a 3-master cluster), through the code that
 calls them and the typed results they answer: the job's fenced steps and moves, idempotency
-keys, the rate limit, the queue's touch, a rollout's change and a webhook's end."""
+keys, the rate limit, the queue's touch and the batchers' leases, a rollout's change and a
+webhook's end."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -227,3 +229,34 @@ async def test_a_webhooks_outcome_joins_its_record_once_and_its_entry_goes(
     assert await end(b'{"status":"failed"}') is Done.SKIPPED  # the record has expired
     assert redis_client.xlen(stream) == 0
     assert redis_client.xpending(stream, keys.WEBHOOK_GROUP)["pending"] == 0
+
+
+async def test_a_lease_run_out_names_its_batcher_dead_and_its_entries_go_to_one_rescuer(
+        client: Commands, slow: SlowRedis) -> None:
+    """Leases at Redis's clock: a batcher that stops beating is named dead by the others; its
+    entries are taken over each by one rescuer, with their delivery counts, and once it holds
+    nothing it leaves the group; a live batcher's entries are never taken."""
+    dead, live, one, two = (RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer=c)
+                            for c in ("dead", "live", "one", "two"))
+    assert await dead.beat(200) == [] and await live.beat(200) == []
+    await dead.ensure_groups()
+    stream = keys.partition_stream(0)
+    ids = [text(await slow.xadd(stream, {keys.TASK_FIELD: b"t"})) for _ in range(5)]
+    await slow.xreadgroup(keys.CONSUMER_GROUP, "dead", {stream: ">"}, count=3)
+    await slow.xreadgroup(keys.CONSUMER_GROUP, "live", {stream: ">"}, count=2)
+    await asyncio.sleep(0.3)  # the test's subject: a lease of 200 ms running out
+    assert await live.beat(200) == ["dead"]
+    first, left = await one.rescue("dead", room=2)
+    second, rest = await two.rescue("dead", room=10)
+    assert ([d.entry_id for d in first], left) == (ids[:2], True)
+    assert ([d.entry_id for d in second], rest) == ([ids[2]], False)
+    assert {d.deliveries for d in first + second} == {2}
+    owners = {text(r["message_id"]): text(r["consumer"])
+              for r in await slow.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)}
+    assert owners == {ids[0]: "one", ids[1]: "one", ids[2]: "two", ids[3]: "live",
+                      ids[4]: "live"}
+    consumers = {text(c["name"]) for c in await slow.xinfo_consumers(stream,
+                                                                     keys.CONSUMER_GROUP)}
+    assert "dead" not in consumers and "live" in consumers
+    await two.bury("dead")
+    assert await live.beat(200) == []  # forgotten: nothing left to take

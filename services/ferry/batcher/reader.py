@@ -278,21 +278,51 @@ class Reader:
             except RedisUnavailableError as exc:
                 log.warning("refreshing held tasks failed: %s", exc)
 
+    async def lease_loop(self) -> None:
+        """Renew this batcher's lease five times a lease, until the batcher closes (through its
+        stop: the work it finishes or hands back then is not taken over); while it reads, take
+        over at once what a batcher whose lease ran out held."""
+        interval = self.settings.lease_ms / 5000.0
+        while True:
+            try:
+                dead = await self.queue.beat(self.settings.lease_ms)
+                if dead and not self.shared.stopping.is_set():
+                    await self.rescue(dead)
+            except RedisUnavailableError as exc:
+                log.warning("renewing the lease failed: %s", exc)
+            await asyncio.sleep(interval)
+
+    async def rescue(self, dead: Sequence[str]) -> None:
+        """Take over, as far as there is room, the tasks of batchers whose lease ran out."""
+        for consumer in dead:
+            if self.room <= 0 or not self.gate.is_open:
+                return
+            rescued, left = await self.queue.rescue(consumer, self.room)
+            await self._take_over(rescued, f"of batcher {consumer}, whose lease ran out")
+            if not left:
+                await self.queue.bury(consumer)
+
     async def reclaim(self) -> None:
-        """Take over tasks that dead consumers left, as many as there is room for."""
+        """Take over tasks left idle by consumers that hold no lease, as many as there is
+        room for (the backstop: a live batcher keeps its entries from going idle)."""
         if self.room <= 0 or not self.gate.is_open:
             return
         per_stream = max(1, self.room // len(self.partitions))
         claimed = await self.queue.claim_stale(self.settings.claim_idle_ms, per_stream)
+        await self._take_over(claimed, "left idle")
+
+    async def _take_over(self, claimed: Sequence[Delivery], why: str) -> None:
+        """Board tasks taken from another consumer (those it was asked to cancel, cancelled)."""
         fresh = [d for d in claimed if (d.stream, d.entry_id) not in self.shared.held]
+        if not fresh:
+            return
         flags = await self.store.cancel_requested(
             [d.task.task_id if d.task else "" for d in fresh])
         self.shared.cancelled.update(d.task.task_id for d, flag in zip(fresh, flags, strict=True)
                                      if flag and d.task is not None)
-        if fresh:
-            log.info("reclaimed %d idle task(s)", len(fresh))
-            self.metrics.reclaimed.inc(len(fresh))
-            await self.board(fresh)
+        log.info("took over %d task(s) %s", len(fresh), why)
+        self.metrics.reclaimed.inc(len(fresh))
+        await self.board(fresh)
 
     async def board(self, deliveries: Sequence[Delivery]) -> None:
         """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""

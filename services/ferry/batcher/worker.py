@@ -80,6 +80,7 @@ class Batcher:
         self._statistics = StatisticsDesk(parts.hot, self._versions)
         self._dispatcher.executor.desk = self._statistics
         self._loops: list[asyncio.Task[None]] = []
+        self._lease: asyncio.Task[None] | None = None  # its heartbeat: outlives the loops
         self._metrics_server: StatusServer | None = None
         self._stopped = False
 
@@ -136,6 +137,8 @@ class Batcher:
         await self._statistics.start()
         await self._serve_status()
         self._loops = self._start_loops()
+        self._lease = asyncio.create_task(self._reader.lease_loop(), name="ferry-lease")
+        self._lease.add_done_callback(self._loop_done)
         s = self.settings
         log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms; infer calls "
                  "over %s", self.parts.consumer, ",".join(map(str, self.partitions)), s.max_batch,
@@ -250,6 +253,8 @@ class Batcher:
         await self._gate.close()
         await parts.backend.close()
         await parts.queue.close()  # no read in flight may land after the consumer is forgotten
+        if self._lease is not None:  # renewed until now: nothing it held was taken over
+            await _cancel([self._lease], timeout_s=1.0)
         with contextlib.suppress(RedisError):
             await parts.queue.forget_consumer()
         await parts.hot.close()

@@ -53,6 +53,20 @@ class TaskQueue(Protocol):
         """Take over up to ``count`` entries per stream idle for ``min_idle_ms``."""
         ...
 
+    async def beat(self, lease_ms: int) -> list[str]:
+        """Renew this consumer's lease (it is dead once not renewed for ``lease_ms``); the
+        consumers whose lease has run out."""
+        ...
+
+    async def rescue(self, dead: str, room: int) -> tuple[list[Delivery], bool]:
+        """Take over up to ``room`` entries a dead consumer held (each taken by one consumer
+        only); and whether it still holds any."""
+        ...
+
+    async def bury(self, dead: str) -> None:
+        """Forget the lease of a dead consumer that holds nothing any more."""
+        ...
+
     async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None:
         """Reset the idle time of held entries, (stream, entry id), so none reclaims them."""
         ...

@@ -53,6 +53,35 @@ TOUCH_OWN = lua.ScriptSpec("ferry.queue", "touch_own", TouchKeys._fields, TouchA
                            item=TouchItem._fields)
 
 
+class BeatKeys(NamedTuple):
+    registry: str
+
+
+class BeatArgs(NamedTuple):
+    consumer: str
+    lease_ms: int
+
+
+# Renews a batcher's lease at Redis's clock; answers the batchers whose lease ran out.
+BEAT = lua.ScriptSpec("ferry.queue", "beat", BeatKeys._fields, BeatArgs._fields,
+                      constants=(("BATCHERS_TTL_MS", keys.BATCHERS_TTL_MS),))
+
+
+class RescueKeys(NamedTuple):
+    stream: str
+
+
+class RescueArgs(NamedTuple):
+    group: str
+    dead: str
+    consumer: str
+    limit: int
+
+
+# Takes over a dead consumer's entries in one stream; answers them and whether any are left.
+RESCUE = lua.ScriptSpec("ferry.queue", "rescue", RescueKeys._fields, RescueArgs._fields)
+
+
 def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
               deliveries: int = 1) -> Delivery:
     try:
@@ -115,6 +144,10 @@ class RedisStreamQueue:
                                   Packed] = {}
         self._regroup = False  # a partition's read found its group gone: recreate the groups
         self._touch = redis.register_script(lua.source(TOUCH_OWN))
+        self._beat = redis.register_script(lua.source(BEAT))
+        self._rescue = redis.register_script(lua.source(RESCUE))
+        # every partition's streams: a dead batcher's entries are taken over wherever they are
+        self.all_streams = [(p, s) for p in range(partitions) for s in keys.partition_streams(p)]
 
     async def ensure_groups(self) -> None:
         """Create the consumer group on every owned stream (and the stream itself) if missing."""
@@ -361,6 +394,40 @@ class RedisStreamQueue:
                     pipe.xdel(stream, d.entry_id)
                 await pipe.execute()
 
+    async def beat(self, lease_ms: int) -> list[str]:
+        """Renew this consumer's lease; the consumers whose lease has run out."""
+        dead = await self._beat(keys=BeatKeys(keys.BATCHERS_KEY),
+                                args=BeatArgs(self.consumer, lease_ms))
+        return [text(name) for name in dead]
+
+    async def rescue(self, dead: str, room: int) -> tuple[list[Delivery], bool]:
+        """Take over up to ``room`` entries that the dead consumer held, stream by stream (one
+        script each: no two rescuers share an entry); and whether it still holds any (there
+        was no room for them). A stream where it holds nothing loses it from its group."""
+        rescued: list[Delivery] = []
+        for partition, stream in self.all_streams:
+            if len(rescued) >= room:
+                return rescued, True
+            try:
+                entries, counts, left = await self._rescue(
+                    keys=RescueKeys(stream),
+                    args=RescueArgs(keys.CONSUMER_GROUP, dead, self.consumer,
+                                    room - len(rescued)))
+            except RedisCommandError as exc:
+                if exc.code == "NOGROUP":  # a stream nobody has read: nothing held there
+                    continue
+                raise
+            rescued += [_delivery(partition, stream, entry_id, _task_field(fields), int(n))
+                        for (entry_id, fields), n in zip(entries, counts, strict=True)]
+            if left:
+                return rescued, True
+        return rescued, False
+
+    async def bury(self, dead: str) -> None:
+        """Forget a dead consumer's lease once it holds nothing (a consumer that comes back
+        beats again: absent is not dead)."""
+        await self.redis.hdel(keys.BATCHERS_KEY, dead)
+
     async def forget_consumer(self) -> bool:
         """Remove this consumer from the group if it holds nothing (else its entries would go)."""
         for stream in self.streams:
@@ -371,6 +438,7 @@ class RedisStreamQueue:
         for stream in self.streams:
             with contextlib.suppress(RedisCommandError):
                 await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, self.consumer)
+        await self.redis.hdel(keys.BATCHERS_KEY, self.consumer)  # its lease: gone, not dead
         return True
 
     async def depth(self) -> int:

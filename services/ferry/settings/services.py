@@ -274,7 +274,11 @@ class BatcherSettings(CommonSettings):
                                    "go there (HTTP/1.1, binary tensors, about a quarter of "
                                    "gRPC's CPU per call) and the rest stays on gRPC; over TLS "
                                    "with triton_ssl; empty: every call over gRPC")
-    claim_idle_ms: int = setting(30000, "a pending task idle this long is reclaimed by a batcher")
+    lease_ms: int = setting(2000, "a batcher renews its lease (a heartbeat in Redis) five "
+                            "times in this: one that has not for this long is dead, and the "
+                            "others take its tasks over at once (docs/redis.md: recovery)")
+    claim_idle_ms: int = setting(30000, "a pending task idle this long is reclaimed by a batcher "
+                                 "(the backstop to leases: a consumer that never held one)")
     claim_interval_ms: int = setting(5000, "how often a batcher looks for such tasks")
     max_deliveries: int = setting(5, "deliveries of one task (crashes included) before dead-letter")
     dead_letter_maxlen: int = setting(100000, "approximate length cap of each partition's "
@@ -331,6 +335,8 @@ class BatcherSettings(CommonSettings):
             raise ConfigError("read_block_ms must be shorter than redis_socket_timeout_s")
         if not 0 < self.breaker_threshold <= 1 or self.breaker_min_calls < 1:
             raise ConfigError("breaker_threshold must be in (0, 1] and breaker_min_calls >= 1")
+        if self.lease_ms < 100:
+            raise ConfigError("lease_ms must be at least 100")
         if self.review_max_backlog < 1 or self.rollout_check_s <= 0:
             raise ConfigError("review_max_backlog must be >= 1 and rollout_check_s > 0")
         fill(self, owned=owned(self), follows_replicas=follows_replicas(self.owned_partitions),

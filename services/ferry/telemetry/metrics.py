@@ -99,7 +99,8 @@ class BatcherMetrics:
 
 def _recovery_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Counter]:
     return (Counter("ferry_tasks_reclaimed_total",
-                    "Tasks taken over from a consumer that went idle", registry=r),
+                    "Tasks taken over from a batcher whose lease ran out (or, with no lease, "
+                    "that left them idle)", registry=r),
             Counter("ferry_tasks_dead_lettered_total",
                     "Tasks written to the dead-letter streams", registry=r),
             Counter("ferry_settle_retries_total", "Writes of results that Redis refused (by "
