@@ -77,6 +77,16 @@ class RunResult:
         return asdict(self)
 
 
+@dataclass
+class Trace:
+    """Every request's scheduled send and its end (answered or failed), in seconds from the
+    run's start; an end of None: it never ended. Filled by ``run`` when it is given one (the
+    fault rows read the backlog over time from it)."""
+
+    start: float = 0.0  # time.perf_counter() at the run's start (set when it ends)
+    spans: list[tuple[float, float | None]] = field(default_factory=list)
+
+
 def make_flow(name: str, url: str, model: str) -> Flow:
     parts = urlparse(url if "://" in url else f"grpc://{url}")
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -90,8 +100,10 @@ def make_flow(name: str, url: str, model: str) -> Flow:
 
 
 async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
-              seed: int = 1, poisson: bool = True, drain_s: float = 30.0) -> RunResult:
-    """Drive one flow open-loop at ``rate`` for ``count`` requests."""
+              seed: int = 1, poisson: bool = True, drain_s: float = 30.0,
+              trace: Trace | None = None) -> RunResult:
+    """Drive one flow open-loop at ``rate`` for ``count`` requests (each one's send and end
+    into ``trace``, if given)."""
     if not 0 < count <= MAX_COUNT or rate <= 0:
         raise ValueError(f"count must be 1..{MAX_COUNT} and rate positive")
     flow = make_flow(flow_name, url, model)
@@ -104,6 +116,7 @@ async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
     last_done = start
 
     finished: list[float] = []  # when each success came, from the start
+    ended: dict[int, float] = {}  # when each request ended, answered or not, from the start
 
     async def one(index: int, scheduled: float) -> None:
         nonlocal last_done
@@ -113,6 +126,7 @@ async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
             outcome = type(exc).__name__
         done = time.perf_counter()
         statuses[outcome] += 1
+        ended[index] = done - start
         if outcome == "SUCCESS":
             histogram.record_value(max(1, int((done - scheduled) * 1e6)))
             last_done = max(last_done, done)
@@ -134,6 +148,7 @@ async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
         statuses["TIMEOUT"] += len(unfinished)
     finally:
         await flow.close()
+    _fill(trace, start, times, ended)
     cpu = cpu_seconds() - cpu_before
     q = histogram.get_value_at_percentile
     elapsed = max(last_done - start, times[-1] if times else 0.0, 1e-9)
@@ -143,6 +158,13 @@ async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
         p50_ms=q(50) / 1000, p90_ms=q(90) / 1000, p99_ms=q(99) / 1000, p999_ms=q(99.9) / 1000,
         max_ms=histogram.get_max_value() / 1000, generator_cpu_s=round(cpu, 3), late_sends=late,
         histogram=base64.b64encode(histogram.encode()).decode("ascii"))
+
+
+def _fill(trace: Trace | None, start: float, times: list[float], ended: dict[int, float]
+          ) -> None:
+    if trace is not None:
+        trace.start = start
+        trace.spans = [(offset, ended.get(index)) for index, offset in enumerate(times)]
 
 
 def served_rate(rate: float, times: list[float], done: list[float]) -> float:

@@ -7,6 +7,7 @@
     .venv/bin/python -m loadtest.bench --only keepup   # ten fresh stacks at 78%: that section
     .venv/bin/python -m loadtest.bench --only jobs     # bulk jobs: batch sizes, hybrid
     .venv/bin/python -m loadtest.bench --only durability  # the cost of WAIT, of fsync always
+    .venv/bin/python -m loadtest.bench --only recovery  # each fault under load, its recovery
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import durability, goals, jobs, keepup, peers, versus
+from loadtest.bench import durability, goals, jobs, keepup, peers, recovery, versus
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -83,6 +84,12 @@ def machine() -> list[str]:
             "each request's scheduled send to its answer (HdrHistogram); every answer checked; "
             "the generator runs on the same 2 cores; each rate runs 3-6 s; a system's sweep "
             "stops at the first rate it cannot serve"]
+
+
+def machine_brief() -> str:
+    """This machine in a few words, and the commit measured (for a section run alone)."""
+    return machine()[0].removeprefix("- machine: ") + "; " + machine()[1].removeprefix(
+        "- ").split(";")[0]
 
 
 async def profile(stack: BenchStack, scenario: Scenario, folder: Path
@@ -140,7 +147,7 @@ async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[
                     sweep, scenario, rates(scenario, args.quick), stack.state,
                     fault=scenario == versus.FAULT_SCENARIO)
         if args.peers and versus.FAULT_SCENARIO in chosen:
-            extras.faults.insert(0, await versus.ferry_fault(sweep, versus.FAULT_SCENARIO))
+            extras.faults.insert(0, await versus.ferry_fault(stack, versus.FAULT_SCENARIO))
         extras.peers_note = peers_note(args)
         if not args.quick:
             await sweep.repeat(chosen[0], ("ferry-1req", "ferry-2req", "triton-dyn0"),
@@ -175,26 +182,32 @@ async def keep_up(args: argparse.Namespace, state: Path) -> None:
                                    keepup.HEADING))
 
 
-async def bench(args: argparse.Namespace) -> int:
-    state = Path(args.state).resolve()
+async def section_alone(args: argparse.Namespace, state: Path) -> bool:
+    """A part that writes its section of --out alone (``--only`` keepup, jobs, durability,
+    recovery, peers-report); False for the others."""
+    out = Path(args.out)
     if args.only == "keepup":
         await keep_up(args, state)
-        goals.write(Path(args.out), state)
-        log.info("wrote the keep-up section of %s", args.out)
-        return 0
-    if args.only == "jobs":
-        await jobs.write_section(Path(args.out), Path(args.figures), state, args.quick,
-                                 args.command)
-        log.info("wrote the bulk-jobs section of %s", args.out)
-        return 0
-    if args.only == "peers-report":
-        versus.rewrite(Path(args.out), state, scenarios(args.quick), MAX_WAIT_MS)
-        log.info("wrote the peers' section of %s from %s", args.out, state)
-        return 0
-    if args.only == "durability":
-        await asyncio.to_thread(durability.write_section, Path(args.out), state, args.quick,
-                                args.command)
-        log.info("wrote the durability section of %s", args.out)
+        goals.write(out, state)
+    elif args.only == "jobs":
+        await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
+    elif args.only == "peers-report":
+        versus.rewrite(out, state, scenarios(args.quick), MAX_WAIT_MS)
+    elif args.only == "durability":
+        await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
+    elif args.only == "recovery":
+        await recovery.write_section(out, state, args.quick, args.command, machine_brief())
+    elif args.only == "kill-row":
+        await kill_row(args, state)
+    else:
+        return False
+    log.info("wrote the %s section of %s", args.only, out)
+    return True
+
+
+async def bench(args: argparse.Namespace) -> int:
+    state = Path(args.state).resolve()
+    if await section_alone(args, state):
         return 0
     chosen = scenarios(args.quick)
     if args.only != "sweep":
@@ -235,6 +248,7 @@ async def bench(args: argparse.Namespace) -> int:
     await keep_up(args, state)
     await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
     await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
+    await recovery.write_section(out, state, args.quick, args.command, machine_brief())
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -248,6 +262,18 @@ def write(report: Report, args: argparse.Namespace, state: Path, sweep: Sweep) -
     report.draw(curves, cpu)
     out.write_text(report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)]))
     (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
+
+
+async def kill_row(args: argparse.Namespace, state: Path) -> None:
+    """The peers' kill -9 table again, alone (Ferry, and the peers when installed)."""
+    started = datetime.datetime.now(datetime.UTC)
+    faults = await versus.kill_row(state / "kill-row", MAX_WAIT_MS, with_peers=args.peers)
+    measured = ", ".join(versus.LABELS[f.system] for f in faults)
+    note = (f"This table: measured by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC "
+            f"({machine_brief()}), apart from the rest of this section: {measured}"
+            + ("" if len(faults) > 1 else f" only ({peers_note(args)})") + ".")
+    out = Path(args.out)
+    out.write_text(versus.replace_faults(out.read_text(), faults, note))
 
 
 def peers_note(args: argparse.Namespace) -> str:
@@ -270,13 +296,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--only", default="all",
                         choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
-                                 "peers-report"),
+                                 "recovery", "kill-row", "peers-report"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "
                              "ten fresh stacks at 78%% of the slow backend, that section alone; "
-                             "jobs: the bulk-jobs section alone; peers-report: the peers' "
-                             "section again from --state's raw results, nothing measured")
+                             "jobs: the bulk-jobs section alone; recovery: each fault under "
+                             "load and its recovery time, that section alone; kill-row: the "
+                             "peers' kill -9 table again, alone; peers-report: "
+                             "the peers' section again from --state's raw results, nothing "
+                             "measured")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
                         help="run Ray Serve, BentoML and LitServe beside Ferry in the sweep "
                              "(default: yes, but not in a --quick run; make peers installs them)")

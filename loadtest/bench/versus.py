@@ -5,7 +5,9 @@ is driven by the same open-loop generator at the same rates as Ferry and Triton 
 sweep's points give each system's goodput at the SLO (the highest rate it served in full, without
 errors, with its p99 under the SLO) and its CPU per inference in front of Triton. The fault row
 kills the process that holds the batches (``kill -9``) under load and counts the requests that
-never got their answer.
+never got their answer, and how long until the backlog was back to normal
+(``loadtest.bench.backlog``). ``--only kill-row`` runs that row alone, for every system, and
+puts it in place in the section.
 """
 
 from __future__ import annotations
@@ -16,16 +18,19 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.backends import SLOW, Scenario
+from loadtest.bench.backends import SLOW, Scenario, write_repository
+from loadtest.bench.backlog import outstanding, recovery
 from loadtest.bench.goodput import replace_section, slo_ms
 from loadtest.bench.peers import PEERS, Peer, installed, workers
+from loadtest.bench.stack import BenchStack
 from loadtest.bench.sweep import PEER_GROUP, Point, Sweep, at, by
-from loadtest.generator import run
+from loadtest.generator import Trace, run
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,10 @@ FAULT_SCENARIO = Scenario(SLOW, 1)
 FAULT_SHARE = 0.4  # of the slow backend's batched capacity
 FAULT_SECONDS = 15.0
 KILL_AT_S = 5.0
-FAULT_DRAIN_S = 60.0  # Ferry's killed batcher's tasks come back after claim_idle_ms (30 s)
+FAULT_DRAIN_S = 60.0  # the longest wait for an answer after the last send (a request a
+# killed worker held may never get one)
+FAULT_TITLE = "**kill -9 of the serving process under load**"
+KILLED_WORKER = "- **A killed worker.**"
 
 
 @dataclass
@@ -56,6 +64,10 @@ class FaultRun:
     statuses: dict[str, int]
     p99_ms: float
     max_ms: float
+    # From the kill until every request sent before it had ended and the requests outstanding
+    # at the client were back to their level before it (None: not within the run; or not
+    # measured, in a run before this was).
+    backlog_s: float | None = None
 
     @property
     def lost(self) -> int:
@@ -93,14 +105,19 @@ async def under_fault(system: str, flow: str, url: str, model: str,
     """Open-loop load for ``FAULT_SECONDS``; ``kill`` runs ``KILL_AT_S`` into it."""
     rate = round(FAULT_SHARE * FAULT_SCENARIO.backend.batched_capacity(1))
     count = int(rate * FAULT_SECONDS)
+    trace = Trace()
     load = asyncio.create_task(run(flow, url, model, rate, count, seed=4242,
-                                   drain_s=FAULT_DRAIN_S))
+                                   drain_s=FAULT_DRAIN_S, trace=trace))
     await asyncio.sleep(KILL_AT_S)
+    kill_at = time.perf_counter()
     killed = await kill()
     result = await load
-    log.info("fault %s: %s; %s", system, killed, result.statuses)
+    kill_s = kill_at - trace.start  # on the run's clock
+    back = recovery(trace.spans, kill_s, {"clients": outstanding(trace.spans)}).total_s
+    log.info("fault %s: %s; %s; back to normal after %s s", system, killed, result.statuses,
+             back)
     return FaultRun(system, killed, rate, count, dict(result.statuses), result.p99_ms,
-                    result.max_ms)
+                    result.max_ms, back)
 
 
 async def peer_fault(peer: Peer, scenario: Scenario) -> FaultRun:
@@ -114,10 +131,8 @@ async def peer_fault(peer: Peer, scenario: Scenario) -> FaultRun:
     return await under_fault(peer.name, "peer", peer.url, scenario.model(peer.name), kill)
 
 
-async def ferry_fault(sweep: Sweep, scenario: Scenario) -> FaultRun:
+async def ferry_fault(stack: BenchStack, scenario: Scenario) -> FaultRun:
     """kill -9 of Ferry's batcher, started again at once (as a supervisor would)."""
-    stack = sweep.stack
-
     async def kill() -> str:
         with contextlib.suppress(ProcessLookupError):
             os.kill(stack.pids["batcher"][0], signal.SIGKILL)
@@ -251,21 +266,64 @@ def _cpu_cell(p: Point | None) -> str:
     return f"{p.serving_cpu_us:,.0f} ({named})"
 
 
-def fault_table(faults: list[FaultRun]) -> list[str]:
+def fault_table(faults: list[FaultRun], note: str = "") -> list[str]:
     s = FAULT_SCENARIO
-    rows = [f"**kill -9 of the serving process under load** ({s.name}, open loop at "
-            f"{FAULT_SHARE:.0%} of its capacity, {FAULT_SECONDS:g} s, the kill "
-            f"{KILL_AT_S:g} s in; every request waited for up to {FAULT_DRAIN_S:g} s after the "
-            "last send; measured, not asserted)", "",
+    rows = [f"{FAULT_TITLE} ({s.name}, open loop at {FAULT_SHARE:.0%} of its capacity, "
+            f"{FAULT_SECONDS:g} s, the kill {KILL_AT_S:g} s in; every request waited for up to "
+            f"{FAULT_DRAIN_S:g} s after the last send; measured, not asserted; p99 and max: of "
+            "the requests answered; back to normal: from the kill until every request sent "
+            "before it had ended, answered or not (a lost one when its connection broke), and "
+            "the requests outstanding at the client were no more than in the 3 s before it, "
+            "for 1 s)" + (f". {note}" if note else ""), "",
             "| system | what was killed | requests | answered | lost | how they ended | "
-            "p99 ms | max ms |", "|---|---|---|---|---|---|---|---|"]
+            "p99 ms | max ms | back to normal, s |", "|---|---|---|---|---|---|---|---|---|"]
     for f in faults:
         ended = ", ".join(f"{k} {v}" for k, v in sorted(f.statuses.items())
                           if k != "SUCCESS" and v)
+        back = "not measured" if f.backlog_s is None else f"{f.backlog_s:,.1f}"
         rows.append(f"| {LABELS[f.system]} | {f.killed} | {f.sent:,} | "
                     f"{f.statuses.get('SUCCESS', 0):,} | **{f.lost:,}** | {ended or '-'} | "
-                    f"{f.p99_ms:,.0f} | {f.max_ms:,.0f} |")
+                    f"{f.p99_ms:,.0f} | {f.max_ms:,.0f} | {back} |")
     return rows
+
+
+def replace_faults(report: str, faults: list[FaultRun], note: str) -> str:
+    """``report`` with the kill -9 table and its sentence in the reading replaced by these
+    runs' (``--only kill-row``); ValueError if it has no such table (a full run writes it)."""
+    lines = report.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(FAULT_TITLE)), None)
+    if start is None:
+        raise ValueError("the report has no kill -9 table: make bench writes it")
+    end = next((i for i in range(start + 2, len(lines)) if not lines[i].startswith("|")),
+               len(lines))
+    lines[start:end] = fault_table(faults, note)
+    said = next((i for i, line in enumerate(lines) if line.startswith(KILLED_WORKER)), None)
+    if said is not None:
+        lines[said] = _fault_sentence(faults)
+    return "\n".join(lines) + "\n"
+
+
+async def kill_row(state: Path, max_wait_ms: float, *, with_peers: bool) -> list[FaultRun]:
+    """The kill -9 row alone, on a Triton of its own: Ferry's, then each installed peer's,
+    each warmed up as the sweep would have (``--only kill-row``)."""
+    scenario = FAULT_SCENARIO
+    stack = BenchStack(state, write_repository(state / "models", [scenario], max_wait_ms))
+    stack.start(default_model=scenario.model("ferry-1req"))
+    try:
+        await run("ferry-1req", stack.gateway_url, scenario.model("ferry-1req"), 10.0, WARM_UP)
+        faults = [await ferry_fault(stack, scenario)]
+        for name in PEERS if with_peers and installed() else ():
+            peer = Peer(name, state, stack.triton_grpc, scenario.model(name))
+            await asyncio.to_thread(peer.start)
+            try:
+                await run("peer", peer.url, scenario.model(name), 10.0, WARM_UP)
+                faults.append(await peer_fault(peer, scenario))
+            finally:
+                await asyncio.to_thread(peer.stop)
+    finally:
+        stack.stop()
+    (state / "faults.json").write_text(json.dumps([f.to_json() for f in faults]))
+    return faults
 
 
 def reading(points: list[Point], scenarios: list[Scenario], faults: list[FaultRun],
@@ -356,12 +414,19 @@ def _split_sentence(points: list[Point], scenarios: list[Scenario]) -> str:
 def _fault_sentence(faults: list[FaultRun]) -> str:
     ferry = next((f for f in faults if f.system == "ferry-1req"), None)
     others = ", ".join(f"{LABELS[f.system]} {f.lost:,}" for f in faults if f is not ferry)
-    late = (f"none lost of {ferry.sent:,}; the batch the killed batcher held was taken over "
-            f"after `FERRY_CLAIM_IDLE_MS` (30 s by default) and answered late (max "
-            f"{ferry.max_ms / 1000:,.1f} s)" if ferry else "")
+    late = ""
+    if ferry is not None:
+        back = ("" if ferry.backlog_s is None else
+                f"; the backlog back to normal {ferry.backlog_s:,.1f} s after the kill")
+        late = (f"none lost of {ferry.sent:,}; the tasks the killed batcher held waited there "
+                "until the batcher started in its place took them over, once the dead one's "
+                "lease ran out (`FERRY_LEASE_MS`, 2 s by default; before leases, after "
+                "`FERRY_CLAIM_IDLE_MS`, 30 s), and were answered late (max "
+                f"{ferry.max_ms / 1000:,.1f} s{back})")
     return ("- **A killed worker.** Ferry keeps an accepted request in Redis until it is "
             f"answered: {late}. A peer holds its requests in the worker's memory, and those in "
-            f"flight die with it: lost {others}. Ray Serve restarts the replica and reloads "
+            f"flight die with it: lost {others or '(no peer ran)'}. Ray Serve restarts the "
+            "replica and reloads "
             "HAProxy (connections closed on the way); BentoML's arbiter restarts the worker on "
             "its 10 s check; LitServe, by default (`restart_workers=False`), begins to shut the "
             "whole server down, serving with the other worker until it is gone about a minute "

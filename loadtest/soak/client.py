@@ -1,5 +1,7 @@
 """The soak's client of the gateways: submissions retried with their Idempotency-Key, and
-long-polls that follow a task to its final record, both bounded in count and in time."""
+long-polls that follow a task to its final record, both bounded in count and in time. With
+``prefer_wait_s`` each submission holds for its answer (``Prefer: wait``), as the bench's
+recovery part sends them."""
 
 from __future__ import annotations
 
@@ -57,23 +59,29 @@ class Gateways:
 
 
 class Client:
-    def __init__(self, gateways: Gateways, clock: Clock, seed: int) -> None:
+    def __init__(self, gateways: Gateways, clock: Clock, seed: int, *,
+                 prefer_wait_s: int = 0, model: str = MODEL) -> None:
         self.gateways = gateways
         self.clock = clock
+        self.prefer_wait_s = prefer_wait_s  # > 0: a POST holds this long for its answer
+        self.model = model
         self.rng = random.Random(seed)
         self.retries: Counter[str] = Counter()  # cause of each retried POST
         self.refused: Counter[str] = Counter()  # submissions given up, by their last cause
 
     async def submit(self, task: Tracked, deadline_s: float) -> None:
-        """POST until a 202 (then ``task.task_id`` is set), a refusal that a retry cannot
-        change, MAX_SUBMIT_ATTEMPTS, or ``deadline_s``; each try goes to the next gateway."""
+        """POST until a 202 (then ``task.task_id`` is set) or a 200 with the final record (then
+        ``task.first_final`` too), a refusal that a retry cannot change, MAX_SUBMIT_ATTEMPTS, or
+        ``deadline_s``; each try goes to the next gateway."""
         outcome = ""
         for attempt in range(MAX_SUBMIT_ATTEMPTS):
             gateway = (task.index + attempt) % len(self.gateways)
-            outcome, task_id = await self._post(gateway, task)
+            outcome, record = await self._post(gateway, task)
             task.attempts.append(Attempt(round(self.clock.now(), 3), gateway, outcome))
-            if task_id is not None:
-                task.task_id, task.accepted_s = task_id, self.clock.now()
+            if record is not None:
+                task.task_id, task.accepted_s = str(record["task_id"]), self.clock.now()
+                if is_final(record):
+                    task.first_final, task.final_seen_s = record, task.accepted_s
                 return
             if not retryable(outcome) or self.clock.now() >= deadline_s:
                 break
@@ -81,15 +89,22 @@ class Client:
             await asyncio.sleep(backoff_s(attempt + 1) * self.rng.uniform(0.5, 1.0))
         self.refused[outcome] += 1
 
-    async def _post(self, gateway: int, task: Tracked) -> tuple[str, str | None]:
+    async def _post(self, gateway: int, task: Tracked) -> tuple[str, dict[str, Any] | None]:
+        """One POST's outcome, and the record it answered (202: its id; 200: final)."""
+        headers: tuple[tuple[str, str], ...] = (("Idempotency-Key", task.key),)
+        timeout_s = SUBMIT_TIMEOUT_S
+        if self.prefer_wait_s:
+            headers += (("Prefer", f"wait={self.prefer_wait_s}"),)
+            timeout_s = self.prefer_wait_s + POLL_SLACK_S
         try:
             response = await self.gateways.request(
-                gateway, "POST", f"/v1/inference?model={MODEL}", timeout_s=SUBMIT_TIMEOUT_S,
-                body=task.data, headers=(("Idempotency-Key", task.key),))
+                gateway, "POST", f"/v1/inference?model={self.model}", timeout_s=timeout_s,
+                body=task.data, headers=headers)
         except FAILURES as exc:
             return type(exc).__name__, None
-        if response.status == 202:
-            return "202", str(response.json()["task_id"])
+        if response.status in (200, 202):
+            record: dict[str, Any] = response.json()
+            return str(response.status), record
         return error_code(response), None
 
     async def follow(self, task: Tracked, deadline_s: float) -> None:

@@ -51,7 +51,7 @@ class Load:
 
     async def _one(self, task: Tracked, deadline_s: float) -> None:
         await self.client.submit(task, min(deadline_s, task.scheduled_s + SUBMIT_BUDGET_S))
-        if task.task_id is not None:
+        if task.task_id is not None and task.first_final is None:
             await self.client.follow(task, deadline_s)
 
 
@@ -73,7 +73,7 @@ async def calibrate(client: Client, clock: Clock, seconds: float, workers: int =
             task = Tracked(index, f"calibrate-{nonce}-{index}", payload(nonce, index),
                            clock.now())
             await client.submit(task, stop_at)
-            if task.task_id is not None:
+            if task.task_id is not None and task.first_final is None:
                 await client.follow(task, stop_at + 10)
             if task.first_final is not None and count_from <= clock.now() <= stop_at:
                 done.append(clock.now())

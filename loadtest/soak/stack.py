@@ -1,6 +1,9 @@
 """The stack a soak watches, all real processes on loopback: a Redis master with two replicas
 and three sentinels, one Triton serving the sim model, and gateways and batchers as separate
 ``ferry gateway`` / ``ferry batcher`` processes that find the master through the sentinels.
+The bench's recovery part (``loadtest.bench.recovery``) runs the same stack with Ferry's own
+settings, its own model, and (``sentinels=False``) one Redis with its append-only file, as
+``ferry up`` runs it.
 
 Every Ferry process and Triton is a :class:`Service`: a process with a liveness check that the
 supervisor starts again when it has exited, as Kubernetes restarts a pod's container.
@@ -23,7 +26,7 @@ import redis
 from ferry.settings import BatcherSettings, CommonSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_ha import SentinelGroup, start_sentinel_group
+from ferry.stack.redis_ha import RedisNode, SentinelGroup, start_sentinel_group
 from ferry.stack.triton_server import TritonPorts, http_ready, start_triton
 from ferry.stack.up import bundled_repository
 from loadtest.bench.cpu import family
@@ -35,6 +38,11 @@ MODEL = "sim"
 SENTINEL_URL = f"redis://{LOOPBACK}:6379/0"
 # Records outlive the run and its final re-read (the default, 600 s, would not for long runs).
 MIN_RESULT_TTL_S = 3600
+# The soak's batchers: as the tests' helpers set them, and a killed batcher's tasks reclaimed
+# within seconds (30 s by default), so that they end within the drain.
+SOAK_BATCHER: dict[str, Any] = {"backoff_base_ms": 10.0, "backoff_max_ms": 50.0,
+                                "claim_idle_ms": 5000, "claim_interval_ms": 1000}
+AOF = ["--appendonly", "yes", "--appendfsync", "everysec"]  # as ferry up persists its Redis
 
 
 @dataclass
@@ -67,16 +75,19 @@ class SoakStack:
     min_replicas_to_write: int = 0
     redis_socket_timeout_s: float = 10.0  # FERRY_REDIS_SOCKET_TIMEOUT_S of Ferry's processes
     min_replicas: int = 1  # FERRY_REDIS_MIN_REPLICAS of Ferry's processes
+    model: str = MODEL  # the model the gateways default to
+    repository: Path | None = None  # Triton's models (None: the bundled sim model)
+    sentinels: bool = True  # False: one redis-server with its append-only file, no replicas
+    batcher_overrides: dict[str, Any] = field(default_factory=lambda: dict(SOAK_BATCHER))
     group: SentinelGroup | None = None
+    redis: RedisNode | None = None  # the one Redis when there are no sentinels
     services: list[Service] = field(default_factory=list)
     gateway_ports: list[int] = field(default_factory=list)
 
     def start(self) -> None:
         """Start everything and return once every gateway is ready (blocking)."""
         try:
-            self.group = start_sentinel_group(self.state / "redis")
-            if self.min_replicas_to_write:
-                guard_writes(self.group, self.min_replicas_to_write)
+            self._start_redis()
             triton = self._start_triton()
             common = self._common(triton)
             for index in range(self.batchers):
@@ -94,8 +105,23 @@ class SoakStack:
     def of(self, target: Target) -> list[Service]:
         return [s for s in self.services if s.target is target]
 
+    def _start_redis(self) -> None:
+        if not self.sentinels:
+            self.redis = RedisNode(free_port(), self.state / "redis", list(AOF))
+            self.redis.start()
+            return
+        self.group = start_sentinel_group(self.state / "redis")
+        if self.min_replicas_to_write:
+            guard_writes(self.group, self.min_replicas_to_write)
+
+    def master_port(self) -> int | None:
+        """The port of the Redis that takes writes now (None: the sentinels name none)."""
+        if self.redis is not None:
+            return self.redis.port
+        return self.group.master_port() if self.group is not None else None
+
     def _start_triton(self) -> TritonPorts:
-        repository = self.state / "models"
+        repository = self.repository or self.state / "models"
         if not repository.exists():
             shutil.copytree(bundled_repository() / MODEL, repository / MODEL,
                             ignore=shutil.ignore_patterns("__pycache__"))
@@ -105,9 +131,13 @@ class SoakStack:
         return ports
 
     def _common(self, triton: TritonPorts) -> dict[str, Any]:
-        assert self.group is not None
-        return {"redis_url": SENTINEL_URL, "redis_sentinels": self.group.sentinel_spec,
-                "redis_sentinel_master": self.group.name, "redis_min_replicas": self.min_replicas,
+        if self.redis is not None:
+            where: dict[str, Any] = {"redis_url": f"redis://{LOOPBACK}:{self.redis.port}/0"}
+        else:
+            assert self.group is not None
+            where = {"redis_url": SENTINEL_URL, "redis_sentinels": self.group.sentinel_spec,
+                     "redis_sentinel_master": self.group.name}
+        return {**where, "redis_min_replicas": self.min_replicas,
                 "redis_wait_ms": 500, "redis_socket_timeout_s": self.redis_socket_timeout_s,
                 "triton_url": f"{LOOPBACK}:{triton.grpc}",
                 "result_ttl_s": self.result_ttl_s, "log_level": "INFO",
@@ -118,14 +148,11 @@ class SoakStack:
         self.gateway_ports.append(port)
         return GatewaySettings(
             **{k: v for k, v in common.items() if k != "triton_http_url"}, port=port,
-            grpc_port=0, workers=1, default_model=MODEL, jobs=False,
+            grpc_port=0, workers=1, default_model=self.model, jobs=False,
             job_store_dir=str(self.state / "jobs"))
 
     def _batcher(self, common: dict[str, Any]) -> BatcherSettings:
-        # As the tests' helpers set them, and a killed batcher's tasks reclaimed within seconds
-        # (30 s by default), so that they end within the drain.
-        return BatcherSettings(**common, metrics_port=free_port(), backoff_base_ms=10.0,
-                               backoff_max_ms=50.0, claim_idle_ms=5000, claim_interval_ms=1000)
+        return BatcherSettings(**common, metrics_port=free_port(), **self.batcher_overrides)
 
     def _start_ferry(self, name: str, target: Target, settings: CommonSettings) -> None:
         kind = GatewaySettings if target is Target.GATEWAY else BatcherSettings
@@ -157,6 +184,10 @@ class SoakStack:
     def _redis_processes(self) -> dict[str, tuple[int, Callable[[], int | None]]]:
         found: dict[str, tuple[int, Callable[[], int | None]]] = {}
         if self.group is None:
+            if self.redis is not None and self.redis.running and self.redis.process is not None \
+                    and self.redis.process.pid is not None:
+                pid = self.redis.process.pid
+                found[f"redis-{self.redis.port}"] = (pid, functools.partial(rss_bytes, pid))
             return found
         named = [(f"redis-{n.port}", n.process) for n in self.group.nodes]
         named += [(f"sentinel-{port}", process) for port, process in
@@ -173,6 +204,8 @@ class SoakStack:
             if pid is not None and service.process.running():
                 send_signal(pid, signal.SIGCONT)
             service.process.stop(grace_s=15)
+        if self.redis is not None:
+            self.redis.kill()
         if self.group is not None:
             for node in self.group.nodes:
                 if node.process is not None and node.process.pid and node.running:

@@ -76,7 +76,8 @@ BELL_FIELD = "bell"  # a doorbell entry's one field: the priority's value
 BELL_MS = 1000  # a priority rings at most once a second per partition; readers stay awake longer
 
 CAPACITY_KEY = f"{PREFIX}:capacity"  # batchers' measured service rates and breaker states
-# Every batcher's lease: consumer name -> Redis's clock (ms) at its last heartbeat.
+# Every batcher's lease: consumer name -> Redis's clock (ms) at its last heartbeat; and '~heard'
+# (any batcher's last beat) and '~grace' (after a silence, until when nobody is named dead).
 BATCHERS_KEY = f"{PREFIX}:batchers"
 BATCHERS_TTL_MS = 86_400_000  # the hash goes when no batcher has beaten for a day
 

@@ -15,7 +15,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.timeout(600)  # the sweep, perf_analyzer's goodput searches, two fresh keep-up
-# stacks, the bulk-jobs stack, the durability pair
+# stacks, the bulk-jobs stack, the durability pair, the recovery part's one fault
 def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     out, figures, state = tmp_path / "BENCH.md", tmp_path / "fig", tmp_path / "state"
     done = subprocess.run(
@@ -54,6 +54,11 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
         in report  # a quick run never starts them (make test installs none)
     assert "## Durability: replica-acknowledged admission" in report
     assert "| master + replica, FERRY_REDIS_MIN_REPLICAS=1 | 50 |" in report
+    # the recovery part: one fault, briefly, and said not to be a measurement
+    assert "## Recovery: what each fault costs" in report and "**Not a measurement**" in report
+    recovered = json.loads((state / "recovery" / "recovery.json").read_text())
+    assert [(r["fault"], r["measured"]) for r in recovered] == [("kill-batcher", False)]
+    assert recovered[0]["accepted"] > 0 and recovered[0]["lost"] == recovered[0]["wrong"] == 0
     for name in ("operating-curves.png", "cpu-per-inference.png", "job-batch-sizes.png"):
         assert (figures / name).read_bytes().startswith(PNG)
     points = json.loads((state / "results.json").read_text())

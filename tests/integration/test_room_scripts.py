@@ -7,6 +7,7 @@ webhook's end."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -239,13 +240,18 @@ async def test_a_lease_run_out_names_its_batcher_dead_and_its_entries_go_to_one_
     dead, live, one, two = (RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer=c)
                             for c in ("dead", "live", "one", "two"))
     assert await dead.beat(200) == [] and await live.beat(200) == []
+    beaten = time.monotonic()
     await dead.ensure_groups()
     stream = keys.partition_stream(0)
     ids = [text(await slow.xadd(stream, {keys.TASK_FIELD: b"t"})) for _ in range(5)]
     await slow.xreadgroup(keys.CONSUMER_GROUP, "dead", {stream: ">"}, count=3)
     await slow.xreadgroup(keys.CONSUMER_GROUP, "live", {stream: ">"}, count=2)
-    await asyncio.sleep(0.3)  # the test's subject: a lease of 200 ms running out
-    assert await live.beat(200) == ["dead"]
+    named: list[str] = []
+    while not named and time.monotonic() - beaten < 2.0:  # the test's subject: a lease of
+        await asyncio.sleep(0.04)  # 200 ms running out, while the other beats
+        named = await live.beat(200)
+    assert named == ["dead"]
+    assert time.monotonic() - beaten >= 0.2
     first, left = await one.rescue("dead", room=2)
     second, rest = await two.rescue("dead", room=10)
     assert ([d.entry_id for d in first], left) == (ids[:2], True)
@@ -260,3 +266,24 @@ async def test_a_lease_run_out_names_its_batcher_dead_and_its_entries_go_to_one_
     assert "dead" not in consumers and "live" in consumers
     await two.bury("dead")
     assert await live.beat(200) == []  # forgotten: nothing left to take
+
+
+async def test_a_silence_of_every_batcher_names_nobody_dead_until_they_had_a_lease_to_renew(
+        client: Commands, slow: SlowRedis) -> None:
+    """When no batcher has beaten for half a lease, Redis was what stopped them (paused, cut
+    off, failing over): the first beat after it opens a grace of one lease, in which a batcher
+    that has not renewed yet is not named dead; one that stays silent past it is."""
+    first, second = (RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer=c)
+                     for c in ("first", "second"))
+    assert await first.beat(200) == [] and await second.beat(200) == []
+    await asyncio.sleep(0.3)  # nobody beats: both leases run out, as in a Redis outage
+    started = time.monotonic()
+    assert await first.beat(200) == []  # the grace opens: second may not have renewed yet
+    named: list[str] = []
+    while not named and time.monotonic() - started < 2.0:
+        await asyncio.sleep(0.03)
+        named = await first.beat(200)
+    assert named == ["second"]
+    assert time.monotonic() - started >= 0.2  # not before the grace of one lease ran out
+    assert await second.beat(200) == []  # it comes back: renewed, and alive to the others
+    assert await first.beat(200) == []

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from loadtest.bench import peers, versus
 from loadtest.bench.backends import FAST, SLOW, Scenario
 from loadtest.bench.sweep import Point
@@ -62,7 +64,7 @@ def test_cpu_is_compared_at_the_highest_rate_every_system_served() -> None:
 
 def test_the_section_gives_ratios_and_says_where_ferry_leads_and_trails() -> None:
     faults = [versus.FaultRun("ferry-1req", "kill -9 of its batcher", 144.0, 2160,
-                              {"SUCCESS": 2160}, 900.0, 31_000.0),
+                              {"SUCCESS": 2160}, 900.0, 3_100.0, 4.25),
               versus.FaultRun("ray-serve", "kill -9 of 1 of its 2 worker processes", 144.0,
                               2160, {"SUCCESS": 2100, "HTTP 500": 60}, 400.0, 900.0)]
     text = "\n".join(versus.section(sweep_points(), [FAST_1I], faults, 50.0, "one run"))
@@ -72,16 +74,45 @@ def test_the_section_gives_ratios_and_says_where_ferry_leads_and_trails() -> Non
     # kept up with, whatever the latency: Ferry's 1,200 fell short, Ray's 800 had 2% errors
     assert "| fast_1i | 800 | 800 | 800 | 400 | 800 | 400 |" in text
     assert "| Ray Serve | kill -9 of 1 of its 2 worker processes | 2,160 | 2,100 | **60** | " \
-           "HTTP 500 60 |" in text
-    assert "| Ferry (1 request) | kill -9 of its batcher | 2,160 | 2,160 | **0** | - |" in text
+           "HTTP 500 60 | 400 | 900 | not measured |" in text  # a run from before (no trace)
+    assert "| Ferry (1 request) | kill -9 of its batcher | 2,160 | 2,160 | **0** | - | 900 | " \
+           "3,100 | 4.2 |" in text
     assert "**Ray Serve.** Ferry's goodput at the SLO is higher on fast_1i (800 against 400/s)." \
         in text
     assert "**BentoML.** Ferry's goodput at the SLO is the same on fast_1i (800 against 800/s)." \
         in text
-    assert "none lost of 2,160; the batch the killed batcher held was taken over" in text
-    assert "answered late (max 31.0 s)" in text and "lost Ray Serve 60." in text
+    assert "none lost of 2,160; the tasks the killed batcher held waited there until the " \
+           "batcher started in its place took them over" in text
+    assert "answered late (max 3.1 s; the backlog back to normal 4.2 s after the kill)" in text
+    assert "lost Ray Serve 60." in text
     assert "(p99 at fast_1i's lowest rate: Ray Serve 30 ms, BentoML 35 ms, LitServe 80 ms)" \
         in text
+
+
+def test_the_kill_row_alone_replaces_its_table_and_sentence_and_nothing_else() -> None:
+    old = [versus.FaultRun("ferry-1req", "kill -9 of its batcher", 144.0, 2160,
+                           {"SUCCESS": 2160}, 32_604.0, 33_849.0),
+           versus.FaultRun("litserve", "kill -9 of 1 of its 2 worker processes", 144.0, 2160,
+                           {"SUCCESS": 2145, "ConnectionError": 15}, 286.0, 360.0)]
+    report = "\n".join(["# B", "", *versus.section(sweep_points(), [FAST_1I], old, 50.0,
+                                                    "one run"), "", "## Next", "kept"]) + "\n"
+    new = [versus.FaultRun("ferry-1req", "kill -9 of its batcher", 144.0, 2160,
+                           {"SUCCESS": 2160}, 2_900.0, 3_400.0, 4.75),
+           versus.FaultRun("litserve", "kill -9 of 1 of its 2 worker processes", 144.0, 2160,
+                           {"SUCCESS": 2140, "ConnectionError": 20}, 300.0, 380.0, 0.9)]
+    text = versus.replace_faults(report, new, "This table: measured apart.")
+    assert "33,849" not in text and "| 2,900 | 3,400 | 4.8 |" in text
+    assert "| LitServe | kill -9 of 1 of its 2 worker processes | 2,160 | 2,140 | **20** | " \
+           "ConnectionError 20 | 300 | 380 | 0.9 |" in text
+    assert "for 1 s). This table: measured apart.\n\n| system |" in text
+    assert "max 3.4 s; the backlog back to normal 4.8 s after the kill" in text
+    assert "lost LitServe 20." in text
+    before, after = report.splitlines(), text.splitlines()
+    assert len(before) == len(after) and after[-3:] == ["", "## Next", "kept"]
+    # the table's title (its note), its two rows and the sentence in the reading
+    assert sum(a != b for a, b in zip(before, after, strict=True)) == 4
+    with pytest.raises(ValueError, match="no kill -9 table"):
+        versus.replace_faults("# B\n", new, "")
 
 
 def test_without_a_peer_the_section_says_why() -> None:
