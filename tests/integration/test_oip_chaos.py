@@ -24,14 +24,18 @@ from tritonclient.grpc import InferInput
 from tritonclient.utils import InferenceServerException
 
 from ferry.batcher.worker import Batcher
-from ferry.settings import BatcherSettings, to_env
-from ferry.stack.ports import free_port
+from ferry.settings import BatcherSettings, GatewaySettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port, http_ok
+from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
 from tests.conftest import TritonServer, sync_client
 from tests.integration.helpers import (
+    batch_executions,
     batcher_settings,
+    executions_since,
     gateway_settings,
     pending_count,
+    running_batchers,
     serving,
     task_keys,
     wait_until,
@@ -153,3 +157,62 @@ async def final_statuses(http: httpx.AsyncClient, store: redis.Redis) -> list[st
         record = (await http.get(f"/v1/result/{task_id}", params={"wait": 20})).json()
         statuses.append(record["status"])
     return statuses
+
+
+def keyed_calls(grpc_client: triton_grpc_aio.InferenceServerClient, http: httpx.AsyncClient,
+                words: list[str]) -> dict[str, asyncio.Future[Any]]:
+    """A held gRPC call (even index) or REST call (odd) per word, its key the word's."""
+    calls: dict[str, Awaitable[Any]] = {}
+    for i, word in enumerate(words):
+        key = {"idempotency-key": f"key-{word}"}
+        calls[word] = (grpc_client.infer(MODEL, word_input(word), headers=key) if i % 2 == 0
+                       else http.post(f"/v2/models/{MODEL}/infer", headers=key, json={
+                           "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "BYTES",
+                                       "data": [word]}]}))
+    return {word: asyncio.ensure_future(call) for word, call in calls.items()}
+
+
+async def test_a_gateway_killed_under_held_calls_is_retried_onto_the_same_tasks(
+        redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+        tmp_path: Path) -> None:
+    """A protocol call held at a gateway that dies gets a clear error; its retry at another
+    gateway with the same Idempotency-Key is held on the task the first call admitted: every
+    call answered, each task run once, none admitted twice."""
+    url = triton_server.grpc_url
+    doomed = gateway_settings(redis_url, url, workers=1)
+    process = ManagedProcess("gateway", [sys.executable, "-m", "ferry", "gateway"],
+                             env=env_with(to_env(doomed, GatewaySettings)),
+                             log_path=tmp_path / "gateway.log")
+    words = [f"keyed-{i}" for i in range(4)]
+    before = batch_executions(url, MODEL)
+    async with running_batchers(batcher_settings(redis_url, url, max_wait_ms=5)), \
+            serving(gateway_settings(redis_url, url)) as other:
+        process.start()
+        try:
+            address = f"http://{LOOPBACK}:{doomed.port}"
+            process.wait_ready(lambda: http_ok(f"{address}/readyz"), 60)
+            async with triton_grpc_aio.InferenceServerClient(
+                    f"{LOOPBACK}:{doomed.grpc_port}") as grpc_client, \
+                    httpx.AsyncClient(base_url=address, timeout=90) as http:
+                calls = keyed_calls(grpc_client, http, words)
+                assert await wait_until(lambda: len(task_keys(redis_client)) == len(words), 20)
+                process.stop(sig=signal.SIGKILL)  # while the batch is at Triton (1.5 s)
+                first = await asyncio.wait_for(asyncio.gather(*calls.values(),
+                                                              return_exceptions=True), 30)
+        finally:
+            process.stop(grace_s=5)
+        assert all(isinstance(outcome, (InferenceServerException, httpx.TransportError))
+                   for outcome in first), first  # a clear error: the connection broke
+        async with triton_grpc_aio.InferenceServerClient(other.grpc) as grpc_client, \
+                httpx.AsyncClient(base_url=other.http, timeout=90) as http:
+            retries = keyed_calls(grpc_client, http, words)
+            outcomes = await asyncio.wait_for(asyncio.gather(*retries.values(),
+                                                             return_exceptions=True), 60)
+            assert all(answered(w, o) for w, o in zip(retries, outcomes, strict=True))
+            reused = await http.post(f"/v2/models/{MODEL}/infer", headers={
+                "idempotency-key": f"key-{words[1]}"}, json={"inputs": [{
+                    "name": "INPUT", "shape": [1, 1], "datatype": "BYTES", "data": ["other"]}]})
+    assert reused.status_code == 422 and "Idempotency-Key" in reused.json()["error"]
+    assert len(task_keys(redis_client)) == len(words)  # no retry admitted a task of its own
+    ran = executions_since(before, batch_executions(url, MODEL))
+    assert sum(size * count for size, count in ran.items()) == len(words)  # each task once

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ferry.errors import BadRequestError
-from ferry.gateway.hot import parse_idempotency_key
-from ferry.tasks.idempotency import redis_key, request_digest
+from ferry.tasks.idempotency import parse_idempotency_key, redis_key, request_digest
 
 
 def test_keys_are_per_client_and_hide_what_they_name() -> None:

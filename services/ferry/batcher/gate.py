@@ -17,10 +17,13 @@ class BackendGate:
     """Open while Triton answers; closed during an outage, while one task probes for its return.
 
     All work held during one outage shares one deadline: ``budget_s`` after the gate closed.
+    The probe (Triton's ``ServerLive``, a cheap call) comes ``probe_min_s`` after the failure,
+    then doubling to every ``probe_max_s``: batches resume at most half a second after Triton
+    is back.
     """
 
     def __init__(self, backend: InferenceBackend, budget_s: float, *, probe_min_s: float = 0.2,
-                 probe_max_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 probe_max_s: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
         self.backend = backend
         self.budget_s = budget_s
         self.probe_min_s = probe_min_s

@@ -30,7 +30,7 @@ from ferry.gateway.intake import media_type, parse_submission, read_body
 from ferry.gateway.service import Gateway
 from ferry.gateway.timeouts import TIMED_OUT
 from ferry.redis_conn import unavailable
-from ferry.tasks.idempotency import MAX_KEY_LENGTH
+from ferry.tasks.idempotency import MAX_KEY_LENGTH, parse_idempotency_key
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.webhooks import check_callback
 
@@ -84,16 +84,6 @@ def no_cache(values: list[bytes]) -> bool:
     """Whether ``Cache-Control`` asks for a fresh answer (``no-cache``)."""
     return any(directive.strip().split(b"=", 1)[0].lower() == b"no-cache"
                for value in values for directive in value.split(b","))
-
-
-def parse_idempotency_key(raw: str | None) -> str | None:
-    """1 to 256 printable ASCII characters, or a 400."""
-    if raw is None:
-        return None
-    if not 0 < len(raw) <= MAX_KEY_LENGTH or not (raw.isascii() and raw.isprintable()):
-        raise BadRequestError("invalid_idempotency_key", "Idempotency-Key must be 1 to "
-                              f"{MAX_KEY_LENGTH} printable ASCII characters")
-    return raw
 
 
 def parse_wait(raw: str | None) -> float:

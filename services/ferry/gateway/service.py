@@ -174,19 +174,43 @@ class Gateway:
                          else None)
 
     @contextlib.asynccontextmanager
-    async def held(self, tensors: TensorTask, caller: Caller = ANONYMOUS
-                   ) -> AsyncIterator[Held]:
+    async def held(self, tensors: TensorTask, caller: Caller = ANONYMOUS,
+                   idempotency_key: str | None = None) -> AsyncIterator[Held]:
         """Admit a tensor task (an infer request of the Open Inference Protocol), watched for
         its end from before its admission, for the duration of the block. Admission is
-        ``/v1``'s: backlog limits, deadline, ownership, the result cache and collapsing."""
+        ``/v1``'s: backlog limits, deadline, ownership, the result cache and collapsing. With
+        an idempotency key, a repeat of the same request (a retry after its gateway died) is
+        held on the first one's task instead."""
         checked = tensors.request
+        client_id = caller.client_for("")
         submission = Submission(model=checked.model, payload=b"", content_type="",
-                                client_id=caller.client_for(""), priority=tensors.priority,
+                                client_id=client_id, priority=tensors.priority,
                                 timeout_s=tensors.timeout_s)
         envelope = self.preparer.envelope(checked.model, tensors.version, submission, tensors)
-        with self.access.waiting(caller), self.waiters.watch(envelope.task.task_id) as watch:
-            admitted = await self.admit(envelope, caller.owner)
-            yield Held(envelope.task.task_id, admitted.record, watch)
+        task_id = envelope.task.task_id
+        with self.access.waiting(caller), self.waiters.watch(task_id) as watch:
+            if idempotency_key is None:
+                admitted = await self.admit(envelope, caller.owner)
+                yield Held(task_id, admitted.record, watch)
+                return
+            first: list[StoredRecord] = []
+
+            async def admit() -> Submitted:
+                first.append((await self.admit(envelope, caller.owner)).record)
+                return Submitted(task_id)
+
+            submitted = await self.idempotent.once(
+                idempotency.redis_key(client_id, idempotency_key), task_id,
+                tensors.request_digest, 0.0, admit)
+            if first:
+                yield Held(task_id, first[0], watch)
+                return
+            with self.waiters.watch(submitted.task_id) as replayed:
+                record = await self.store.read(submitted.task_id)
+                if record is None:
+                    raise NotFoundError("unknown_task", f"the task of this Idempotency-Key, "
+                                        f"{submitted.task_id}, has expired with its result")
+                yield Held(submitted.task_id, record, replayed)
 
     async def result(self, task_id: str, wait_s: float, caller: Caller = ANONYMOUS
                      ) -> StoredRecord:

@@ -32,11 +32,20 @@ from ferry.oip.grpc_codec import (
     infer_response,
     message_from_json,
 )
-from ferry.oip.hold import HOLD_S, ROLLOUT_KEY_HEADER, Failure, Refused, cancel_quietly, outcome
+from ferry.oip.hold import (
+    HOLD_S,
+    IDEMPOTENCY_KEY_HEADER,
+    ROLLOUT_KEY_HEADER,
+    Failure,
+    Refused,
+    cancel_quietly,
+    outcome,
+)
 from ferry.oip.infer import RESULT_PREFIX, Inference
 from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
 from ferry.oip.schedule import tensor_task
 from ferry.rollouts.rollout import Sticky
+from ferry.tasks.idempotency import parse_idempotency_key
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.tensors import TensorError
 
@@ -218,13 +227,16 @@ class InferenceService:
                          context: grpc.aio.ServicerContext[Any, Any]
                          ) -> service_pb2.ModelInferResponse:
         metadata = metadata_of(context)
-        return await self._unary(context, "ModelInfer",
-                                 lambda caller: self._infer(request, caller, metadata))
+        return await self._unary(context, "ModelInfer", lambda caller: self._infer(
+            request, caller, metadata, parse_idempotency_key(metadata.get(IDEMPOTENCY_KEY_HEADER))))
 
     async def _infer(self, message: service_pb2.ModelInferRequest, caller: Caller,
-                     metadata: Metadata) -> service_pb2.ModelInferResponse:
+                     metadata: Metadata, key: str | None = None
+                     ) -> service_pb2.ModelInferResponse:
         """Admit the request, hold it until its task ends, answer from its record. An
-        unknown model or version is Triton's refusal (NOT_FOUND) before the inputs are read."""
+        unknown model or version is Triton's refusal (NOT_FOUND) before the inputs are read.
+        With an idempotency key (a unary call's metadata; a stream's requests share their
+        metadata, so theirs is not read), a retry of the call is held on the first one's task."""
         version = message.model_version or await self.gateway.version_for(
             message.model_name, "", Sticky(caller.client_for(""),
                                            metadata.get(ROLLOUT_KEY_HEADER, "")))
@@ -232,7 +244,7 @@ class InferenceService:
         request, asynchronous = infer_request(message)
         task = tensor_task(interface, request, version, own_id=asynchronous)
         with self.inference.tracing.server_span("ModelInfer", metadata):
-            async with self.gateway.held(task, caller) as held:
+            async with self.gateway.held(task, caller, key) as held:
                 if asynchronous:
                     return accepted_response(task.request.model, version, request.id,
                                              held.task_id, f"{RESULT_PREFIX}{held.task_id}")

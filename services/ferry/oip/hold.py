@@ -44,13 +44,18 @@ class Held:
 
 
 ROLLOUT_KEY_HEADER = "x-rollout-key"  # what a rollout's sticky split keys on (else the client)
+# A unary call's key (an HTTP header, gRPC metadata): its retry, with the same key and request,
+# is held on the task the first call admitted (a retry after its gateway died runs nothing again).
+IDEMPOTENCY_KEY_HEADER = "idempotency-key"
 
 
 class TensorGateway(Protocol):
     """What an infer call needs of the gateway."""
 
-    def held(self, tensors: TensorTask, caller: Caller) -> AbstractAsyncContextManager[Held]:
-        """Admit the task; watch it for the duration of the block."""
+    def held(self, tensors: TensorTask, caller: Caller, idempotency_key: str | None = None
+             ) -> AbstractAsyncContextManager[Held]:
+        """Admit the task (with an idempotency key, once: a repeat gets the first one's);
+        watch it for the duration of the block."""
         ...
 
     async def cancel(self, task_id: str, caller: Caller) -> StoredRecord:

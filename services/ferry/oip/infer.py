@@ -25,6 +25,7 @@ from ferry.access import Access, Caller
 from ferry.oip.encoding import BodyTooLargeError, accepted_coding, decode_body, encode_body
 from ferry.oip.hold import (
     HOLD_S,
+    IDEMPOTENCY_KEY_HEADER,
     ROLLOUT_KEY_HEADER,
     TIMED_OUT,
     Held,
@@ -44,6 +45,7 @@ from ferry.oip.rest import MODEL, VERSION, checked, guarded_as, oip_error
 from ferry.oip.schedule import TensorTask, tensor_task
 from ferry.oip.spec import ModelInterface
 from ferry.rollouts.rollout import Sticky
+from ferry.tasks.idempotency import parse_idempotency_key
 from ferry.tasks.record import StoredRecord
 from ferry.telemetry.tracing import Tracing
 from ferry.tensors import TensorError
@@ -105,15 +107,16 @@ class InferOperation:
             parsed = self._parse(request, body)
             asynchronous = respond_async(request.headers.getlist("prefer"))
             task = tensor_task(interface, parsed, version, own_id=asynchronous)
+            key = parse_idempotency_key(request.headers.get(IDEMPOTENCY_KEY_HEADER))
         except BodyTooLargeError as exc:
             return oip_error(413, str(exc))
         except TensorError as exc:
             return oip_error(400, str(exc))
         with self.inference.tracing.server_span(f"POST {INFER_ROUTE}", request.headers) as span:
             if asynchronous:
-                answer = await self._queued(task, caller)
+                answer = await self._queued(task, caller, key)
             else:
-                answer = await self._held(request, parsed, task, caller)
+                answer = await self._held(request, parsed, task, caller, key)
             if span is not None:
                 span.set_attribute("http.response.status_code", answer.status_code)
                 span.set_attribute("ferry.model", model)
@@ -124,15 +127,15 @@ class InferOperation:
                            self.inference.max_body_bytes)
         return parse_infer_request(body, header_length(request.headers.get(HEADER_LENGTH)))
 
-    async def _queued(self, task: TensorTask, caller: Caller) -> Response:
-        async with self.gateway.held(task, caller) as held:
+    async def _queued(self, task: TensorTask, caller: Caller, key: str | None) -> Response:
+        async with self.gateway.held(task, caller, key) as held:
             location = f"{RESULT_PREFIX}{held.task_id}"
         return JSONResponse({"task_id": held.task_id, "status_url": location}, 202, headers={
             "location": location, "preference-applied": "respond-async"})
 
     async def _held(self, request: Request, parsed: InferRequest, task: TensorTask,
-                    caller: Caller) -> Response:
-        async with self.gateway.held(task, caller) as held:
+                    caller: Caller, key: str | None) -> Response:
+        async with self.gateway.held(task, caller, key) as held:
             record = await until_end(held, task.timeout_s or HOLD_S, request.receive)
         if record is None:  # the client went away: its task is not wanted any more
             await cancel_quietly(self.gateway, held.task_id, caller)

@@ -15,12 +15,24 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from ferry import keys, lua
+from ferry.errors import BadRequestError
 from ferry.resp.client import Commands
 
 TTL_S = 24 * 3600
 MAX_KEY_LENGTH = 256
 
 ADMITTED = "+"  # the key's third word once its task was admitted
+
+
+def parse_idempotency_key(raw: str | None) -> str | None:
+    """An ``Idempotency-Key`` header's (or metadata's) value: 1 to 256 printable ASCII
+    characters, or a 400."""
+    if raw is None:
+        return None
+    if not 0 < len(raw) <= MAX_KEY_LENGTH or not (raw.isascii() and raw.isprintable()):
+        raise BadRequestError("invalid_idempotency_key", "Idempotency-Key must be 1 to "
+                              f"{MAX_KEY_LENGTH} printable ASCII characters")
+    return raw
 
 
 @dataclass(frozen=True)
