@@ -20,6 +20,7 @@ import random
 import resource
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -99,6 +100,26 @@ def make_flow(name: str, url: str, model: str) -> Flow:
     return FerryFlow(host, port, model, prefer_wait=name == "ferry-1req")
 
 
+Send = Callable[[int, float], Coroutine[Any, Any, None]]
+
+
+async def drive(times: list[float], start: float, send: Send) -> tuple[list[asyncio.Task[None]],
+                                                                      int]:
+    """Each send at its scheduled time from ``start`` (perf_counter), whatever the server
+    does; the sends' tasks, and how many left more than LATE_MS late."""
+    tasks: list[asyncio.Task[None]] = []
+    late = 0
+    for index, offset in enumerate(times):
+        scheduled = start + offset
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif -delay * 1000 > LATE_MS:
+            late += 1
+        tasks.append(asyncio.create_task(send(index, scheduled)))
+    return tasks, late
+
+
 async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
               seed: int = 1, poisson: bool = True, drain_s: float = 30.0,
               trace: Trace | None = None) -> RunResult:
@@ -132,16 +153,9 @@ async def run(flow_name: str, url: str, model: str, rate: float, count: int, *,
             last_done = max(last_done, done)
             finished.append(done - start)
 
-    tasks = []
+    tasks: list[asyncio.Task[None]] = []
     try:
-        for index, offset in enumerate(times):
-            scheduled = start + offset
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif -delay * 1000 > LATE_MS:
-                late += 1
-            tasks.append(asyncio.create_task(one(index, scheduled)))
+        tasks, late = await drive(times, start, one)
         _, unfinished = await asyncio.wait(tasks, timeout=drain_s) if tasks else (set(), set())
         for task in unfinished:
             task.cancel()

@@ -8,6 +8,7 @@
     .venv/bin/python -m loadtest.bench --only jobs     # bulk jobs: batch sizes, hybrid
     .venv/bin/python -m loadtest.bench --only durability  # the cost of WAIT, of fsync always
     .venv/bin/python -m loadtest.bench --only recovery  # each fault under load, its recovery
+    .venv/bin/python -m loadtest.bench --only fairness  # a flood beside a light client
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import durability, goals, jobs, keepup, peers, recovery, versus
+from loadtest.bench import durability, fairness, goals, jobs, keepup, peers, recovery, versus
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
@@ -64,19 +65,29 @@ def scenarios(quick: bool) -> list[Scenario]:
     return [Scenario(FAST, 1), Scenario(FAST, 2), Scenario(SLOW, 1), Scenario(SLOW, 2)]
 
 
+def measured_commit() -> str:
+    """HEAD, and whether the tree's services/ differs from it (measured before its commit)."""
+    git = shutil.which("git")
+    if git is None:
+        return "unknown"
+    head, changes = (subprocess.run([git, *argv], capture_output=True, text=True,  # noqa: S603
+                                    cwd=ROOT, check=False).stdout.strip()
+                     for argv in (["rev-parse", "--short", "HEAD"],
+                                  ["status", "--porcelain", "--", "services"]))
+    if not head:
+        return "unknown"
+    return head + (" with uncommitted changes to services/" if changes else "")
+
+
 def machine() -> list[str]:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal")), "0")
-    git = shutil.which("git")
-    commit = (subprocess.run([git, "rev-parse", "--short", "HEAD"], capture_output=True,  # noqa: S603
-                             text=True, cwd=ROOT, check=False).stdout.strip()
-              if git else "") or "unknown"
     return [f"- machine: {os.cpu_count()} cores ({cpu}), {int(memory) / 1024**2:.0f} GiB, "
             f"Linux {platform.release()}, Python {platform.python_version()}",
-            f"- Ferry commit {commit}; default settings (max batch 64, max wait "
+            f"- Ferry commit {measured_commit()}; default settings (max batch 64, max wait "
             f"{MAX_WAIT_MS:g} ms, adaptive flush on, one gateway process per core, one "
             "batcher, in-flight batches = Triton instances); Triton from the nvidia-pytriton "
             "wheel, the sim model on the Python backend (its time is spent sleeping: no CPU)",
@@ -184,7 +195,7 @@ async def keep_up(args: argparse.Namespace, state: Path) -> None:
 
 async def section_alone(args: argparse.Namespace, state: Path) -> bool:
     """A part that writes its section of --out alone (``--only`` keepup, jobs, durability,
-    recovery, peers-report); False for the others."""
+    recovery, fairness, peers-report); False for the others."""
     out = Path(args.out)
     if args.only == "keepup":
         await keep_up(args, state)
@@ -197,6 +208,8 @@ async def section_alone(args: argparse.Namespace, state: Path) -> bool:
         await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
     elif args.only == "recovery":
         await recovery.write_section(out, state, args.quick, args.command, machine_brief())
+    elif args.only == "fairness":
+        await fair_share(args, state)
     elif args.only == "kill-row":
         await kill_row(args, state)
     else:
@@ -249,6 +262,8 @@ async def bench(args: argparse.Namespace) -> int:
     await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
     await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
     await recovery.write_section(out, state, args.quick, args.command, machine_brief())
+    if not args.quick:  # its smoke run is a test of its own (test_bench_fairness.py)
+        await fair_share(args, state)
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -262,6 +277,12 @@ def write(report: Report, args: argparse.Namespace, state: Path, sweep: Sweep) -
     report.draw(curves, cpu)
     out.write_text(report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)]))
     (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
+
+
+async def fair_share(args: argparse.Namespace, state: Path) -> None:
+    """A flood beside a light client: FIFO, fair share, and the light client alone."""
+    await fairness.write_section(Path(args.out), Path(args.figures), state, quick=args.quick,
+                                 command=args.command, machine=machine_brief())
 
 
 async def kill_row(args: argparse.Namespace, state: Path) -> None:
@@ -296,13 +317,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--only", default="all",
                         choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
-                                 "recovery", "kill-row", "peers-report"),
+                                 "recovery", "fairness", "kill-row", "peers-report"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "
                              "ten fresh stacks at 78%% of the slow backend, that section alone; "
                              "jobs: the bulk-jobs section alone; recovery: each fault under "
-                             "load and its recovery time, that section alone; kill-row: the "
+                             "load and its recovery time, that section alone; fairness: a "
+                             "flood at twice the slow backend's capacity beside a light client "
+                             "(FIFO, fair share, the light client alone), that section alone; "
+                             "kill-row: the "
                              "peers' kill -9 table again, alone; peers-report: "
                              "the peers' section again from --state's raw results, nothing "
                              "measured")

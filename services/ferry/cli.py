@@ -1,6 +1,6 @@
 """The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
 ``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``,
-``ferry rollout status|set|promote|rollback|compare|decisions``.
+``ferry rollout status|set|promote|rollback|compare|decisions``, ``ferry usage``.
 
 A subcommand's arguments, and the modules that define them, are loaded for the subcommand given
 only: ``ferry --help`` and a light subcommand import neither the services nor the planner, nor
@@ -10,9 +10,10 @@ the HTTP client. Ctrl-C ends any of them with exit code 130 and one line on stde
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ferry import __version__
 
@@ -31,7 +32,11 @@ SUMMARIES = {
     "plan": "fit a model's batch cost, simulate Ferry's policy, size a deployment",
     "jobs": "bulk jobs: submit, follow, collect",
     "rollout": "model versions: status, set, promote, rollback, compare, decisions",
+    "usage": "what each client cost: tasks, rows, GPU seconds",
 }
+# The commands that are clients (of the planner or a gateway): each module's add_parser and run.
+CLIENTS = {"plan": "ferry.planner.command", "jobs": "ferry.jobs.client",
+           "rollout": "ferry.rollouts.client", "usage": "ferry.usage.client"}
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 
@@ -58,18 +63,8 @@ def _full_parser(name: str) -> Callable[[Any], None]:
         return lambda commands: _add_service(commands, name)
     if name == "keys":
         return _add_keys
-    if name == "plan":
-        from ferry.planner import command as planner
-
-        return planner.add_parser
-    if name == "jobs":
-        from ferry.jobs import client as job_client
-
-        return job_client.add_parser
-    if name == "rollout":
-        from ferry.rollouts import client as rollout_client
-
-        return rollout_client.add_parser
+    if name in CLIENTS:
+        return cast(Callable[[Any], None], importlib.import_module(CLIENTS[name]).add_parser)
     return lambda commands: commands.add_parser(name, help=SUMMARIES[name])
 
 
@@ -141,24 +136,14 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.command == "keys":
         return new_api_key(args.client)
-    if args.command in ("plan", "jobs", "rollout"):
+    if args.command in CLIENTS:
         return _client(args.command)(args)
     return _service(args)
 
 
 def _client(name: str) -> Callable[[argparse.Namespace], int]:
     """The ``run`` of a command that is a client (of the planner or a gateway)."""
-    if name == "plan":
-        from ferry.planner import command as planner
-
-        return planner.run
-    if name == "jobs":
-        from ferry.jobs import client as job_client
-
-        return job_client.run
-    from ferry.rollouts import client as rollout_client
-
-    return rollout_client.run
+    return cast(Callable[[argparse.Namespace], int], importlib.import_module(CLIENTS[name]).run)
 
 
 def _service(args: argparse.Namespace) -> int:

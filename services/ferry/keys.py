@@ -73,6 +73,29 @@ def bell_key(partition: int, priority: Priority) -> str:
 
 
 BELL_FIELD = "bell"  # a doorbell entry's one field: the priority's value
+
+
+def fair_queue(partition: int, priority: Priority) -> str:
+    """Where a partition's tasks of one priority wait in fair order while its model's backlog
+    there is contended (a sorted set: task id by start tag, ``ferry.batching.fairness``):
+    ``ferry:{p0}:fair:normal``."""
+    return f"{PREFIX}:{slot_tag(partition)}:fair:{priority.label}"
+
+
+def fair_state(partition: int, priority: Priority) -> str:
+    """That queue's virtual clock and flows (a hash: ``v``, the start tag last sent; ``w``, the
+    waiting flows' weights; per flow ``f|<flow>`` its last finish tag, ``n|<flow>`` its tasks
+    waiting, ``w|<flow>`` its weight): ``ferry:{p0}:fairstate:normal``."""
+    return f"{PREFIX}:{slot_tag(partition)}:fairstate:{priority.label}"
+
+
+def fair_flow(client_id: str, model: str) -> str:
+    """A fair queue's flow: one client's tasks of one model (client ids have no '|')."""
+    return f"{client_id}|{model}"
+
+
+FAIR_FIELD = "fair"  # a fair doorbell's one field: the priority whose fair queue filled
+FAIR_STATE_TTL_MS = 86_400_000  # a fair state no admission has touched for a day goes
 BELL_MS = 1000  # a priority rings at most once a second per partition; readers stay awake longer
 
 CAPACITY_KEY = f"{PREFIX}:capacity"  # batchers' measured service rates and breaker states
@@ -85,6 +108,16 @@ BATCHERS_TTL_MS = 86_400_000  # the hash goes when no batcher has beaten for a d
 def dead_letter_stream(partition: int) -> str:
     """Tasks of one partition that failed for good, payload included: ``ferry:{p3}:dead``."""
     return f"{PREFIX}:{slot_tag(partition)}:dead"
+
+
+def ledger_key(partition: int, hour: str) -> str:
+    """One hour (UTC, ``YYYYMMDDHH``) of a partition's usage ledger: per client and model, the
+    tasks finished, their rows and their GPU microseconds (``ferry.usage.ledger``), counted by
+    the completion script as it writes each final record: ``ferry:{p3}:ledger:2026112704``."""
+    return f"{PREFIX}:{slot_tag(partition)}:ledger:{hour}"
+
+
+LEDGER_TTL_S = 35 * 86400  # an hour of the ledger is kept 35 days after its last count
 
 
 def task_key(task_id: str, partition: int) -> str:

@@ -497,7 +497,7 @@ def test_parsed_values_are_not_settings() -> None:
     assert parsed == {"log_levels", "declared_rollouts", "webhook_hosts", "redis_sentinel_nodes",
                       "api_key_entries", "jwt_algorithm_names", "rate_limit_overrides",
                       "job_completion_window_s", "job_max_completion_window_s", "owned",
-                      "follows_replicas", "fallbacks", "declared_cascades"}
+                      "follows_replicas", "fallbacks", "declared_cascades", "client_weight_map"}
     names = {f.name for cls in (GatewaySettings, BatcherSettings, UpSettings)
              for f in settable(cls)}
     assert not parsed & names

@@ -36,6 +36,7 @@ from ferry.errors import (
     RedisUnavailableError,
     UnknownModelError,
 )
+from ferry.priority import Priority
 from ferry.queue.base import Delivery
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore, Completion
@@ -43,6 +44,8 @@ from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH
 from ferry.triton.base import InferenceBackend, ModelSpec
+from ferry.usage import ledger
+from ferry.usage.labels import ClientLabels
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,8 @@ class Outcome:
     answered_by: str | None = None  # the fallback model that answered, if not the task's own
     infer_s: float = 0.0  # its batch's Triton call (0: it did not reach Triton)
     rows: int = 0  # the rows of that call
+    task_rows: int = 0  # its own rows in that call
+    gpu_us: int = 0  # its share of that call's time, by its rows (``usage.ledger.shares_us``)
     review: Any = None  # a cascade's review entry (``batcher.reviews``)
 
     def record(self, finished_at: float) -> TaskRecord | None:
@@ -87,7 +92,8 @@ class Outcome:
         rules (``ferry.tasks.record``)."""
         task = self.delivery.task
         letter = dead_letter(task, self.status, self.error, self.delivery.problem)
-        return Completion(self.delivery, self.record(finished_at), letter, self._reusable())
+        return Completion(self.delivery, self.record(finished_at), letter, self._reusable(),
+                          rows=self.task_rows, gpu_us=self.gpu_us)
 
     def _reusable(self) -> bool:
         return reusable(self.delivery.task, self.status, self.model_version, self.answered_by)
@@ -237,6 +243,8 @@ class BatchExecutor:
         self.sleep = timing.sleep
         self.jitter = timing.jitter
         self.desk: Desk | None = None  # set by the batcher: versions' figures, the cascade
+        # the per-client metrics' labels: the clients that cost the most, the rest 'other'
+        self.clients = ClientLabels(settings.client_labels, self.clock())
 
     async def run(self, model: str, deliveries: Sequence[Delivery],
                   inferred: Freed | None = None) -> None:
@@ -371,9 +379,11 @@ class BatchExecutor:
         inferred, seconds = await self._timed(spec.name, len(items),
                                               self.backend.infer(spec, payloads, version))
         await _done_at_triton(len(items))
+        shares = ledger.shares_us(seconds, [1] * len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
-                        model_version=inferred.model_version, infer_s=seconds, rows=len(items))
-                for d, row in zip(items, inferred.rows, strict=True)]
+                        model_version=inferred.model_version, infer_s=seconds, rows=len(items),
+                        task_rows=1, gpu_us=share)
+                for d, row, share in zip(items, inferred.rows, shares, strict=True)]
 
     async def _infer_tensors(self, model: str, version: str, batched: bool,
                              items: Sequence[Delivery], tasks: Sequence[Task]) -> list[Outcome]:
@@ -381,13 +391,15 @@ class BatchExecutor:
         request_id = tasks[0].request_id if len(tasks) == 1 else ""
         call = self.backend.infer_tensors(model, version, joined_inputs(tasks, batched),
                                           list(tasks[0].outputs), request_id)
-        rows = sum(rows_of(task, batched) for task in tasks)  # Triton's batch: what it costs
+        each = [rows_of(task, batched) for task in tasks]
+        rows = sum(each)  # Triton's batch: what it costs
         inferred, seconds = await self._timed(model, rows, call)
         await _done_at_triton(len(items))
+        shares = ledger.shares_us(seconds, each)
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version,
-                        infer_s=seconds, rows=rows)
-                for d, answer in zip(items, answers(inferred.outputs, tasks, batched),
-                                     strict=True)]
+                        infer_s=seconds, rows=rows, task_rows=own, gpu_us=share)
+                for d, answer, own, share in zip(items, answers(inferred.outputs, tasks, batched),
+                                                 each, shares, strict=True)]
 
     async def _timed(self, model: str, size: int, call: Awaitable[V]) -> tuple[V, float]:
         """The call's answer and its seconds; its time traced, fitted and measured (by the
@@ -444,6 +456,7 @@ class BatchExecutor:
                 continue
             settled = [o for o, new in zip(outcomes, written, strict=True) if new]
             self._count(settled)
+            self._charge(settled)
             if self.desk is not None:
                 self.desk.settled(settled, finished_at)
             if recorder is not None:
@@ -474,10 +487,29 @@ class BatchExecutor:
             if outcome.status is Status.FAILED:
                 self.metrics.dead_lettered.inc()
 
+    def _charge(self, settled: Sequence[Outcome]) -> None:
+        """What each task cost its client, in the per-client metrics (the ledger in Redis
+        counted it as its record was written)."""
+        labels, metrics = self.clients, self.metrics
+        labels.refresh(self.clock())
+        for outcome in settled:
+            task = outcome.delivery.task
+            if task is None:
+                continue
+            client = ledger.client_of(task)
+            label = labels.label(client)
+            metrics.client_tasks_child(label, task.model).inc()
+            if outcome.gpu_us:
+                labels.charge(client, outcome.gpu_us / 1_000_000)
+                metrics.client_gpu_child(label, task.model).inc(outcome.gpu_us / 1_000_000)
+
     def _observe_wait(self, model: str, items: Sequence[Delivery]) -> None:
         now_ms = int(time.time() * 1000)
-        waits = self.metrics.queue_wait_child
+        waits, client_waits = self.metrics.queue_wait_child, self.metrics.client_wait_child
         for delivery in items:
-            if delivery.task is not None:
-                waited = max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
-                waits(model, delivery.task.model_version).observe(waited)
+            task = delivery.task
+            if task is not None:
+                waited = max(0, now_ms - task.enqueued_at_ms) / 1000.0
+                waits(model, task.model_version).observe(waited)
+                client_waits(self.clients.label(ledger.client_of(task)),
+                             Priority.of(task.priority).label).observe(waited)

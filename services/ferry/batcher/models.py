@@ -145,6 +145,17 @@ class ModelBook:
         """Batches that may be at Triton at once, over every model (at least 1)."""
         return sum(m.slots for m in self.states.values()) or 1
 
+    def buffer_quota(self) -> int:
+        """Tasks of one priority worth holding in the buffer: a batch per slot, and one more,
+        a batch being each model's largest (at most ``max_batch``). No more: what waits in
+        Redis keeps its fair order (docs/fairness.md), what is read waits its turn here."""
+        cap = self.settings.max_batch
+        if not self.states:
+            return 2 * cap
+        batches = [(min(cap, m.capacity) if m.capacity > 0 else 1, m.slots)
+                   for m in self.states.values()]
+        return sum(size * slots for size, slots in batches) + max(size for size, _ in batches)
+
     def all_busy(self) -> bool:
         """Every model this batcher knows has all its slots taken."""
         return bool(self.states) and all(m.inflight >= m.slots for m in self.states.values())

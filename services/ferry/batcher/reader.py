@@ -83,8 +83,9 @@ class Reader:
 
     @property
     def quota(self) -> int:
-        """Tasks of one priority that may wait in the buffer: a batch per slot, and one more."""
-        return self.settings.max_batch * (self.models.slots() + 1)
+        """Tasks of one priority that may wait in the buffer: a batch per slot, and one more
+        (``ModelBook.buffer_quota``)."""
+        return self.models.buffer_quota()
 
     def rooms(self) -> dict[Priority, int]:
         """Room per priority: each has its own quota, so that waiting low-priority work never
@@ -233,7 +234,9 @@ class Reader:
         readable = [p for p in awake if rooms[p] > 0]
         if not readable or not self.gate.is_open:
             return None
-        count = min(self.per_stream, *(rooms[p] for p in readable))
+        # per stream: the room spread over the partitions (a read takes as much from each)
+        room = min(rooms[p] for p in readable)
+        count = min(self.per_stream, max(1, math.ceil(room / len(self.partitions))))
         return count, readable, len(readable) < len(awake)
 
     async def _read_failed(self, exc: BaseException) -> None:
@@ -260,12 +263,14 @@ class Reader:
         return shared.slot_freed.is_set() and not shared.stopping.is_set()
 
     async def claim_loop(self) -> None:
-        """Reclaim what dead consumers left, and heal backlog counts, every claim interval."""
+        """Reclaim what dead consumers left, heal backlog counts, and look for fair queues
+        whose doorbell was missed, every claim interval."""
         interval = self.settings.claim_interval_ms / 1000.0
         while not await wait(self.shared.stopping, interval):
             try:
                 await self.reclaim()
                 await self.store.heal_backlog(self.partitions)
+                await self.queue.recheck_fair()
             except RedisUnavailableError as exc:
                 log.warning("reclaiming idle tasks failed: %s", exc)
 

@@ -13,6 +13,7 @@ from ferry.resp.subscriber import Subscriber
 from ferry.settings import GatewaySettings
 from ferry.tasks.base import GatewayStore
 from ferry.tasks.capacity import CapacityBoard
+from ferry.tasks.fairness import Fairness
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
 from ferry.telemetry.metrics import GatewayMetrics
@@ -41,7 +42,9 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
     store = RedisTaskStore(hot, partitions=settings.partitions,
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,
-                           min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms)
+                           min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms,
+                           fairness=Fairness(settings.fair_share_after,
+                                             settings.client_weight_map))
     waiters = ResultWaiters(store.read)
     subscriber = Subscriber(address(settings), keys.DONE_CHANNEL, waiters.on_announcement,
                             waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,

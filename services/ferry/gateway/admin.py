@@ -28,8 +28,10 @@ from ferry.errors import (
     UnauthorizedError,
 )
 from ferry.gateway.service import Gateway
+from ferry.gateway.usage import add_usage_route
 from ferry.rollouts.rollout import Rollout, declared
 from ferry.rollouts.store import RolloutStore
+from ferry.usage.store import LedgerReader
 
 MODEL = FastApiPath(min_length=1, description="the model's name, as Triton knows it")
 WINDOWS_S = (60, 600)  # besides "since the share last changed"
@@ -159,7 +161,8 @@ class RolloutAdmin:
 
 
 def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
-    """The rollouts' routes under ``/v1/admin/rollouts``."""
+    """The rollouts' routes under ``/v1/admin/rollouts``, and ``/v1/admin/usage``
+    (``gateway.usage``), behind the same token."""
     tags: list[str | Enum] = ["Admin: rollouts"]
     base = "/v1/admin/rollouts"
 
@@ -189,6 +192,9 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
           lambda r, m: admin.compare(m, r.query_params.get("candidate", "")))
     route("GET", "/{model}/decisions", "Decisions, newest first (limit)",
           lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))))
+    gateway = admin.gateway
+    add_usage_route(api, admin.check, LedgerReader(gateway.parts.hot,
+                                                   gateway.settings.partitions))
 
 
 async def _put(admin: RolloutAdmin, request: Request, model: str) -> dict[str, Any]:

@@ -53,6 +53,10 @@ class TaskQueue(Protocol):
         """Take over up to ``count`` entries per stream idle for ``min_idle_ms``."""
         ...
 
+    async def recheck_fair(self) -> None:
+        """Look again for fair queues that hold tasks (their doorbell may have been missed)."""
+        ...
+
     async def beat(self, lease_ms: int) -> list[str]:
         """Renew this consumer's lease (it is dead once not renewed for ``lease_ms``); the
         consumers whose lease has run out."""

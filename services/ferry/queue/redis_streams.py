@@ -82,6 +82,25 @@ class RescueArgs(NamedTuple):
 RESCUE = lua.ScriptSpec("ferry.queue", "rescue", RescueKeys._fields, RescueArgs._fields)
 
 
+class FairReadKeys(NamedTuple):
+    stream: str
+    fair_queue: str
+    fair_state: str
+
+
+class FairReadArgs(NamedTuple):
+    group: str
+    consumer: str
+    want: int
+    task_prefix: str
+
+
+# Reads a stream, then moves the fair queue's tasks to it in fair order and reads them too.
+FAIR_READ = lua.ScriptSpec("ferry.queue", "fair_read", FairReadKeys._fields,
+                           FairReadArgs._fields,
+                           constants=(("PENDING", "PENDING"), ("TASK_FIELD", keys.TASK_FIELD)))
+
+
 def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
               deliveries: int = 1) -> Delivery:
     try:
@@ -146,6 +165,10 @@ class RedisStreamQueue:
         self._touch = redis.register_script(lua.source(TOUCH_OWN))
         self._beat = redis.register_script(lua.source(BEAT))
         self._rescue = redis.register_script(lua.source(RESCUE))
+        self._fair_read = reader.register_script(lua.source(FAIR_READ))
+        # (partition, priority) whose fair queue may hold tasks, read through it: all at first
+        # (tasks may wait from before), then as fair doorbells ring (or a recheck finds them)
+        self.fair_waiting = {(p, priority) for p in self.owned for priority in BY_URGENCY}
         # every partition's streams: a dead batcher's entries are taken over wherever they are
         self.all_streams = [(p, s) for p in range(partitions) for s in keys.partition_streams(p)]
 
@@ -164,9 +187,13 @@ class RedisStreamQueue:
         ``block_ms`` for any (0: only what is there now); most urgent first."""
         if count <= 0 or not self.streams or not priorities:
             return []
-        reply = await self._fetch(tuple(priorities), count, block_ms)
+        fair = [pair for pair in sorted(self.fair_waiting) if pair[1] in priorities]
         deliveries: list[Delivery] = []
         bells: list[tuple[str, Any]] = []
+        if fair:
+            deliveries = await self._read_fair(fair, count, bells)
+            block_ms = 0  # work waits in fair order: no reason to block
+        reply = await self._fetch(tuple(priorities), count, block_ms)
         for stream, entries in reply or ():
             partition = self._partition_of_stream[stream]
             name = stream.decode()
@@ -174,13 +201,57 @@ class RedisStreamQueue:
                 self._rung[self._priority_of_stream[stream]] = self.clock()
             for entry_id, fields in entries:
                 raw = _task_field(fields)
-                if not raw and self._rings(fields):
+                if not raw and self._rings(fields, partition):
                     bells.append((name, entry_id))
                 else:
                     deliveries.append(_delivery(partition, name, entry_id, raw))
         if bells:
             await self._answer(bells)
         return deliveries
+
+    async def _read_fair(self, pairs: Sequence[tuple[int, Priority]], count: int,
+                         bells: list[tuple[str, Any]]) -> list[Delivery]:
+        """Up to ``count`` entries of each (partition, priority)'s stream, then of its fair
+        queue in fair order (``fair_read.lua``), every pair in one round trip; a pair whose fair
+        queue is empty is read the plain way from then on. A pair whose read failed keeps its
+        place for the next read (what the others read is not dropped)."""
+        replies = await self.reader.replies([self._fair_read.command(
+            FairReadKeys(keys.partition_stream(p, priority), keys.fair_queue(p, priority),
+                         keys.fair_state(p, priority)),
+            FairReadArgs(keys.CONSUMER_GROUP, self.consumer, count, keys.task_key_prefix(p)))
+            for p, priority in pairs])
+        deliveries: list[Delivery] = []
+        failed: BaseException | None = None
+        for (partition, priority), reply in zip(pairs, replies, strict=True):
+            if isinstance(reply, BaseException):
+                failed = reply
+                continue
+            entries, left = reply
+            if not int(left):
+                self.fair_waiting.discard((partition, priority))
+            stream = keys.partition_stream(partition, priority)
+            for entry_id, fields in entries or ():
+                raw = _task_field(fields)
+                if not raw and self._rings(fields, partition):
+                    bells.append((stream, entry_id))  # answered with the plain read's
+                else:
+                    deliveries.append(_delivery(partition, stream, entry_id, raw))
+        if failed is not None:
+            if isinstance(failed, RedisCommandError) and failed.code == "NOGROUP":
+                self._regroup = True
+            elif not deliveries:
+                raise failed
+            log.warning("a fair read failed: %s", failed)
+        return deliveries
+
+    async def recheck_fair(self) -> None:
+        """Find fair queues that hold tasks though no doorbell was heard (a batcher that read
+        it died before reading the queue): cheap, one EXISTS per owned queue."""
+        pairs = [(p, priority) for p in self.owned for priority in BY_URGENCY]
+        found = await self.reader.pipeline([("EXISTS", keys.fair_queue(p, priority))
+                                            for p, priority in pairs])
+        self.fair_waiting.update(pair for pair, there in zip(pairs, found, strict=True)
+                                 if int(there))
 
     async def _fetch(self, priorities: tuple[Priority, ...], count: int, block_ms: int
                      ) -> Any:
@@ -275,11 +346,19 @@ class RedisStreamQueue:
         return [p for p in BY_URGENCY
                 if p is Priority.NORMAL or now - self._rung[p] < AWAKE_S]
 
-    def _rings(self, fields: Any) -> bool:
-        """Whether the entry is a doorbell, and for which priority (it wakes that priority)."""
+    def _rings(self, fields: Any, partition: int) -> bool:
+        """Whether the entry is a doorbell, and for which priority (it wakes that priority; a
+        fair doorbell: its fair queue is read from now)."""
         value = _field(fields, keys.BELL_FIELD)
         if value is None:
-            return False
+            fair = _field(fields, keys.FAIR_FIELD)
+            if fair is None:
+                return False
+            with contextlib.suppress(ValueError):
+                priority = Priority.of(int(fair))
+                self.fair_waiting.add((partition, priority))
+                self._rung[priority] = self.clock()
+            return True
         with contextlib.suppress(ValueError):
             self._rung[Priority.of(int(value))] = self.clock()
         return True
@@ -332,11 +411,11 @@ class RedisStreamQueue:
             await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)
         entries = [(entry_id, fields) for entry_id, fields in entries if fields]
         bells = [(stream, e) for e, fields in entries
-                 if not _task_field(fields) and self._rings(fields)]
+                 if not _task_field(fields) and self._rings(fields, partition)]
         if bells:  # a dead consumer's doorbells: answered, and they wake their priority here
             await self._answer(bells)
-            entries = [(e, f) for e, f in entries if _task_field(f) or _field(f, keys.BELL_FIELD)
-                       is None]
+            rung = {e for _, e in bells}
+            entries = [(e, f) for e, f in entries if e not in rung]
         if not entries:
             return []
         counts = await self._delivery_counts(stream, [text(e[0]) for e in entries])

@@ -24,6 +24,7 @@ from ferry.settings.auth import (
     jwt_algorithm_names,
     rate_limit_overrides,
 )
+from ferry.settings.fairness import parse_weights
 from ferry.settings.fields import fill, naming, setting
 from ferry.settings.jobs import job_windows
 from ferry.settings.partitions import follows_replicas, owned
@@ -171,6 +172,12 @@ class GatewaySettings(CommonSettings):
                                           "may hold (0: no limit)")
     max_waits_per_client: int = setting(100, "open long-polls one authenticated client may "
                                         "hold in one gateway process (0: no limit)")
+    fair_share_after: int = setting(4, "fair share between clients: once a model has this many "
+                                    "unfinished tasks of one priority in a partition, new ones "
+                                    "wait in fair order, each client's share by its weight "
+                                    "(docs/fairness.md; 0: first come, first served)")
+    client_weights: str = setting("", "fair-share weights: 'client=weight,...' (default 1; "
+                                  "anonymous traffic is one client, '')")
     jobs: bool = setting(True, "run bulk jobs' runner in this gateway (feeds, collects and "
                          "finishes jobs; any number of gateways share the work)")
     job_store_dir: str = setting("ferry-jobs", "directory of bulk jobs' manifests and result "
@@ -210,6 +217,8 @@ class GatewaySettings(CommonSettings):
     jwt_algorithm_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
     # rate_limits: client to its own rate
     rate_limit_overrides: Mapping[str, Rate] = field(init=False, repr=False, compare=False)
+    # client_weights: client to its weight
+    client_weight_map: Mapping[str, float] = field(init=False, repr=False, compare=False)
     # job_completion_window and job_max_completion_window, in seconds
     job_completion_window_s: float = field(init=False, repr=False, compare=False)
     job_max_completion_window_s: float = field(init=False, repr=False, compare=False)
@@ -222,12 +231,15 @@ class GatewaySettings(CommonSettings):
         fill(self, api_key_entries=api_key_entries(self),
              jwt_algorithm_names=jwt_algorithm_names(self),
              rate_limit_overrides=rate_limit_overrides(self),
+             client_weight_map=parse_weights(self.client_weights),
              job_completion_window_s=default_window_s,
              job_max_completion_window_s=longest_window_s)
 
     def _check_serving(self) -> None:
         if self.max_body_bytes < 1:
             raise ConfigError("max_body_bytes must be positive")
+        if self.fair_share_after < 0:
+            raise ConfigError("fair_share_after must be 0 (off) or more")
         if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
             raise ConfigError("header_timeout_s and body_timeout_s must be positive")
         if self.workers < 0:
@@ -311,6 +323,9 @@ class BatcherSettings(CommonSettings):
                                       "a new review is skipped (written SKIPPED, with why)")
     rollout_check_s: float = setting(2.0, "how often the rollouts' guard looks (on the batcher "
                                      "that owns partition 0)")
+    client_labels: int = setting(20, "clients the per-client metrics name (those that cost "
+                                 "the most GPU time, reranked each minute); the rest are "
+                                 "'other' (docs/fairness.md)")
 
     # FERRY_FALLBACK_<MODEL>=<fallback> variables, by <MODEL>: read by the loader (no flag)
     fallback_variables: Mapping[str, str] = field(default_factory=dict, hash=False)

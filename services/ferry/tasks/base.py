@@ -26,6 +26,8 @@ class Completion:
     record: TaskRecord | None
     dead_letter: str | None = None
     reusable: bool = False  # a success of the model and version its digest names: cacheable
+    rows: int = 0  # what it cost, for the usage ledger: its rows in the call that answered it
+    gpu_us: int = 0  # and its share of that call's time, microseconds (0: no call answered it)
 
 
 RATE_HEADROOM = 0.85  # predictions count on this share of the measured rate

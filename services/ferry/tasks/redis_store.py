@@ -31,6 +31,8 @@ from ferry.tasks.base import (
     Owner,
     Sharing,
 )
+from ferry.tasks.fairness import OFF as fairness_off
+from ferry.tasks.fairness import Fairness, rows_of
 from ferry.tasks.record import (
     COLLAPSED_INTO,
     FOLLOWER_HEAD,
@@ -56,6 +58,7 @@ from ferry.tasks.scripts import (
     WithdrawArgs,
     WithdrawKeys,
 )
+from ferry.usage import ledger
 from ferry.v1.task_pb2 import Task
 
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
@@ -74,6 +77,8 @@ class Slot(NamedTuple):
     task_prefix: str
     followers_prefix: str
     cache_prefix: str
+    fair_queues: dict[int, str]  # by priority, as streams
+    fair_states: dict[int, str]
 
     @classmethod
     def of(cls, partition: int) -> Slot:
@@ -82,7 +87,9 @@ class Slot(NamedTuple):
                    {p: keys.bell_key(partition, p) for p in Priority},
                    keys.webhook_stream(partition), keys.dead_letter_stream(partition),
                    keys.task_key_prefix(partition), keys.followers_key_prefix(partition),
-                   keys.cache_key_prefix(partition))
+                   keys.cache_key_prefix(partition),
+                   {p: keys.fair_queue(partition, p) for p in Priority},
+                   {p: keys.fair_state(partition, p) for p in Priority})
 
 
 class RedisTaskStore:
@@ -91,8 +98,10 @@ class RedisTaskStore:
     def __init__(self, client: Commands, *, partitions: int, result_ttl_s: int,
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
                  inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0,
-                 min_replicas: int = 0, wait_ms: int = 500) -> None:
+                 min_replicas: int = 0, wait_ms: int = 500,
+                 fairness: Fairness = fairness_off) -> None:
         self.client = client
+        self.fairness = fairness
         # With replicas to confirm: every admission that wrote waits for them (or is withdrawn)
         self.acks = ReplicaAcks(client, min_replicas, wait_ms) if min_replicas > 0 else None
         self.partitions = partitions
@@ -190,7 +199,8 @@ class RedisTaskStore:
             task_key=slot.task_prefix + task.task_id,
             stream=slot.streams[priority], backlog=slot.backlog,
             normal_stream=slot.streams[Priority.NORMAL], bell_key=slot.bells[priority],
-            digest_key=slot.cache_prefix + sharing.digest, webhooks=slot.webhooks)
+            digest_key=slot.cache_prefix + sharing.digest, webhooks=slot.webhooks,
+            fair_queue=slot.fair_queues[priority], fair_state=slot.fair_states[priority])
 
     def _admit_args(self, task: Task, partition: int, pending: TaskRecord, *, encoded: Encoded,
                     admission: Admission, sharing: Sharing, owner: Owner) -> AdmitArgs:
@@ -209,7 +219,9 @@ class RedisTaskStore:
             hit_head=pending.hit_head(encoded) if lookup else b"",
             result_ttl=self.result_ttl_s, callback=task.callback_url, owner=owner.client_id,
             owner_field=owner.field, owner_limit=owner.pending_limit(partition, self.partitions),
-            task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix)
+            task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
+            fair_after=self.fairness.after, flow=keys.fair_flow(task.client_id, task.model),
+            weight=repr(self.fairness.weight(task.client_id)).encode(), cost=rows_of(task))
 
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
@@ -255,7 +267,9 @@ class RedisTaskStore:
             failed_at=now, cache_ttl=self.cache_ttl_s, collapsed_into=COLLAPSED_INTO,
             follower_head=FOLLOWER_HEAD,
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
-            cache_prefix=slot.cache_prefix))
+            cache_prefix=slot.cache_prefix,
+            ledger=keys.ledger_key(partition, ledger.hour_of(float(now))),
+            ledger_ttl=keys.LEDGER_TTL_S))
         for item in items:
             if item.record is not None:
                 script_keys.append(slot.task_prefix + item.record.task_id)
@@ -300,7 +314,8 @@ class RedisTaskStore:
             return 0
         replies = await self.client.pipeline([
             self._heal.command([*HealKeys(backlog=keys.backlog_key(p)),
-                                *keys.partition_streams(p)], [])
+                                *keys.partition_streams(p),
+                                *(keys.fair_queue(p, priority) for priority in BY_URGENCY)], [])
             for p in partitions])
         return sum(int(r) for r in replies)
 
@@ -334,7 +349,8 @@ def completion_item(item: Completion) -> CompleteItem:
             entry_id=delivery.entry_id, task_id="", status="", body=b"", head_end=0,
             answer_from=0, dead_letter=item.dead_letter or "",
             envelope=delivery.raw if item.dead_letter else b"",
-            deliveries=delivery.deliveries, backlog_field="", digest="", callback="")
+            deliveries=delivery.deliveries, backlog_field="", digest="", callback="",
+            ledger_field="", rows=0, gpu_us=0)
     encoded = record.encode()
     reused = item.reusable and encoded.answer_at > 0
     return CompleteItem(
@@ -344,4 +360,6 @@ def completion_item(item: Completion) -> CompleteItem:
         dead_letter=item.dead_letter or "", envelope=delivery.raw if item.dead_letter else b"",
         deliveries=delivery.deliveries,
         backlog_field=backlog_field(task.model, task.priority),
-        digest=task.input_digest, callback=task.callback_url)
+        digest=task.input_digest, callback=task.callback_url,
+        ledger_field=ledger.field_prefix(ledger.client_of(task), task.model), rows=item.rows,
+        gpu_us=item.gpu_us)

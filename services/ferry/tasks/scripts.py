@@ -14,6 +14,7 @@ from ferry import keys
 from ferry.lua import ScriptSpec
 from ferry.tasks.base import Cancellation, CancelOutcome
 from ferry.tasks.record import Status, StoredRecord
+from ferry.usage import ledger
 
 
 class AdmitVerdict(IntEnum):
@@ -35,6 +36,8 @@ class AdmitKeys(NamedTuple):
     bell_key: str
     digest_key: str
     webhooks: str
+    fair_queue: str  # where it waits while its model's backlog is contended
+    fair_state: str  # that queue's virtual clock and flows
 
 
 class AdmitArgs(NamedTuple):
@@ -60,6 +63,10 @@ class AdmitArgs(NamedTuple):
     owner_limit: int  # that field's limit in the partition (0: none)
     task_prefix: str
     followers_prefix: str
+    fair_after: int  # its model's backlog here from which tasks wait in fair order (0: never)
+    flow: str  # its fair flow: its client's tasks of its model
+    weight: bytes  # its client's weight (> 0)
+    cost: int  # what it costs its flow: its rows
 
 
 class CompleteKeys(NamedTuple):
@@ -82,6 +89,8 @@ class CompleteArgs(NamedTuple):
     task_prefix: str
     followers_prefix: str
     cache_prefix: str
+    ledger: str  # the partition's usage ledger for this hour (keys.ledger_key: the same slot)
+    ledger_ttl: int
 
 
 class CompleteItem(NamedTuple):
@@ -99,6 +108,9 @@ class CompleteItem(NamedTuple):
     backlog_field: str  # "<model>|<priority>"
     digest: str  # '' none
     callback: str  # '' none
+    ledger_field: str  # "<client>\t<model>\t", what its ledger fields start with ('' none)
+    rows: int  # the rows Triton inferred for it (0: it reached no call that answered)
+    gpu_us: int  # its share of that call's time, microseconds
 
 
 class CancelKeys(NamedTuple):
@@ -160,14 +172,16 @@ class ReviewArgs(NamedTuple):
 # What every task script shares with Python: statuses, stream field names, the webhook cap.
 TASK_CONSTANTS: tuple[tuple[str, str | int], ...] = (
     *((s.name, s.value) for s in Status), ("TASK_FIELD", keys.TASK_FIELD),
-    ("BELL_FIELD", keys.BELL_FIELD), ("WEBHOOK_MAXLEN", keys.WEBHOOK_MAXLEN))
+    ("BELL_FIELD", keys.BELL_FIELD), ("WEBHOOK_MAXLEN", keys.WEBHOOK_MAXLEN),
+    ("FAIR_FIELD", keys.FAIR_FIELD), ("FAIR_STATE_TTL_MS", keys.FAIR_STATE_TTL_MS))
 _task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONSTANTS)
 
 ADMIT = _task_script("admit", AdmitKeys._fields, AdmitArgs._fields,
                      results=(AdmitVerdict, "VERDICT_"), fragments=("common",))
 COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
                         item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",
-                        fragments=("common",))
+                        fragments=("common",), constants=(*TASK_CONSTANTS, *(
+                            (f"LEDGER_{m.upper()}", m) for m in ledger.MEASURES)))
 CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,
                       results=(CancelOutcome, "OUTCOME_"), fragments=("common", "unqueue"))
 WITHDRAW = _task_script("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,

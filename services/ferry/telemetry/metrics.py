@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ferry.priority import Priority
+from ferry.usage.labels import OTHER as OTHER_CLIENTS
+
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
@@ -60,9 +63,13 @@ class BatcherMetrics:
                                 "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
         self.circuit, self.window = _model_gauges(r)
         self.queue_depth, self.partition_depth, self.partition_pending = _depth_metrics(r)
+        self.client_tasks, self.client_gpu, self.client_wait = _client_metrics(r)
         # label children by their values, looked up per task: labels() costs more than a dict
         self.finished_child = functools.lru_cache(maxsize=4096)(self.finished.labels)
         self.queue_wait_child = functools.lru_cache(maxsize=4096)(self.queue_wait.labels)
+        self.client_tasks_child = functools.lru_cache(maxsize=4096)(self.client_tasks.labels)
+        self.client_gpu_child = functools.lru_cache(maxsize=4096)(self.client_gpu.labels)
+        self.client_wait_child = functools.lru_cache(maxsize=4096)(self.client_wait.labels)
         self._call_children = functools.lru_cache(maxsize=4096)(
             lambda model, version: (self.infer_seconds.labels(model, version),
                                     self.batch_size.labels(model, version)))
@@ -86,6 +93,10 @@ class BatcherMetrics:
             self.rollout_share.labels(model, "")  # no candidate: 0
             for action in ("step", "promote", "rollback"):
                 self.rollout_decisions.labels(model, action)
+            self.client_tasks.labels(OTHER_CLIENTS, model)
+            self.client_gpu.labels(OTHER_CLIENTS, model)
+        for priority in Priority:
+            self.client_wait.labels(OTHER_CLIENTS, priority.label)
         for outcome in ("delivered", "failed"):
             self.webhooks.labels(outcome)
         self.settle_retries.labels("OOM")
@@ -95,6 +106,20 @@ class BatcherMetrics:
         infer_seconds, batch_size = self._call_children(model, version)
         infer_seconds.observe(seconds)
         batch_size.observe(size)
+
+
+def _client_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Histogram]:
+    """What each client costs and how long its tasks wait, by a bounded set of client labels
+    (``ferry.usage.labels``: the clients that cost the most, the rest ``other``)."""
+    return (Counter("ferry_client_tasks_total", "Tasks given a final status, by client (the "
+                    "most costly named, the rest 'other') and the model asked for",
+                    ["client", "model"], registry=r),
+            Counter("ferry_client_gpu_seconds_total", "Triton time of the calls that answered "
+                    "a client's tasks, each task's share by its rows", ["client", "model"],
+                    registry=r),
+            Histogram("ferry_client_queue_wait_seconds", "From acceptance by the gateway to "
+                      "departure in a batch, by client and priority", ["client", "priority"],
+                      buckets=LATENCY_BUCKETS, registry=r))
 
 
 def _recovery_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Counter]:

@@ -295,3 +295,12 @@ seccompProfile:
     secretName: {{ include "ferry.redisSecret" . }}
     defaultMode: 0400
 {{- end -}}
+
+{{/* fairness.weights as FERRY_CLIENT_WEIGHTS: client=weight, comma-separated, sorted */}}
+{{- define "ferry.clientWeights" -}}
+{{- $pairs := list -}}
+{{- range $client, $weight := .Values.fairness.weights -}}
+{{- $pairs = append $pairs (printf "%s=%v" $client $weight) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

@@ -13,10 +13,52 @@
 -- batchers and gateways of other versions read too: keep it across rolling upgrades).
 -- A task of another priority than normal rings its partition's doorbell (at most once per
 -- bell_ms): batchers block on the normal streams only, and read the others while rung.
--- Result: {VERDICT_QUEUED, entry id}, {VERDICT_HIT, record}, {VERDICT_COLLAPSED, leader id},
+-- Fair share (fair_after > 0): once its model's unfinished tasks of its priority in the
+-- partition reach fair_after, or while others wait in the partition's fair queue, the task waits
+-- there instead of in the stream, by start tag (start-time fair queueing: its flow, a client's
+-- tasks of one model, starts at the later of the queue's virtual time and the flow's last
+-- finish, and finishes cost / weight later); a batcher's fair read moves it to the stream in
+-- that order (queue/lua/fair_read.lua). Its envelope waits in its record. The first task of an
+-- empty fair queue rings the partition's normal stream (FAIR_FIELD) for the batchers to read it.
+-- Deadline admission counts, of its own priority, only what a fair share puts ahead of it.
+-- Result: {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
+--   {VERDICT_COLLAPSED, leader id},
 --   {VERDICT_BACKLOG_FULL, backlog}, {VERDICT_TOO_SLOW, predicted wait (s)} (the backlog ahead
 --   of its priority / rate + fixed_wait, over timeout), {VERDICT_OWNER_FULL, owner's tasks}.
 local looking, collapsing = lookup == '1', collapse == '1'
+local fair_from = tonumber(fair_after)
+
+-- Whether the task waits in the fair queue: fair share on, and the queue holds tasks already or
+-- its model's backlog of its priority here (``here``) has reached fair_after.
+local function fair_wait(here)
+  if fair_from <= 0 then return false end
+  return here >= fair_from or redis.call('EXISTS', fair_queue) == 1
+end
+
+-- Of its own priority's ``here`` tasks, how many a fair share puts ahead of the task: those
+-- before contention, then its flow's waiting tasks as many times over as its weight is a part of
+-- the waiting flows' weights.
+local function fair_ahead(here)
+  if not fair_wait(here) then return here end
+  local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
+  local mine, weights, mass = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(weight)
+  if mine == 0 then weights = weights + mass end
+  return math.min(here, fair_from + (mine + 1) * math.max(weights, mass) / mass)
+end
+
+-- With fair share, a full backlog refuses only the flows that hold their share of it: while
+-- other flows wait in the fair queue, a flow whose own waiting tasks are fewer than its
+-- weight's part of the limit is still admitted, so that a flood fills the backlog for itself
+-- and nobody else (beyond the limit by at most the other flows' shares). A flow alone meets
+-- the limit as it is.
+local function within_share(at_most)
+  if fair_from <= 0 then return false end
+  local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
+  local mine, weights, mass = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(weight)
+  local others = weights - (mine > 0 and mass or 0)
+  if others <= mass * 1e-9 then return false end
+  return mine < at_most * mass / (others + mass)
+end
 
 -- The first limit that refuses the task, as the result; nil when none does.
 local function refusal()
@@ -31,7 +73,7 @@ local function refusal()
   -- takes the backlog room of the interactive priorities.
   local unfinished = high + normal + low
   if priority == '-2' then unfinished = unfinished + (tonumber(counts[4]) or 0) end
-  if at_most > 0 and unfinished >= at_most then
+  if at_most > 0 and unfinished >= at_most and not within_share(at_most) then
     return {VERDICT_BACKLOG_FULL, tostring(unfinished)}
   end
   if owner_field ~= '' and held_at_most > 0 and held >= held_at_most then
@@ -39,22 +81,50 @@ local function refusal()
   end
   local per_s, within_s, level = tonumber(rate), tonumber(timeout), tonumber(priority)
   if within_s > 0 and per_s > 0 then
-    local ahead = high
-    if level <= 0 then ahead = ahead + normal end
-    if level < 0 then ahead = ahead + low end
-    if level < -1 then ahead = ahead + (tonumber(counts[4]) or 0) end
+    local own = {[1] = high, [0] = normal, [-1] = low, [-2] = tonumber(counts[4]) or 0}
+    local ahead = fair_ahead(own[level] or 0)
+    if level < 1 then ahead = ahead + high end
+    if level < 0 then ahead = ahead + normal end
+    if level < -1 then ahead = ahead + low end
     local predicted = ahead / per_s + tonumber(fixed_wait)
     if predicted > within_s then return {VERDICT_TOO_SLOW, tostring(predicted)} end
   end
   return nil
 end
 
+-- The task waits in the fair queue, its place its flow's start tag.
+local function wait_fair()
+  local state = redis.call('HMGET', fair_state, 'v', 'f|' .. flow, 'n|' .. flow)
+  local start = math.max(tonumber(state[1]) or 0, tonumber(state[2]) or 0)
+  local mass = tonumber(weight)
+  redis.call('HSET', fair_state, 'f|' .. flow, string.format('%.17g', start + tonumber(cost) / mass))
+  if not state[3] then  -- the flow starts waiting: its weight joins the waiting flows'
+    redis.call('HSET', fair_state, 'w|' .. flow, weight)
+    redis.call('HINCRBYFLOAT', fair_state, 'w', weight)
+  end
+  redis.call('HINCRBY', fair_state, 'n|' .. flow, 1)
+  redis.call('PEXPIRE', fair_state, FAIR_STATE_TTL_MS)
+  if redis.call('ZADD', fair_queue, string.format('%.17g', start), task_id) == 1
+      and redis.call('ZCARD', fair_queue) == 1 then
+    redis.call('XADD', normal_stream, '*', FAIR_FIELD, priority)
+  end
+  redis.call('HSET', task_key, 'fair', fair_queue, 'fairstate', fair_state, 'flow', flow,
+             'envelope', envelope)
+  return ''
+end
+
 local function queue()
   local counted = backlog_prefix .. priority
-  redis.call('HINCRBY', backlog, counted, 1)
-  local entry = redis.call('XADD', stream, '*', TASK_FIELD, envelope)
-  redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'entry', entry,
-             'stream', stream, 'counted', counted, 'callback', callback, 'owner', owner)
+  local here = redis.call('HINCRBY', backlog, counted, 1) - 1
+  local entry
+  if fair_wait(here) then
+    entry = wait_fair()
+  else
+    entry = redis.call('XADD', stream, '*', TASK_FIELD, envelope)
+    redis.call('HSET', task_key, 'entry', entry, 'stream', stream)
+  end
+  redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'counted', counted,
+             'callback', callback, 'owner', owner)
   if owner_field ~= '' then
     redis.call('HINCRBY', backlog, owner_field, 1)
     redis.call('HSET', task_key, 'held', owner_field)

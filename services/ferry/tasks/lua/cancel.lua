@@ -5,13 +5,13 @@
 --   what the owner of the record prepared: pending_status, the fragment to swap for
 --   cancelled_status, and cancelled_tail, which ends the body in place of its closing brace.
 -- A follower of an identical task's inference leaves its list and ends CANCELLED; a task that
--- others follow is not cancelled. A PENDING task whose entry no batcher has read leaves its
--- stream and its backlog counts and ends CANCELLED here. One a batcher holds is flagged and its
+-- others follow is not cancelled. A PENDING task whose entry no batcher has read (or that waits
+-- in a fair queue) leaves its queue and its backlog counts and ends CANCELLED here. One a batcher holds is flagged and its
 -- id published on cancel_channel, for the batcher to settle unless it has sent it to Triton.
 -- Result: {OUTCOME_UNKNOWN}, {OUTCOME_FINAL, status, record}, {OUTCOME_CANCELLED, record},
 --   {OUTCOME_SIGNALLED} or {OUTCOME_SHARED}.
 local state = redis.call('HMGET', task_key, 'status', 'body', 'entry', 'stream', 'counted',
-                         'owner', 'held', 'leader', 'callback')
+                         'owner', 'held', 'leader', 'callback', 'fair', 'fairstate', 'flow')
 local status, body = state[1], state[2]
 
 -- The status sits right after the head (an id and a number), so its first mention is it.
@@ -35,7 +35,10 @@ if state[8] then
   return cancelled()
 end
 if redis.call('LLEN', followers) > 0 then return {OUTCOME_SHARED} end
-if unqueue(state[4], state[3], group, backlog, state[5], state[7]) then return cancelled() end
+if unqueue(state[4], state[3], group, backlog, state[5], state[7],
+           {state[10], state[11], state[12]}, task_id, task_key) then
+  return cancelled()
+end
 redis.call('HSET', task_key, 'cancel', '1')
 redis.call('PUBLISH', cancel_channel, task_id)
 return {OUTCOME_SIGNALLED}

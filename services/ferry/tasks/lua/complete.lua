@@ -13,9 +13,25 @@
 -- it still names the task, lives cache_ttl from now; otherwise that key goes. Identical requests
 -- that follow the task end as it did. An unreadable entry (task_id '': no record to check) is
 -- dead-lettered only by the step that acknowledges it.
+-- The usage ledger (ferry.usage.ledger): a task whose final record this call writes is counted
+-- once in the partition's hash for the hour (ledger, in the stream's slot), under its item's
+-- ledger_field followed by each measure: one task, its rows, its GPU microseconds. A duplicate
+-- delivery writes no record, so it is never counted twice; the hash lives ledger_ttl from its
+-- last count.
 -- Result: for each item, 1 if this call wrote its final record (or acknowledged it), else 0.
 local inline, reuse_ttl = tonumber(inline_limit), tonumber(cache_ttl)
 local ids, acks, frames = {}, {}, {}
+local charged = false
+
+-- What item i's task cost, in the ledger: counted only by the step that writes its record.
+local function charge(i)
+  local field, rows, gpu_us = ARGV[i + LEDGER_FIELD], ARGV[i + ROWS], ARGV[i + GPU_US]
+  if field == '' then return end
+  redis.call('HINCRBY', ledger, field .. LEDGER_TASKS, 1)
+  if rows ~= '0' then redis.call('HINCRBY', ledger, field .. LEDGER_ROWS, rows) end
+  if gpu_us ~= '0' then redis.call('HINCRBY', ledger, field .. LEDGER_GPU_US, gpu_us) end
+  charged = true
+end
 
 -- The digest's key follows the task's answer: kept for the cache TTL, or gone.
 local function settle_digest(id, digest, reused)
@@ -69,6 +85,7 @@ local function finish(i, key)
   announce(frames, id, status, body, inline)
   queue_webhook(webhooks, id, ARGV[i + CALLBACK])
   settle_digest(id, digest, reused)
+  charge(i)
   if state[2] then
     end_followers(id, key, status, string.sub(body, tonumber(ARGV[i + HEAD_END]) + 1))
   end
@@ -100,4 +117,5 @@ end
 if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
 redis.call('XDEL', stream, unpack(ids))
 if #frames > 0 then redis.call('PUBLISH', channel, table.concat(frames)) end
+if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
 return written

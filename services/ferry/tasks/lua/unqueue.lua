@@ -8,9 +8,28 @@ local function unfollow(list, id)
   end
 end
 
--- Whether the task's entry left its stream unread (and its counts the backlog): false if a
--- batcher of ``group`` has read it, or it is not there.
-local function unqueue(stream, entry, group, backlog, counted, held)
+-- A task that waited in a fair queue (``fair``, ``fairstate``: its queue and state; ``flow``)
+-- leaves it: false if it is not there (a batcher moved it to the stream meanwhile).
+local function unwait(fair, fairstate, flow, id, key)
+  if redis.call('ZREM', fair, id) ~= 1 then return false end
+  if redis.call('HINCRBY', fairstate, 'n|' .. flow, -1) <= 0 then
+    local weight = redis.call('HGET', fairstate, 'w|' .. flow) or '0'
+    redis.call('HDEL', fairstate, 'n|' .. flow, 'w|' .. flow)
+    redis.call('HINCRBYFLOAT', fairstate, 'w', '-' .. weight)
+  end
+  redis.call('HDEL', key, 'fair', 'fairstate', 'flow', 'envelope')
+  return true
+end
+
+-- Whether the task left its queue unread (and its counts the backlog): false if a batcher of
+-- ``group`` has read it, or it is not there. ``waiting``: its record's fair, fairstate, flow.
+local function unqueue(stream, entry, group, backlog, counted, held, waiting, id, key)
+  if not entry and waiting and waiting[1] then
+    if not unwait(waiting[1], waiting[2], waiting[3], id, key) then return false end
+    leave(backlog, counted)
+    leave(backlog, held)
+    return true
+  end
   if not (entry and stream) then return false end
   local read = redis.pcall('XPENDING', stream, group, entry, entry, 1)
   if read.err then read = {} end  -- no consumer group yet: no batcher has read anything
