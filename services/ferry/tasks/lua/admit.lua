@@ -28,18 +28,28 @@
 local looking, collapsing = lookup == '1', collapse == '1'
 local fair_from = tonumber(fair_after)
 
--- Whether the task waits in the fair queue: fair share on, and the queue holds tasks already or
--- its model's backlog of its priority here (``here``) has reached fair_after.
-local function fair_wait(here)
+-- Its flow's unfinished tasks of its priority in the partition: a field of the backlog hash
+-- (kept as the model's count is: the record's 'flowed' names it for the steps that end it).
+local flowed = '~' .. priority .. '|' .. flow
+
+-- Whether the task waits in the fair queue: fair share on, and the queue holds tasks already,
+-- or its model's backlog of its priority here (``here``) has reached fair_after and holds
+-- another flow's tasks too (``mine``: its own flow's), or has reached twice fair_after (a flow
+-- alone is sent first come, first served, as cheaply as without fair share, until its backlog
+-- is long enough to keep a newcomer waiting).
+local function fair_wait(here, mine)
   if fair_from <= 0 then return false end
-  return here >= fair_from or redis.call('EXISTS', fair_queue) == 1
+  if here >= 2 * fair_from or (here >= fair_from and here > mine) then return true end
+  return redis.call('EXISTS', fair_queue) == 1
 end
 
 -- Of its own priority's ``here`` tasks, how many a fair share puts ahead of the task: those
 -- before contention, then its flow's waiting tasks as many times over as its weight is a part of
 -- the waiting flows' weights.
 local function fair_ahead(here)
-  if not fair_wait(here) then return here end
+  if not fair_wait(here, tonumber(redis.call('HGET', backlog, flowed)) or 0) then
+    return here
+  end
   local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
   local mine, weights, mass = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(weight)
   if mine == 0 then weights = weights + mass end
@@ -116,15 +126,16 @@ end
 local function queue()
   local counted = backlog_prefix .. priority
   local here = redis.call('HINCRBY', backlog, counted, 1) - 1
+  local mine = redis.call('HINCRBY', backlog, flowed, 1) - 1
   local entry
-  if fair_wait(here) then
+  if fair_wait(here, mine) then
     entry = wait_fair()
   else
     entry = redis.call('XADD', stream, '*', TASK_FIELD, envelope)
     redis.call('HSET', task_key, 'entry', entry, 'stream', stream)
   end
   redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'counted', counted,
-             'callback', callback, 'owner', owner)
+             'flowed', flowed, 'callback', callback, 'owner', owner)
   if owner_field ~= '' then
     redis.call('HINCRBY', backlog, owner_field, 1)
     redis.call('HSET', task_key, 'held', owner_field)

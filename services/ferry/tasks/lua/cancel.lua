@@ -11,7 +11,7 @@
 -- Result: {OUTCOME_UNKNOWN}, {OUTCOME_FINAL, status, record}, {OUTCOME_CANCELLED, record},
 --   {OUTCOME_SIGNALLED} or {OUTCOME_SHARED}.
 local state = redis.call('HMGET', task_key, 'status', 'body', 'entry', 'stream', 'counted',
-                         'owner', 'held', 'leader', 'callback', 'fair', 'fairstate', 'flow')
+                         'owner', 'held', 'leader', 'callback', 'fair', 'fairstate', 'flow', 'flowed')
 local status, body = state[1], state[2]
 
 -- The status sits right after the head (an id and a number), so its first mention is it.
@@ -36,7 +36,7 @@ if state[8] then
 end
 if redis.call('LLEN', followers) > 0 then return {OUTCOME_SHARED} end
 if unqueue(state[4], state[3], group, backlog, state[5], state[7],
-           {state[10], state[11], state[12]}, task_id, task_key) then
+           {state[10], state[11], state[12], state[13]}, task_id, task_key) then
   return cancelled()
 end
 redis.call('HSET', task_key, 'cancel', '1')

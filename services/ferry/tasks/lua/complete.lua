@@ -69,7 +69,7 @@ end
 
 -- Item i's final record, unless its task has one: 1 written, 0 not.
 local function finish(i, key)
-  local state = redis.call('HMGET', key, 'status', 'followed', 'held')
+  local state = redis.call('HMGET', key, 'status', 'followed', 'held', 'flowed')
   if state[1] and state[1] ~= PENDING then return 0 end
   local id, status, body = ARGV[i + TASK_ID], ARGV[i + STATUS], ARGV[i + BODY]
   local answer, digest = ARGV[i + ANSWER_FROM], ARGV[i + DIGEST]
@@ -82,6 +82,7 @@ local function finish(i, key)
   redis.call('EXPIRE', key, result_ttl)
   leave(backlog, ARGV[i + BACKLOG_FIELD])
   leave(backlog, state[3])
+  leave(backlog, state[4])  -- its flow's count (fair share's)
   announce(frames, id, status, body, inline)
   queue_webhook(webhooks, id, ARGV[i + CALLBACK])
   settle_digest(id, digest, reused)

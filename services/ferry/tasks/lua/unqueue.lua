@@ -22,12 +22,14 @@ local function unwait(fair, fairstate, flow, id, key)
 end
 
 -- Whether the task left its queue unread (and its counts the backlog): false if a batcher of
--- ``group`` has read it, or it is not there. ``waiting``: its record's fair, fairstate, flow.
+-- ``group`` has read it, or it is not there. ``waiting``: its record's fair, fairstate, flow
+-- and flowed (its flow's count, left with the model's).
 local function unqueue(stream, entry, group, backlog, counted, held, waiting, id, key)
   if not entry and waiting and waiting[1] then
     if not unwait(waiting[1], waiting[2], waiting[3], id, key) then return false end
     leave(backlog, counted)
     leave(backlog, held)
+    leave(backlog, waiting[4])
     return true
   end
   if not (entry and stream) then return false end
@@ -36,5 +38,6 @@ local function unqueue(stream, entry, group, backlog, counted, held, waiting, id
   if #read > 0 or redis.call('XDEL', stream, entry) ~= 1 then return false end
   leave(backlog, counted)
   leave(backlog, held)
+  if waiting then leave(backlog, waiting[4]) end
   return true
 end

@@ -10,7 +10,7 @@
 -- Result: WITHDRAW_GONE (the record was deleted, or was never here: a new master that did not
 --   receive it), or WITHDRAW_KEPT.
 local state = redis.call('HMGET', task_key, 'status', 'entry', 'stream', 'counted', 'held',
-                         'leader', 'fair', 'fairstate', 'flow')
+                         'leader', 'fair', 'fairstate', 'flow', 'flowed')
 if not state[1] then return WITHDRAW_GONE end
 if hit == '1' and state[1] == SUCCESS and not state[2] then
   redis.call('DEL', task_key)
@@ -21,7 +21,7 @@ if state[6] then
   unfollow(followers_prefix .. state[6], task_id)
 elseif redis.call('LLEN', followers) > 0
     or not unqueue(state[3], state[2], group, backlog, state[4], state[5],
-                   {state[7], state[8], state[9]}, task_id, task_key) then
+                   {state[7], state[8], state[9], state[10]}, task_id, task_key) then
   return WITHDRAW_KEPT
 end
 redis.call('DEL', task_key)
