@@ -173,8 +173,9 @@ def flows_seen(store: redis.Redis, priority: Priority) -> set[str]:
     seen = set()
     for p in range(16):
         for field in store.hkeys(keys.fair_state(p, priority)):
-            if field.startswith(b"f|"):
-                seen.add(field[2:].decode())
+            name = field.decode() if isinstance(field, bytes) else str(field)
+            if name.startswith("f|"):
+                seen.add(name[2:])
     return seen
 
 

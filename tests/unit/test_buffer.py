@@ -140,3 +140,31 @@ def test_each_lane_shows_the_policy_its_earliest_due_time() -> None:
     buffer.take(A, 1)
     buffer.add(A, "later", 6.0)
     assert {v.lane: v.due for v in buffer.views(lambda _: 8)}[A] is None
+
+
+def test_a_batch_of_a_lane_with_several_flows_takes_them_in_turns() -> None:
+    """More than a batch of several clients' items: each client's first, then each one's
+    second, ..., in arrival order within the batch; the rest keep their order."""
+    buffer: BoardingBuffer[str] = BoardingBuffer(flow=lambda item: item[0])
+    lane = Lane("m")
+    for i, item in enumerate(["a1", "a2", "a3", "a4", "b1", "a5", "c1", "b2"]):
+        buffer.add(lane, item, float(i))
+    assert buffer.take(lane, 4) == ["a1", "a2", "b1", "c1"]
+    assert buffer.take(lane, 2) == ["a3", "b2"]
+    assert buffer.take(lane, 5) == ["a4", "a5"]
+    assert len(buffer) == 0
+
+
+def test_one_flow_or_a_batch_that_takes_all_is_first_come_first_served() -> None:
+    buffer: BoardingBuffer[str] = BoardingBuffer(flow=lambda item: item[0])
+    lane = Lane("m")
+    for i, item in enumerate(["a1", "a2", "a3", "a4"]):
+        buffer.add(lane, item, float(i))
+    assert buffer.take(lane, 2) == ["a1", "a2"]
+    buffer.add(lane, "b1", 5.0)
+    assert buffer.take(lane, 3) == ["a3", "a4", "b1"]  # all of it: in arrival order
+    buffer.add(lane, "b2", 6.0)
+    buffer.add(lane, "c1", 7.0)
+    assert buffer.remove(lambda item: item == "c1") == ["c1"]
+    buffer.add(lane, "b3", 8.0)
+    assert buffer.take(lane, 1) == ["b2"]  # b's alone again: its oldest

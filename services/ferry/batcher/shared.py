@@ -19,11 +19,16 @@ from ferry.queue.base import Delivery
 Batches = dict[asyncio.Task[None], tuple[Lane, list[Delivery]]]
 
 
+def client_of(delivery: Delivery) -> str:
+    """A boarded task's client (its flow in the buffer: the lane is its model already)."""
+    return delivery.task.client_id if delivery.task is not None else ""
+
+
 class Shared:
     """The boarding buffer, the held entries, the batches in flight, cancellations, signals."""
 
     def __init__(self) -> None:
-        self.buffer: BoardingBuffer[Delivery] = BoardingBuffer()
+        self.buffer: BoardingBuffer[Delivery] = BoardingBuffer(flow=client_of)
         self.held: set[tuple[str, str]] = set()  # (stream, entry id) in the buffer or at Triton
         self.batches: Batches = {}  # at Triton: each batch's task, lane and deliveries
         self.cancelled: set[str] = set()  # ids a client cancelled, that this batcher may hold

@@ -1,9 +1,10 @@
-"""Requests that have boarded, per lane, in arrival order."""
+"""Requests that have boarded, per lane, in arrival order; taken in arrival order, or, when a
+lane holds more than a batch of several flows (clients), in turns between them."""
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,11 +23,19 @@ class Boarded(Generic[T]):
 
 
 class BoardingBuffer(Generic[T]):
-    """FIFO queues of items keyed by lane, with arrival and due times for the policy."""
+    """FIFO queues of items keyed by lane, with arrival and due times for the policy.
 
-    def __init__(self) -> None:
+    With ``flow`` (an item's client), a batch taken from a lane that holds more than it, of
+    several flows, takes the flows in turns (each one's first, then each one's second, ...;
+    in arrival order within a flow and within the batch): what Redis sent in fair order is not
+    served first come, first served here (docs/fairness.md). Everything read is still served,
+    so the shares are Redis's; only the batch a task rides changes."""
+
+    def __init__(self, flow: Callable[[T], str] | None = None) -> None:
         self._queues: dict[Lane, deque[Boarded[T]]] = {}
         self._due: dict[Lane, float] = {}  # each lane's earliest due time, where one is set
+        self._flow = flow
+        self._flows: dict[Lane, Counter[str]] = {}  # each lane's items per flow, with ``flow``
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -35,6 +44,8 @@ class BoardingBuffer(Generic[T]):
         self._queues.setdefault(lane, deque()).append(Boarded(item, arrived, due))
         if due is not None and due < self._due.get(lane, math.inf):
             self._due[lane] = due
+        if self._flow is not None:
+            self._flows.setdefault(lane, Counter())[self._flow(item)] += 1
 
     def count_by(self, key: Callable[[Lane], K]) -> dict[K, int]:
         """Items waiting, summed by ``key`` of their lane."""
@@ -52,12 +63,38 @@ class BoardingBuffer(Generic[T]):
         queue = self._queues.get(lane)
         if not queue:
             return []
-        taken = [queue.popleft() for _ in range(min(count, len(queue)))]
+        flows = self._flows.get(lane)
+        if flows is not None and count < len(queue) and len(flows) > 1:
+            taken = self._in_turns(queue, count)
+        else:
+            taken = [queue.popleft() for _ in range(min(count, len(queue)))]
+        if flows is not None:
+            assert self._flow is not None
+            flows.subtract(self._flow(b.item) for b in taken)
+            for name in [name for name, left in flows.items() if left <= 0]:
+                del flows[name]
         if not queue:
             del self._queues[lane]
+            self._flows.pop(lane, None)
         if lane in self._due and any(b.due is not None for b in taken):
             self._refresh_due(lane)
         return [boarded.item for boarded in taken]
+
+    def _in_turns(self, queue: deque[Boarded[T]], count: int) -> list[Boarded[T]]:
+        """``count`` of the lane's items, the flows taking turns; the rest stay in order."""
+        assert self._flow is not None
+        turns: Counter[str] = Counter()
+        order = []
+        for index, boarded in enumerate(queue):
+            flow = self._flow(boarded.item)
+            order.append((turns[flow], index))
+            turns[flow] += 1
+        chosen = {index for _, index in sorted(order)[:count]}
+        taken = [b for index, b in enumerate(queue) if index in chosen]
+        rest = [b for index, b in enumerate(queue) if index not in chosen]
+        queue.clear()
+        queue.extend(rest)
+        return taken
 
     def _refresh_due(self, lane: Lane) -> None:
         dues = [b.due for b in self._queues.get(lane, ()) if b.due is not None]
@@ -84,6 +121,10 @@ class BoardingBuffer(Generic[T]):
                     self._queues[lane] = kept
                 else:
                     del self._queues[lane]
+                if self._flow is not None and kept:
+                    self._flows[lane] = Counter(self._flow(b.item) for b in kept)
+                else:
+                    self._flows.pop(lane, None)
                 self._refresh_due(lane)
         return removed
 
@@ -92,6 +133,7 @@ class BoardingBuffer(Generic[T]):
         items = [boarded.item for queue in self._queues.values() for boarded in queue]
         self._queues.clear()
         self._due.clear()
+        self._flows.clear()
         return items
 
     def lanes(self) -> list[Lane]:
