@@ -59,6 +59,7 @@ def authenticator(settings: GatewaySettings) -> Authenticator | None:
             public_key=settings.jwt_public_key, jwks_url=settings.jwt_jwks_url,
             jwks_refresh_s=settings.jwt_jwks_refresh_s, issuer=settings.jwt_issuer,
             audience=settings.jwt_audience, client_claim=settings.jwt_client_claim,
+            weight_claim=settings.jwt_weight_claim,
             leeway_s=settings.jwt_leeway_s)
     return None
 
@@ -83,12 +84,13 @@ class Access:
         if self.authenticator is None:
             return ANONYMOUS
         try:
-            client_id = await self.authenticator.authenticate(Credential(authorization, api_key))
+            identity = await self.authenticator.authenticate(Credential(authorization, api_key))
         except UnauthorizedError as exc:  # the reason, never the credential
             log.info("refused a request: %s (%s)", exc.code, exc.message)
             raise
+        client_id = identity.client_id
         headers = await self.limiter.check(client_id)
-        return Caller(client_id, headers, Owner(client_id, self.max_pending))
+        return Caller(client_id, headers, Owner(client_id, self.max_pending, identity.weight))
 
     @contextmanager
     def waiting(self, caller: Caller) -> Iterator[None]:

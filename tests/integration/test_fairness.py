@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from ferry import keys
+from ferry.auth.api_keys import key_hash
 from ferry.priority import Priority
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
@@ -208,3 +209,34 @@ async def test_protocol_calls_and_job_items_wait_in_fair_order_as_their_clients(
             await asyncio.sleep(0.1)
         assert doc["status"] == "completed", doc
     assert {f"team-a|{MODEL}", f"|{MODEL}"} <= flows_seen(redis_client, Priority.NORMAL)
+
+
+async def test_an_api_keys_weight_is_its_clients_weight(
+        redis_url: str, triton_server: TritonServer, redis_client: redis.Redis) -> None:
+    """A credential's weight (here an API key entry's) is the one its tasks wait with."""
+    url = triton_server.grpc_url
+    entries = f"heavy:{key_hash('fk_heavy')}:3,light:{key_hash('fk_light')}"
+    gateway = gateway_settings(redis_url, url, fair_share_after=1, auth="api_key",
+                               api_keys=entries, client_weights="heavy=0.5")
+    async with running_gateway(gateway) as client:
+        ids = []
+        for i in range(40):
+            key = ("fk_heavy", "fk_light")[i % 2]
+            answer = await client.post("/v1/inference", json={"model": MODEL, "input": f"k{i}"},
+                                       headers={"X-API-Key": key})
+            assert answer.status_code == 202, answer.text
+            ids.append(answer.json()["task_id"])
+        weights = {}
+        for p in range(16):
+            state = redis_client.hgetall(keys.fair_state(p, Priority.NORMAL))
+            for field, value in state.items():
+                name = field.decode() if isinstance(field, bytes) else str(field)
+                if name.startswith("w|"):
+                    weights[name[2:]] = float(value)
+        assert weights == {f"heavy|{MODEL}": 3.0, f"light|{MODEL}": 1.0}  # the key's, not 0.5
+        async with running_batchers(batcher_settings(redis_url, url)):
+            for task_id in ids:
+                answer = await client.get(f"/v1/result/{task_id}", params={"wait": 30},
+                                          headers={"X-API-Key": ("fk_heavy", "fk_light")[
+                                              ids.index(task_id) % 2]})
+                assert answer.json()["status"] == "SUCCESS", answer.text

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
+import jwt
 import pytest
 
 from ferry import keys
 from ferry.access import ANONYMOUS, Caller
 from ferry.auth import api_keys
-from ferry.auth.base import Credential, check_key_source, parse_algorithms
+from ferry.auth.base import Credential, Identity, check_key_source, parse_algorithms
+from ferry.auth.jwt import JwtAuthenticator
 from ferry.auth.rate_limit import Rate, parse_overrides
 from ferry.errors import ConfigError, ForbiddenError, UnauthorizedError
 from ferry.tasks.base import Owner, partition_share
@@ -44,15 +48,16 @@ async def test_api_keys_are_kept_as_hashes_and_map_to_clients() -> None:
     assert key not in line and line == f"alice:{api_keys.key_hash(key)}"
     entries = api_keys.parse_keys(f"{line}\n{api_keys.config_line('bob', 'fk_b')}")
     authenticator = api_keys.ApiKeyAuthenticator(entries)
-    assert await authenticator.authenticate(Credential(f"Bearer {key}")) == "alice"
-    assert await authenticator.authenticate(Credential(None, "fk_b")) == "bob"
+    assert await authenticator.authenticate(Credential(f"Bearer {key}")) == Identity("alice")
+    assert await authenticator.authenticate(Credential(None, "fk_b")) == Identity("bob")
     for wrong in (key[:-1], key + "x", "", "fk_c"):
         with pytest.raises(UnauthorizedError):
             await authenticator.authenticate(Credential(None, wrong))
 
 
 @pytest.mark.parametrize("spec", ["", "alice", "alice:abc", "al ice:" + "0" * 64,
-                                  "alice:" + "z" * 64])
+                                  "alice:" + "z" * 64, "alice:" + "0" * 64 + ":0",
+                                  "alice:" + "0" * 64 + ":-1", "alice:" + "0" * 64 + ":x"])
 def test_unusable_api_key_entries_are_refused(spec: str) -> None:
     with pytest.raises(ConfigError):
         api_keys.parse_keys(spec)
@@ -108,3 +113,30 @@ def test_an_owner_limit_is_counted_per_partition() -> None:
     assert [owner.pending_limit(p, 16) for p in (0, 2, 3, 15)] == [3, 3, 2, 2]
     assert sum(owner.pending_limit(p, 16) for p in range(16)) == 35
     assert partition_share(0, 16, 0) == 0 and partition_share(3, 16, 15) == 1
+
+
+async def test_an_api_key_entry_may_give_its_clients_fair_share_weight() -> None:
+    entries = api_keys.parse_keys(f"partner:{api_keys.key_hash('fk_p')}:4\n"
+                                  f"a:b:{api_keys.key_hash('fk_ab')}:0.5\n"
+                                  f"plain:{api_keys.key_hash('fk_x')}")
+    authenticator = api_keys.ApiKeyAuthenticator(entries)
+    assert await authenticator.authenticate(Credential(None, "fk_p")) == Identity("partner", 4.0)
+    assert await authenticator.authenticate(Credential(None, "fk_ab")) == Identity("a:b", 0.5)
+    assert await authenticator.authenticate(Credential(None, "fk_x")) == Identity("plain")
+
+
+async def test_a_jwt_claim_may_give_its_clients_fair_share_weight() -> None:
+    authenticator = JwtAuthenticator(algorithms=("HS256",), secret="s" * 32,
+                                     weight_claim="ferry_weight")
+    try:
+        def token(**claims: object) -> Credential:
+            body = {"sub": "team-a", "exp": int(time.time()) + 60, **claims}
+            return Credential(f"Bearer {jwt.encode(body, 's' * 32, algorithm='HS256')}")
+
+        assert await authenticator.authenticate(token(ferry_weight=3)) == Identity("team-a", 3.0)
+        assert await authenticator.authenticate(token()) == Identity("team-a")
+        for wrong in (0, -2, "3", True, 2_000_000):
+            with pytest.raises(UnauthorizedError, match="ferry_weight"):
+                await authenticator.authenticate(token(ferry_weight=wrong))
+    finally:
+        await authenticator.close()

@@ -34,10 +34,32 @@ class Credential:
         return token.strip()
 
 
-class Authenticator(Protocol):
-    """Turns a request's credential into the client id it proves, or refuses it (401)."""
+@dataclass(frozen=True)
+class Identity:
+    """Who a credential proves: its client, and the fair-share weight the credential itself
+    gives (a JWT's claim, an API key's entry; None: the settings' weight for the client)."""
 
-    async def authenticate(self, credential: Credential) -> str:
+    client_id: str
+    weight: float | None = None
+
+
+MAX_WEIGHT = 1_000_000.0  # weights are relative: anything above a million to one is a typo
+
+
+def valid_weight(value: object, source: str) -> float:
+    """A fair-share weight: a number above 0 and at most MAX_WEIGHT, or a 401 naming
+    ``source``."""
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or not 0 < number <= MAX_WEIGHT:
+        raise UnauthorizedError("invalid_weight", f"the {source} is not a weight above 0 and "
+                                f"at most {MAX_WEIGHT:g}", presented=True)
+    return float(number)
+
+
+class Authenticator(Protocol):
+    """Turns a request's credential into the client it proves, or refuses it (401)."""
+
+    async def authenticate(self, credential: Credential) -> Identity:
         ...
 
     async def close(self) -> None:

@@ -24,9 +24,11 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from ferry.auth.base import (
     HMAC_ALGORITHMS,
     Credential,
+    Identity,
     check_key_source,
     missing,
     valid_client_id,
+    valid_weight,
 )
 from ferry.errors import ConfigError, DependencyUnavailableError, UnauthorizedError
 
@@ -87,7 +89,8 @@ class Jwks:
 class JwtAuthenticator:
     def __init__(self, *, algorithms: tuple[str, ...], secret: str = "", public_key: str = "",
                  jwks_url: str = "", jwks_refresh_s: float = 300.0, issuer: str = "",
-                 audience: str = "", client_claim: str = "sub", leeway_s: float = 30.0) -> None:
+                 audience: str = "", client_claim: str = "sub", leeway_s: float = 30.0,
+                 weight_claim: str = "") -> None:
         self.algorithms = list(algorithms)
         self.hmac = bool(set(algorithms) & HMAC_ALGORITHMS)
         self._key: Any = None
@@ -106,8 +109,9 @@ class JwtAuthenticator:
         self.audience = audience or None
         self.client_claim = client_claim
         self.leeway_s = leeway_s
+        self.weight_claim = weight_claim  # '': the weight is the settings' for the client
 
-    async def authenticate(self, credential: Credential) -> str:
+    async def authenticate(self, credential: Credential) -> Identity:
         token = credential.bearer()
         if token is None:
             raise missing()
@@ -123,7 +127,11 @@ class JwtAuthenticator:
         client = claims.get(self.client_claim)
         if not isinstance(client, str | int) or isinstance(client, bool):
             raise _refused(f"the token has no {self.client_claim!r} claim naming the client")
-        return valid_client_id(str(client), f"token's {self.client_claim!r} claim")
+        client_id = valid_client_id(str(client), f"token's {self.client_claim!r} claim")
+        if not self.weight_claim or self.weight_claim not in claims:
+            return Identity(client_id)
+        return Identity(client_id, valid_weight(claims[self.weight_claim],
+                                                f"token's {self.weight_claim!r} claim"))
 
     def _verify(self, token: str, key: Any) -> dict[str, Any]:
         try:

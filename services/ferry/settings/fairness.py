@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ferry.auth.base import MAX_WEIGHT
 from ferry.errors import ConfigError
-
-MAX_WEIGHT = 1_000_000.0  # weights are relative: anything above a million to one is a typo
 
 
 def parse_weights(spec: str) -> dict[str, float]:

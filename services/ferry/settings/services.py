@@ -162,6 +162,8 @@ class GatewaySettings(CommonSettings):
     jwt_issuer: str = setting("", "required 'iss' of JWTs (empty: not checked)")
     jwt_audience: str = setting("", "required 'aud' of JWTs (empty: not checked)")
     jwt_client_claim: str = setting("sub", "JWT claim that names the client")
+    jwt_weight_claim: str = setting("", "JWT claim that gives the client's fair-share weight "
+                                    "(a number; a token without it: client_weights')")
     jwt_leeway_s: float = setting(30.0, "clock skew allowed on 'exp' and 'nbf'")
     rate_limit_per_min: int = setting(1000, "requests a minute per authenticated client, "
                                       "shared by every gateway (0: no limit)")

@@ -126,6 +126,7 @@ class Owner:
 
     client_id: str = ""
     max_pending: int = 0
+    weight: float | None = None  # its fair-share weight from its credential (None: settings')
 
     @property
     def field(self) -> str:

@@ -221,7 +221,8 @@ class RedisTaskStore:
             owner_field=owner.field, owner_limit=owner.pending_limit(partition, self.partitions),
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
             fair_after=self.fairness.after, flow=keys.fair_flow(task.client_id, task.model),
-            weight=repr(self.fairness.weight(task.client_id)).encode(), cost=rows_of(task))
+            weight=repr(owner.weight or self.fairness.weight(task.client_id)).encode(),
+            cost=rows_of(task))
 
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
