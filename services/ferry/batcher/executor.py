@@ -492,16 +492,22 @@ class BatchExecutor:
         counted it as its record was written)."""
         labels, metrics = self.clients, self.metrics
         labels.refresh(self.clock())
+        tasks: dict[tuple[str, str], int] = {}  # one increment per client and model a batch
+        gpu_us: dict[tuple[str, str], int] = {}
         for outcome in settled:
             task = outcome.delivery.task
             if task is None:
                 continue
             client = ledger.client_of(task)
-            label = labels.label(client)
-            metrics.client_tasks_child(label, task.model).inc()
+            key = (labels.label(client), task.model)
+            tasks[key] = tasks.get(key, 0) + 1
             if outcome.gpu_us:
                 labels.charge(client, outcome.gpu_us / 1_000_000)
-                metrics.client_gpu_child(label, task.model).inc(outcome.gpu_us / 1_000_000)
+                gpu_us[key] = gpu_us.get(key, 0) + outcome.gpu_us
+        for key, count in tasks.items():
+            metrics.client_tasks_child(*key).inc(count)
+        for key, used in gpu_us.items():
+            metrics.client_gpu_child(*key).inc(used / 1_000_000)
 
     def _observe_wait(self, model: str, items: Sequence[Delivery]) -> None:
         now_ms = int(time.time() * 1000)
