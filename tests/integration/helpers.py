@@ -175,9 +175,18 @@ def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
 
 
 def backlog_counts(client: redis.Redis, partitions: int = 16) -> int:
-    """The admission scripts' backlog counts, summed over partitions, models and priorities."""
+    """The admission scripts' backlog counts, summed over partitions, models and priorities
+    (not the owners' '@' nor the fair-share flows' '~' counts of the same tasks)."""
     return sum(int(n) for p in range(partitions)
-               for n in client.hvals(keys.backlog_key(p)))
+               for field, n in client.hgetall(keys.backlog_key(p)).items()
+               if not field.startswith((b"@", b"~")))
+
+
+def flow_counts(client: redis.Redis, partitions: int = 16) -> int:
+    """The fair-share flows' counts of unfinished tasks, summed over partitions."""
+    return sum(int(n) for p in range(partitions)
+               for field, n in client.hgetall(keys.backlog_key(p)).items()
+               if field.startswith(b"~"))
 
 
 def task_keys(client: redis.Redis) -> list[bytes]:

@@ -25,6 +25,7 @@ from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
     executions_since,
+    flow_counts,
     gateway_settings,
     running_batchers,
     running_gateway,
@@ -98,6 +99,7 @@ async def test_weights_one_to_three_share_a_contended_model_one_to_three(
     heavy = window.count("heavy") / len(window)
     assert 0.675 <= heavy <= 0.825, f"heavy's share {heavy:.2f}, not 0.75 within 10%"
     assert fair_queues(redis_client) == 0 and backlog_counts(redis_client) == 0
+    assert flow_counts(redis_client) == 0  # every flow's count left with its tasks
 
 
 async def test_a_client_alone_gets_every_batch_full(
@@ -149,6 +151,7 @@ async def test_a_light_client_is_not_kept_behind_a_flood(
     assert sorted(fair)[len(fair) // 2] < 0.5, fair  # its median: a batch or two
     assert max(fair) < min(fifo), (fair, fifo)
     assert fair_queues(redis_client) == 0 and backlog_counts(redis_client) == 0
+    assert flow_counts(redis_client) == 0  # every flow's count left with its tasks
 
 
 async def test_a_task_waiting_in_fair_order_is_cancelled_and_leaves_no_count(
@@ -166,6 +169,7 @@ async def test_a_task_waiting_in_fair_order_is_cancelled_and_leaves_no_count(
             rest = [t for t in ids if t != waiting[0]]
             await asyncio.gather(*(final(client, t) for t in rest))
             assert await wait_until(lambda: backlog_counts(redis_client) == 0, 10)
+            assert await wait_until(lambda: flow_counts(redis_client) == 0, 10)
     assert fair_queues(redis_client) == 0
 
 
