@@ -204,10 +204,12 @@ async def test_each_client_is_charged_its_tasks_rows_and_the_batches_triton_time
     # Triton's; above it only by each call's trip over loopback and the turns of the event loop
     # it shares here with the gateway and the clients: 0-2.2 ms a call in runs here, where
     # Triton spends about 20 ms on each (sim sleeps 5 ms at least, its Python backend takes
-    # the rest). Half of Triton's time more allows for a busy machine; the exact check is the
-    # one above (a batch counted twice would be a whole call over it).
+    # the rest). On a busy machine (the whole suite's processes beside it) a call's trip can
+    # take as long again, and Triton's figures can hold the end of a call of an earlier test:
+    # so within a fifth below and twice above; the exact check is the one above (a batch
+    # counted twice would be a whole call over it).
     triton_us = (ns_after - ns_before) / 1000
-    assert triton_us <= gpu_us < 1.5 * triton_us
+    assert 0.8 * triton_us <= gpu_us < 2 * triton_us, (gpu_us, triton_us)
 
     # ferry usage prints the same figures, as a table and as CSV; a wrong token is an error.
     assert table_code == 0 and csv_code == 0, table + as_csv
