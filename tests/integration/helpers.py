@@ -174,19 +174,23 @@ def stream_lengths(client: redis.Redis, partitions: int = 16) -> int:
                for stream in keys.partition_streams(p))
 
 
+def _backlog_fields(client: redis.Redis, partitions: int) -> Iterator[tuple[str, int]]:
+    for p in range(partitions):
+        for name, count in client.hgetall(keys.backlog_key(p)).items():
+            yield (name.decode() if isinstance(name, bytes) else str(name)), int(count)
+
+
 def backlog_counts(client: redis.Redis, partitions: int = 16) -> int:
     """The admission scripts' backlog counts, summed over partitions, models and priorities
     (not the owners' '@' nor the fair-share flows' '~' counts of the same tasks)."""
-    return sum(int(n) for p in range(partitions)
-               for field, n in client.hgetall(keys.backlog_key(p)).items()
-               if not field.startswith((b"@", b"~")))
+    return sum(count for field, count in _backlog_fields(client, partitions)
+               if not field.startswith(("@", "~")))
 
 
 def flow_counts(client: redis.Redis, partitions: int = 16) -> int:
     """The fair-share flows' counts of unfinished tasks, summed over partitions."""
-    return sum(int(n) for p in range(partitions)
-               for field, n in client.hgetall(keys.backlog_key(p)).items()
-               if field.startswith(b"~"))
+    return sum(count for field, count in _backlog_fields(client, partitions)
+               if field.startswith("~"))
 
 
 def task_keys(client: redis.Redis) -> list[bytes]:
