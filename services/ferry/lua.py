@@ -39,12 +39,19 @@ class ScriptSpec:
     more_keys: str = ""  # names the index of the first KEYS after the named ones
     results: tuple[type[IntEnum], str] | None = None  # an enum, and its constants' prefix
     constants: tuple[tuple[str, str | int], ...] = ()  # shared with Python, by name
-    fragments: tuple[str, ...] = ()  # files of the same folder put before it
+    fragments: tuple[str, ...] = ()  # files of the same folder put before it (or another
+    # room's, as "ferry.tasks:fair_flow": a fragment two rooms' scripts share)
 
 
 def read_lua(package: str, name: str) -> str:
     """A file of a room's ``lua/`` folder."""
     return resources.files(package).joinpath(FOLDER, f"{name}.lua").read_text()
+
+
+def fragment(package: str, name: str) -> tuple[str, str]:
+    """A fragment's room and file: ``name`` in ``package``'s folder, or "room:name"."""
+    room, _, file = name.rpartition(":")
+    return room or package, file
 
 
 @functools.cache
@@ -53,7 +60,7 @@ def source(spec: ScriptSpec) -> str:
     every generated constant written in as a literal (a local would be one more upvalue for
     every function that uses it, and creating those closures is most of a short script's
     cost)."""
-    body = "\n".join([*(read_lua(spec.package, f) for f in spec.fragments),
+    body = "\n".join([*(read_lua(*fragment(spec.package, f)) for f in spec.fragments),
                       read_lua(spec.package, spec.name)])
     values = constants(spec)
     if not values:

@@ -51,7 +51,7 @@ def _declared_scripts() -> list[ScriptSpec]:
 
 
 SCRIPTS = _declared_scripts()
-FRAGMENTS = sorted({(spec.package, f) for spec in SCRIPTS for f in spec.fragments})
+FRAGMENTS = sorted({lua.fragment(spec.package, f) for spec in SCRIPTS for f in spec.fragments})
 FILES = sorted({(spec.package, spec.name) for spec in SCRIPTS} | set(FRAGMENTS))
 
 
@@ -147,8 +147,9 @@ def test_every_declared_key_and_argument_is_used(spec: ScriptSpec) -> None:
 
 @pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
 def test_scripts_index_keys_and_argv_only_through_generated_names(spec: ScriptSpec) -> None:
-    for name in (*spec.fragments, spec.name):
-        lua_code = code(lua.read_lua(spec.package, name))
+    for package, name in (*(lua.fragment(spec.package, f) for f in spec.fragments),
+                          (spec.package, spec.name)):
+        lua_code = code(lua.read_lua(package, name))
         assert not re.search(r"\b(?:KEYS|ARGV)\[\s*\d", lua_code), f"{name}.lua"
     if spec.item:  # per-item ARGV: from the first item on, by its offsets
         assert "FIRST_ITEM" in lua.read_lua(spec.package, spec.name)

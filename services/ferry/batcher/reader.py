@@ -81,17 +81,12 @@ class Reader:
         self.read_s = readahead.READ_S_INITIAL  # a read-ahead's typical duration
         self.ahead_reads = 0  # read-aheads since a slot last freed
 
-    @property
-    def quota(self) -> int:
-        """Tasks of one priority that may wait in the buffer: a batch per slot, and one more
-        (``ModelBook.buffer_quota``)."""
-        return self.models.buffer_quota()
-
     def rooms(self) -> dict[Priority, int]:
         """Room per priority: each has its own quota, so that waiting low-priority work never
         stops high-priority work from being read."""
         waiting = self.shared.buffer.count_by(lambda lane: lane.priority)
-        return {p: self.quota - waiting.get(p, 0) for p in BY_URGENCY}
+        quota = self.models.buffer_quota()  # a batch per slot, and one more
+        return {p: quota - waiting.get(p, 0) for p in BY_URGENCY}
 
     @property
     def room(self) -> int:

@@ -98,7 +98,8 @@ class FairReadArgs(NamedTuple):
 # Reads a stream, then moves the fair queue's tasks to it in fair order and reads them too.
 FAIR_READ = lua.ScriptSpec("ferry.queue", "fair_read", FairReadKeys._fields,
                            FairReadArgs._fields,
-                           constants=(("PENDING", "PENDING"), ("TASK_FIELD", keys.TASK_FIELD)))
+                           constants=(("PENDING", "PENDING"), ("TASK_FIELD", keys.TASK_FIELD)),
+                           fragments=("ferry.tasks:fair_flow",))
 
 
 def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
@@ -168,7 +169,7 @@ class RedisStreamQueue:
         self._fair_read = reader.register_script(lua.source(FAIR_READ))
         # (partition, priority) whose fair queue may hold tasks, read through it: all at first
         # (tasks may wait from before), then as fair doorbells ring (or a recheck finds them)
-        self.fair_waiting = {(p, priority) for p in self.owned for priority in BY_URGENCY}
+        self.fair_waiting = set(self.fair_pairs)
         # every partition's streams: a dead batcher's entries are taken over wherever they are
         self.all_streams = [(p, s) for p in range(partitions) for s in keys.partition_streams(p)]
 
@@ -244,10 +245,15 @@ class RedisStreamQueue:
             log.warning("a fair read failed: %s", failed)
         return deliveries
 
+    @property
+    def fair_pairs(self) -> list[tuple[int, Priority]]:
+        """Every (partition, priority) this consumer owns: each has its fair queue."""
+        return [(p, priority) for p in self.owned for priority in BY_URGENCY]
+
     async def recheck_fair(self) -> None:
         """Find fair queues that hold tasks though no doorbell was heard (a batcher that read
         it died before reading the queue): cheap, one EXISTS per owned queue."""
-        pairs = [(p, priority) for p in self.owned for priority in BY_URGENCY]
+        pairs = self.fair_pairs
         found = await self.reader.pipeline([("EXISTS", keys.fair_queue(p, priority))
                                             for p, priority in pairs])
         self.fair_waiting.update(pair for pair, there in zip(pairs, found, strict=True)

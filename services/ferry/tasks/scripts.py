@@ -182,10 +182,11 @@ COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
                         item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",
                         fragments=("common",), constants=(*TASK_CONSTANTS, *(
                             (f"LEDGER_{m.upper()}", m) for m in ledger.MEASURES)))
+UNQUEUE_FRAGMENTS = ("common", "fair_flow", "unqueue")  # cancel's and withdraw's
 CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,
-                      results=(CancelOutcome, "OUTCOME_"), fragments=("common", "unqueue"))
+                      results=(CancelOutcome, "OUTCOME_"), fragments=UNQUEUE_FRAGMENTS)
 WITHDRAW = _task_script("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,
-                        results=(Withdrawal, "WITHDRAW_"), fragments=("common", "unqueue"))
+                        results=(Withdrawal, "WITHDRAW_"), fragments=UNQUEUE_FRAGMENTS)
 HEAL = _task_script("heal", HealKeys._fields, more_keys="FIRST_STREAM")
 REVIEW = _task_script("review", ReviewKeys._fields, ReviewArgs._fields, fragments=("common",))
 SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW, WITHDRAW)

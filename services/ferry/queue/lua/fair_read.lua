@@ -19,15 +19,6 @@ local function read(n)
   end
 end
 
--- A flow's task leaves the fair queue: its count, and its weight once it has none waiting.
-local function leave_flow(flow)
-  if redis.call('HINCRBY', fair_state, 'n|' .. flow, -1) <= 0 then
-    local weight = redis.call('HGET', fair_state, 'w|' .. flow) or '0'
-    redis.call('HDEL', fair_state, 'n|' .. flow, 'w|' .. flow)
-    redis.call('HINCRBYFLOAT', fair_state, 'w', '-' .. weight)
-  end
-end
-
 read(want)
 local short = want - #entries
 local popped_any = {}
@@ -38,7 +29,7 @@ if short > 0 then
   for i = 1, #popped, 2 do
     local key = task_prefix .. popped[i]
     local task = redis.call('HMGET', key, 'envelope', 'flow', 'status')
-    if task[2] then leave_flow(task[2]) end
+    if task[2] then leave_flow(fair_state, task[2]) end
     if task[1] and task[3] == PENDING then
       local entry = redis.call('XADD', stream, '*', TASK_FIELD, task[1])
       redis.call('HSET', key, 'entry', entry, 'stream', stream)

@@ -43,6 +43,14 @@ local function fair_wait(here, mine)
   return redis.call('EXISTS', fair_queue) == 1
 end
 
+-- The fair queue as the task's flow sees it: the flow's tasks waiting there, and the weights
+-- of the other flows waiting (the flow's own weight is ``weight``).
+local function flows_waiting()
+  local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
+  local waiting, weights = tonumber(state[1]) or 0, tonumber(state[2]) or 0
+  return waiting, math.max(0, weights - (waiting > 0 and tonumber(weight) or 0))
+end
+
 -- Of its own priority's ``here`` tasks, how many a fair share puts ahead of the task: those
 -- before contention, then its flow's waiting tasks as many times over as its weight is a part of
 -- the waiting flows' weights.
@@ -50,10 +58,9 @@ local function fair_ahead(here)
   if not fair_wait(here, tonumber(redis.call('HGET', backlog, flowed)) or 0) then
     return here
   end
-  local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
-  local mine, weights, mass = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(weight)
-  if mine == 0 then weights = weights + mass end
-  return math.min(here, fair_from + (mine + 1) * math.max(weights, mass) / mass)
+  local waiting, others = flows_waiting()
+  local mass = tonumber(weight)
+  return math.min(here, fair_from + (waiting + 1) * (others + mass) / mass)
 end
 
 -- With fair share, a full backlog refuses only the flows that hold their share of it: while
@@ -63,11 +70,10 @@ end
 -- the limit as it is.
 local function within_share(at_most)
   if fair_from <= 0 then return false end
-  local state = redis.call('HMGET', fair_state, 'n|' .. flow, 'w')
-  local mine, weights, mass = tonumber(state[1]) or 0, tonumber(state[2]) or 0, tonumber(weight)
-  local others = weights - (mine > 0 and mass or 0)
+  local waiting, others = flows_waiting()
+  local mass = tonumber(weight)
   if others <= mass * 1e-9 then return false end
-  return mine < at_most * mass / (others + mass)
+  return waiting < at_most * mass / (others + mass)
 end
 
 -- The first limit that refuses the task, as the result; nil when none does.

@@ -12,11 +12,7 @@ end
 -- leaves it: false if it is not there (a batcher moved it to the stream meanwhile).
 local function unwait(fair, fairstate, flow, id, key)
   if redis.call('ZREM', fair, id) ~= 1 then return false end
-  if redis.call('HINCRBY', fairstate, 'n|' .. flow, -1) <= 0 then
-    local weight = redis.call('HGET', fairstate, 'w|' .. flow) or '0'
-    redis.call('HDEL', fairstate, 'n|' .. flow, 'w|' .. flow)
-    redis.call('HINCRBYFLOAT', fairstate, 'w', '-' .. weight)
-  end
+  leave_flow(fairstate, flow)
   redis.call('HDEL', key, 'fair', 'fairstate', 'flow', 'envelope')
   return true
 end
