@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -47,7 +48,11 @@ class PerfAnalyzerMissing(RuntimeError):
 
 
 def binary() -> Path:
-    """The wrapper ``make tools`` installs (it sets the library path the binary needs)."""
+    """The wrapper ``make tools`` installs (it sets the library path the binary needs), or the
+    one ``FERRY_PERF_ANALYZER`` names (the GPU kit's, scripts/gpu-kit.sh)."""
+    given = os.environ.get("FERRY_PERF_ANALYZER", "")
+    if given:
+        return Path(given)
     if not BINARY.exists():
         raise PerfAnalyzerMissing(f"{BINARY} is missing: run `make tools` "
                                   "(scripts/install-perf-analyzer.sh) to install perf_analyzer")

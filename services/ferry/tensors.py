@@ -227,14 +227,16 @@ def _check_range(name: str, datatype: str, values: list[Any]) -> None:
         return
     dtype = np.dtype(NUMPY_DTYPE.get(datatype, "<f4"))
     info: Any = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
+    # Python numbers compared with Python numbers: numpy 2 warns when it casts 70000.0 to FP16
+    bounds = (info.min, info.max) if dtype.kind in "iu" else (float(info.min), float(info.max))
     if dtype.kind == "f":  # NaN and infinity (JSON's NaN, Infinity) are a float's own values
         values = [v for v in values if isinstance(v, int) or math.isfinite(v)]
         if not values:
             return
     low, high = min(values), max(values)
-    if low < info.min or high > info.max:
+    if low < bounds[0] or high > bounds[1]:
         raise TensorError(f"input {name!r}: {datatype} holds {info.min} to {info.max}, the data "
-                          f"has {low if low < info.min else high}")
+                          f"has {low if low < bounds[0] else high}")
 
 
 def _fits(kind: type, value: Any) -> bool:

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubernetes import client, config
-
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -48,6 +46,10 @@ class StatefulSetReplicas:
 
     def _read(self) -> int:
         if self._api is None:
+            # The Kubernetes client (a large package) is imported only by a batcher that
+            # follows a StatefulSet: fixed partitions never need it.
+            from kubernetes import client, config  # noqa: PLC0415
+
             load_incluster: Callable[[], None] = config.load_incluster_config  # untyped there
             load_incluster()
             self._api = client.AppsV1Api()

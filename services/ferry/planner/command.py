@@ -56,6 +56,8 @@ def add_parser(commands: Any) -> None:
     fit.add_argument("--batch-sizes", default=",".join(map(str, DEFAULT_SIZES)))
     fit.add_argument("--repeats", type=int, default=10, help="timed calls per batch size")
     fit.add_argument("--payload-bytes", type=int, default=1024)
+    fit.add_argument("--input", type=Path, help="a file sent as every item of the sweep (an "
+                     "image, a text: what the model serves), instead of the model's sample")
     fit.add_argument("--out", type=Path, help="write the fit as JSON here (for --fit)")
     fit.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -158,8 +160,10 @@ def _fit(args: argparse.Namespace) -> int:
                                args.model)
     else:
         sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
+        sample = args.input.read_bytes() if args.input else None
         cost = asyncio.run(sweep(args.triton_url, args.model, sizes=sizes,
-                                 repeats=args.repeats, payload_bytes=args.payload_bytes))
+                                 repeats=args.repeats, payload_bytes=args.payload_bytes,
+                                 sample=sample))
     if args.out:
         args.out.write_text(json.dumps(cost.to_json(), indent=2) + "\n")
     if args.json:

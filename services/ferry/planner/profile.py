@@ -28,16 +28,18 @@ def payload(spec: ModelSpec, size: int) -> bytes:
 
 
 async def sweep(triton_url: str, model: str, *, sizes: Sequence[int] = DEFAULT_SIZES,
-                repeats: int = 10, payload_bytes: int = 1024, warmup: int = 2) -> CostModel:
+                repeats: int = 10, payload_bytes: int = 1024, warmup: int = 2,
+                sample: bytes | None = None) -> CostModel:
     """Time ``repeats`` calls at each batch size (up to the model's max_batch_size), after
-    ``warmup`` untimed ones, and fit t(B) to them."""
+    ``warmup`` untimed ones, and fit t(B) to them; every item is ``sample`` when given."""
     backend = TritonGrpcBackend(triton_url, infer_timeout_s=120.0)
     await backend.start()
     try:
         spec = await backend.model_spec(model)
         samples: list[tuple[int, float]] = []
         for batch in sorted({min(s, spec.max_batch_size) for s in sizes if s >= 1}):
-            payloads = [payload(spec, payload_bytes) for _ in range(batch)]
+            payloads = [sample if sample is not None else payload(spec, payload_bytes)
+                        for _ in range(batch)]
             for attempt in range(warmup + repeats):
                 started = time.perf_counter()
                 await backend.infer(spec, payloads)
