@@ -115,7 +115,8 @@ bench: install $(PERF_ANALYZER) $(PEERS)
 
 # The planner's predictions next to BENCHMARKS.md's measurements, and the design scenario.
 plan-check: install
-	$(BIN)/python -m ferry.planner.validate --bench BENCHMARKS.md --out PLANNER.md
+	$(BIN)/python -m ferry.planner.validate --bench BENCHMARKS.md --out PLANNER.md \
+		--gpu-runs loadtest/gpukit/results/*.json
 
 lint: install
 	$(BIN)/ruff check services tests loadtest

@@ -36,13 +36,14 @@ from loadtest.bench import durability, fairness, goals, jobs, keepup, peers, rec
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import http_floor, redis_floor
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
-from loadtest.bench.goodput import GoodputBench, replace_section, section
+from loadtest.bench.goodput import GoodputBench, replace_section, section, section_of
 from loadtest.bench.perf_analyzer import binary as perf_analyzer
 from loadtest.bench.profile import hotspots, py_spy, record
 from loadtest.bench.report import Report
 from loadtest.bench.stack import BenchStack
 from loadtest.bench.sweep import SYSTEMS, Sweep, TritonStats
 from loadtest.generator import run
+from loadtest.gpukit.report import HEADING as GPU_HEADING
 
 log = logging.getLogger("loadtest.bench")
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,7 +276,10 @@ def write(report: Report, args: argparse.Namespace, state: Path, sweep: Sweep) -
     figures.mkdir(parents=True, exist_ok=True)
     curves, cpu = figures / "operating-curves.png", figures / "cpu-per-inference.png"
     report.draw(curves, cpu)
-    out.write_text(report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)]))
+    # the GPU kit's section is measured elsewhere (a lent GPU machine): a run here keeps it
+    gpu = section_of(out.read_text(), GPU_HEADING) if out.exists() else []
+    text = report.markdown([os.path.relpath(f, out.parent) for f in (curves, cpu)])
+    out.write_text(replace_section(text, gpu, GPU_HEADING) if gpu else text)
     (state / "results.json").write_text(json.dumps([p.to_json() for p in sweep.points]))
 
 

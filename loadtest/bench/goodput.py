@@ -391,3 +391,13 @@ def replace_section(report: str, lines: list[str], heading: str = HEADING) -> st
     end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
     tail = ["", *text[end:]] if end < len(text) else []
     return "\n".join([*text[:start], *lines, *tail]) + "\n"
+
+
+def section_of(report: str, heading: str) -> list[str]:
+    """The lines of ``report``'s section ``heading`` (none when it has none)."""
+    text = report.splitlines()
+    if heading not in text:
+        return []
+    start = text.index(heading)
+    end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+    return text[start:end]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import tempfile
 from pathlib import Path
 
+from loadtest.bench.goodput import replace_section
+from loadtest.gpukit import report
 from loadtest.gpukit.run import Kit, Options
 
 
@@ -30,7 +33,18 @@ def main(argv: list[str] | None = None) -> int:
                      "(default: 3 per 8 cores)")
     run.add_argument("--batchers", type=int, default=0, help="Ferry's batchers (default: 2 "
                      "from 8 cores)")
+    write = actions.add_parser("section", help="put kit runs' figures in BENCHMARKS.md's "
+                               "section \"On a GPU\"")
+    write.add_argument("results", type=Path, nargs="+", help="gpu-kit.json files of runs")
+    write.add_argument("--out", type=Path, default=Path("BENCHMARKS.md"))
     args = parser.parse_args(argv)
+    if args.action == "section":
+        results = [json.loads(path.read_text()) for path in args.results]
+        lines = report.section(results, [str(path) for path in args.results])
+        old = args.out.read_text() if args.out.exists() else ""
+        args.out.write_text(replace_section(old, lines, report.HEADING))
+        print(f"wrote {report.HEADING!r} of {args.out}")
+        return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(name)s %(message)s")
     work = args.work or Path(tempfile.mkdtemp(prefix="ferry-kit-"))

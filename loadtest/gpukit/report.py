@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 LOG_TAIL_LINES = 400
+HEADING = "## On a GPU"  # BENCHMARKS.md's section, written by `python -m loadtest.gpukit section`
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Ferry and Triton alone on {_card(result)}", "",
              f"Run {result['started']}, {result.get('elapsed_s', 0):.0f} s. "
              f"{_machine(result)}", ""]
-    lines += _engine(result) + _fit(result) + _goodput(result) + _loads(result)
+    lines += _goals(result) + _engine(result) + _fit(result) + _goodput(result) + _loads(result)
     if result.get("skipped"):
         lines += ["## Skipped", "", *[f"- {s}" for s in result["skipped"]], ""]
     if result.get("errors"):
@@ -33,6 +34,45 @@ def _machine(result: dict[str, Any]) -> str:
             f"processes, {sizing.get('batchers', '?')} batchers, one Redis; result cache and "
             f"request collapsing off. Input: one {result.get('image_bytes', 0):,}-byte JPEG, "
             f"made distinct per request.")
+
+
+GOODPUT_GOAL = 0.9  # Ferry's goodput at the SLO against Triton alone's (issue 37)
+P99_GOAL = 1.1  # Ferry's p99 at 80% load against Triton alone's
+
+
+def _goals(result: dict[str, Any]) -> list[str]:
+    """The kit's two goals, per instance count: met or missed, with the figures."""
+    rows = []
+    for instances in sorted({str(r["instances"]) for r in result.get("loads", [])}):
+        pair = {r["system"]: r for r in result.get("goodput", [])
+                if r["scenario"] == instances and r["variant"] == "slo"}
+        load = next((r for r in result.get("loads", [])
+                     if str(r["instances"]) == instances and r["share"] == 0.8), None)
+        rows.append(f"| {instances} | {_goodput_goal(pair)} | {_p99_goal(load)} |")
+    if not rows:
+        return []
+    return ["## Goals", "", f"| instances | goodput at the SLO ≥ {GOODPUT_GOAL} times Triton "
+            f"alone's | p99 at 80% load ≤ {P99_GOAL} times Triton alone's |", "|---|---|---|",
+            *rows, ""]
+
+
+def _goodput_goal(pair: dict[str, Any]) -> str:
+    triton, ferry = pair.get("triton"), pair.get("ferry")
+    if not triton or not ferry or not triton["rate"]:
+        return "not measured"
+    ratio = ferry["rate"] / triton["rate"]
+    return f"{ratio:.2f} ({'met' if ratio >= GOODPUT_GOAL else '**missed**'})"
+
+
+def _p99_goal(load: dict[str, Any] | None) -> str:
+    if load is None or "triton" not in load or "ferry" not in load:
+        return "not measured"
+    triton, ferry = load["triton"]["measured"], load["ferry"]["measured"]
+    if ferry["errors"]:
+        return f"**missed**: Ferry fell behind at {load['rate']:,.0f}/s ({ferry['errors'][0]})"
+    ratio = ferry["p99_ms"] / triton["p99_ms"]
+    return (f"{ferry['p99_ms']:,.1f} against {triton['p99_ms']:,.1f} ms: {ratio:.2f} "
+            f"({'met' if ratio <= P99_GOAL else '**missed**'})")
 
 
 def _engine(result: dict[str, Any]) -> list[str]:
@@ -158,3 +198,26 @@ def keep_logs(state: Path, out: Path) -> None:
         parts.append(f"===== {log.relative_to(state)} (last {len(text)} lines)\n" + "\n".join(text))
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs.txt").write_text("\n\n".join(parts) + "\n")
+
+
+def section(results: list[dict[str, Any]], sources: list[str]) -> list[str]:
+    """BENCHMARKS.md's GPU section: each kit run's fit, goodput and fixed loads."""
+    lines = [HEADING, "", "Measured by the GPU kit (`scripts/gpu-kit.sh run`, docs/gpu-kit.md) on "
+             "a lent GPU machine; written here by `python -m loadtest.gpukit section` from the "
+             f"runs' JSON ({', '.join(sources)}). Triton alone is the model with Triton's "
+             "dynamic batcher (delay 0) at Triton's own gRPC port; Ferry is its gateway in "
+             "front of the same model without Triton batching. perf_analyzer (gRPC, Poisson, "
+             "one connection per sending thread, distinct JPEGs) drives both, on the same "
+             "machine as both. What the figures say, and the kit's limits: docs/gpu-kit.md.",
+             ""]
+    for result in results:
+        sizing = result.get("sizing", {})
+        lines += [f"### {_card(result)}, {result['started'][:16].replace('T', ' ')} UTC: "
+                  f"{sizing.get('gateways')} gateway processes, {sizing.get('batchers')} "
+                  "batchers", "", _machine(result), ""]
+        for part in (_goals(result), _engine(result), _fit(result), _goodput(result),
+                     _loads(result)):
+            lines += [f"##{line}" if line.startswith("## ") else line for line in part]
+        lines += [f"Skipped: {'; '.join(result['skipped'])}.", ""] if result.get("skipped") \
+            else []
+    return lines

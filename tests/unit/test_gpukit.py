@@ -126,3 +126,14 @@ def test_the_report_pairs_the_systems_and_says_what_failed() -> None:
     assert "| 1 | 80% | 3,600 | 3,528, 10.0 / 20.0, 10.0, 50% | error: CANCELLED |" in text
     assert "- goodput tight: no time left" in text
     assert "t(64) = 14.8 ms" in text
+
+
+def test_a_bench_run_keeps_the_gpu_section_and_the_kit_rewrites_only_it() -> None:
+    from loadtest.bench.goodput import replace_section, section_of
+
+    old = "# Bench\n\n## Sweep\n\nold\n\n## On a GPU\n\nH200 figures\n\n## Figures\n\nf\n"
+    kept = section_of(old, report.HEADING)
+    assert kept == ["## On a GPU", "", "H200 figures", ""]
+    fresh = "# Bench\n\n## Sweep\n\nnew\n"
+    assert "H200 figures" in replace_section(fresh, kept, report.HEADING)
+    assert section_of(fresh, report.HEADING) == []

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ferry.planner import arrivals
+from ferry.planner import arrivals, validate_gpu
 from ferry.planner.command import OVERHEAD_WITH_CPU_S, sizing_table
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, PROCESSES, CpuCost, CpuSample, fit
@@ -28,7 +28,6 @@ FLOW = "Ferry, 1 request (Prefer: wait)"
 BENCH_CORES = 2  # make bench's machine: Ferry, Triton and the load generator on two cores
 BENCH_GATEWAY_WORKERS = 2  # make bench's gateway: a worker per core
 CPU_CELL = re.compile(r"^(\d+) \((\d+) \+ (\d+) \+ (\d+)\)")
-GOAL = 0.20  # p99 within 20% below saturation
 SATURATED = 0.95  # past saturation: less than this share of the offered rate achieved (then, or
 # at a lower rate of the same configuration)
 
@@ -167,24 +166,15 @@ def _section(group: list[Measured], seconds: float, seed: int) -> tuple[list[str
              f"{cost.per_item_s * 1e3:g}·B ms, {first.instances} instance"
              f"{'s' if first.instances > 1 else ''}",
              "", f"Ferry's own latency besides its CPU, calibrated at {first.offered:g}/s: "
-             f"{overhead * 1e3:.1f} ms.{fitted}", "",
-             "| offered/s | achieved/s | measured p50 | predicted p50 | measured p99 | "
-             "predicted p99 | p99 error | within 20% |",
-             "|---|---|---|---|---|---|---|---|"]
-    within = counted = 0
-    below = len(_unsaturated(group))
+             f"{overhead * 1e3:.1f} ms.{fitted}", "", *validate_gpu.HEADER]
+    within, below = 0, len(_unsaturated(group))
     for index, row in enumerate(group):
         guess = predict(row, overhead, seconds, seed, cpu)
-        error = (guess.p99_s - row.p99_s) / row.p99_s
-        verdict = "past saturation"
-        if index < below:
-            counted += 1
-            within += abs(error) <= GOAL
-            verdict = "yes" if abs(error) <= GOAL else "**no**"
-        lines.append(f"| {row.offered:,.0f} | {row.achieved:,.0f} | {row.p50_s * 1e3:.1f} | "
-                     f"{guess.p50_s * 1e3:.1f} | {row.p99_s * 1e3:.1f} | "
-                     f"{guess.p99_s * 1e3:.1f} | {error:+.0%} | {verdict} |")
-    return lines, within, counted
+        line, good = validate_gpu.judged(row.offered, row.achieved, row.p50_s, row.p99_s, guess,
+                                         applies=index < below)
+        lines.append(line)
+        within += good
+    return lines, within, below
 
 
 def design_scenario(seed: int = 0) -> str:
@@ -214,7 +204,7 @@ def _intro(bench: str, within: int, counted: int, took: float) -> list[str]:
     ]
 
 
-def report(bench: Path, seconds: float, seed: int) -> str:
+def report(bench: Path, seconds: float, seed: int, gpu_runs: Sequence[Path] = ()) -> str:
     started = time.monotonic()
     text = bench.read_text()
     lines, within, counted = validation(text, seconds, seed)
@@ -245,6 +235,7 @@ def report(bench: Path, seconds: float, seed: int) -> str:
         "```",
         scenario,
         "```",
+        *validate_gpu.section(gpu_runs),
         "",
     ])
 
@@ -255,8 +246,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("PLANNER.md"))
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gpu-runs", type=Path, nargs="*", default=[],
+                        help="the GPU kit's runs (gpu-kit.json files) to predict too")
     args = parser.parse_args()
-    args.out.write_text(report(args.bench, args.seconds, args.seed))
+    args.out.write_text(report(args.bench, args.seconds, args.seed, args.gpu_runs))
     print(f"wrote {args.out}")
     return 0
 
