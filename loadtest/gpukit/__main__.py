@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                      "(default: 3 per 8 cores)")
     run.add_argument("--batchers", type=int, default=0, help="Ferry's batchers (default: 2 "
                      "from 8 cores)")
+    run.add_argument("--input-kind", choices=("image", "bytes"), default="image",
+                     help="what Ferry's gateway checks of each request: 'image' decodes it "
+                     "(the default for an image model), 'bytes' nothing")
     write = actions.add_parser("section", help="put kit runs' figures in BENCHMARKS.md's "
                                "section \"On a GPU\"")
     write.add_argument("results", type=Path, nargs="+", help="gpu-kit.json files of runs")
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(out=args.out, work=work, cpu=args.cpu, budget_s=args.budget_s,
                       arch=args.arch, interval_ms=args.interval_ms, threads=args.threads,
                       gateways=args.gateways, batchers=args.batchers,
+                      input_kind=args.input_kind,
                       instance_counts=tuple(int(n) for n in args.instances.split(",")))
     result = asyncio.run(Kit(options).run())
     print((args.out / "gpu-kit.md").read_text())

@@ -33,7 +33,14 @@ def _machine(result: dict[str, Any]) -> str:
             f"{m.get('driver') or 'none'}. Ferry: {sizing.get('gateways', '?')} gateway "
             f"processes, {sizing.get('batchers', '?')} batchers, one Redis; result cache and "
             f"request collapsing off. Input: one {result.get('image_bytes', 0):,}-byte JPEG, "
-            f"made distinct per request.")
+            f"made distinct per request; the gateway "
+            f"{_check(result)}.")
+
+
+def _check(result: dict[str, Any]) -> str:
+    kind = result.get("options", {}).get("input_kind", "image")
+    return "decodes each image before it admits it" if kind == "image" else \
+        "checks nothing of the payload (ferry_input_kind bytes)"
 
 
 GOODPUT_GOAL = 0.9  # Ferry's goodput at the SLO against Triton alone's (issue 37)

@@ -26,6 +26,7 @@ class Engine:
     arch: str = "resnet50"
     image_size: int = 224
     cuda_graphs: bool = True
+    input_kind: str = "image"  # what Ferry's gateway checks: "image" decodes each, "bytes" none
 
     @property
     def label(self) -> str:
@@ -57,7 +58,7 @@ def config(variant: Variant, engine: Engine, report_dir: Path | None) -> str:
     params = {"engine": engine.engine, "device": engine.device, "arch": engine.arch,
               "image_size": str(engine.image_size),
               "cuda_graphs": "true" if engine.cuda_graphs else "false",
-              "ferry_input_kind": "image"}  # Ferry's gateway checks each image decodes
+              "ferry_input_kind": engine.input_kind}
     if report_dir is not None:
         params["report_dir"] = str(report_dir)
     lines = [

@@ -60,14 +60,16 @@ class Options:
     threads: int = 0  # perf_analyzer's sending threads, each its own connection; 0: two per
     # gateway process (a gRPC connection is served by one of them)
     repeats: int = 5  # timed calls per batch size in the fit
+    input_kind: str = "image"  # the model's ferry_input_kind: "bytes" skips the gateway's check
     gateways: int = 0  # Ferry's gateway processes; 0: sized for the cores (stack.Sizing)
     batchers: int = 0  # Ferry's batchers; 0: likewise
 
     @property
     def engine(self) -> Engine:
         if self.cpu:
-            return Engine(engine="tiny", device="cpu", arch="tiny", cuda_graphs=False)
-        return Engine(arch=self.arch)
+            return Engine(engine="tiny", device="cpu", arch="tiny", cuda_graphs=False,
+                          input_kind=self.input_kind)
+        return Engine(arch=self.arch, input_kind=self.input_kind)
 
     @property
     def probe_s(self) -> float:

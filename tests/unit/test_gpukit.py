@@ -62,6 +62,8 @@ def test_ferry_gets_copies_without_triton_batching_and_triton_alone_with_it() ->
         assert "count: 2 kind: KIND_CPU" in text and "max_batch_size: 64" in text
         assert 'key: "ferry_input_kind" value: { string_value: "image" }' in text
         assert 'key: "engine" value: { string_value: "torch" }' in text
+    unchecked = config(served[0], Engine(input_kind="bytes"), None)
+    assert 'key: "ferry_input_kind" value: { string_value: "bytes" }' in unchecked
 
 
 def test_the_repository_holds_the_model_and_its_configs(tmp_path: Path) -> None:
