@@ -37,6 +37,11 @@ def _machine(result: dict[str, Any]) -> str:
             f"{_check(result)}.")
 
 
+def _variant(result: dict[str, Any]) -> str:
+    kind = result.get("options", {}).get("input_kind", "image")
+    return "" if kind == "image" else ", no image check at the gateway"
+
+
 def _check(result: dict[str, Any]) -> str:
     kind = result.get("options", {}).get("input_kind", "image")
     return "decodes each image before it admits it" if kind == "image" else \
@@ -221,7 +226,7 @@ def section(results: list[dict[str, Any]], sources: list[str]) -> list[str]:
         sizing = result.get("sizing", {})
         lines += [f"### {_card(result)}, {result['started'][:16].replace('T', ' ')} UTC: "
                   f"{sizing.get('gateways')} gateway processes, {sizing.get('batchers')} "
-                  "batchers", "", _machine(result), ""]
+                  f"batchers{_variant(result)}", "", _machine(result), ""]
         for part in (_goals(result), _engine(result), _fit(result), _goodput(result),
                      _loads(result)):
             lines += [f"##{line}" if line.startswith("## ") else line for line in part]
