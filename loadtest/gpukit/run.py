@@ -38,7 +38,7 @@ from loadtest.bench.goodput import Goodput, search
 from loadtest.bench.perf_analyzer import WINDOW_STRETCH, WINDOWS, Load, Measurement, measure
 from loadtest.gpukit import gpu, images, report
 from loadtest.gpukit.repository import INPUT, MAX_BATCH, OUTPUT, Engine, variants, write
-from loadtest.gpukit.stack import KitStack, Sizing
+from loadtest.gpukit.stack import PARTITIONS, KitStack, Sizing
 
 log = logging.getLogger("gpukit")
 
@@ -239,7 +239,7 @@ class Kit:
 
         client = aioredis.Redis.from_url(self.stack.redis_url)
         try:
-            streams = [s for p in range(16) for s in keys.partition_streams(p)]
+            streams = [s for p in range(PARTITIONS) for s in keys.partition_streams(p)]
             stop = time.monotonic() + min(timeout_s, max(1.0, self.left_s()))
             while time.monotonic() < stop:
                 if sum([int(await client.xlen(s)) for s in streams]) == 0:
