@@ -201,15 +201,15 @@ async def test_each_client_is_charged_its_tasks_rows_and_the_batches_triton_time
 
     # ... and Triton's own time for those calls: a call as the batcher times it encloses the
     # request as Triton times it (from receipt to response), so the ledger is never below
-    # Triton's; above it only by each call's trip over loopback and the turns of the event loop
-    # it shares here with the gateway and the clients: 0-2.2 ms a call in runs here, where
-    # Triton spends about 20 ms on each (sim sleeps 5 ms at least, its Python backend takes
-    # the rest). On a busy machine (the whole suite's processes beside it) a call's trip can
-    # take as long again, and Triton's figures can hold the end of a call of an earlier test:
-    # so within a fifth below and twice above; the exact check is the one above (a batch
-    # counted twice would be a whole call over it).
+    # Triton's (a fifth of slack: Triton's figures can hold the end of a call of an earlier
+    # test). Above it, each call adds its trip over loopback and the turns of the event loop
+    # it shares with the gateway and the clients: 0-2.2 ms a call on a quiet machine, but up
+    # to 20 ms a call in the Redis Cluster pass with the whole suite's processes beside it
+    # (a ratio of 2.3 once, on a single call of 15 ms). So the bound above is per call, not a
+    # ratio; the exact check is the one above (a batch counted twice would be a whole call
+    # over it).
     triton_us = (ns_after - ns_before) / 1000
-    assert 0.8 * triton_us <= gpu_us < 2 * triton_us, (gpu_us, triton_us)
+    assert 0.8 * triton_us <= gpu_us <= triton_us + calls * 50_000, (gpu_us, triton_us, calls)
 
     # ferry usage prints the same figures, as a table and as CSV; a wrong token is an error.
     assert table_code == 0 and csv_code == 0, table + as_csv
