@@ -387,8 +387,7 @@ def replace_section(report: str, lines: list[str], heading: str = HEADING) -> st
             return "\n".join([*text, "", *lines]) + "\n"
         at = text.index(READING)
         return "\n".join([*text[:at], *lines, "", *text[at:]]) + "\n"
-    start = text.index(heading)
-    end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+    start, end = _bounds(text, heading)
     tail = ["", *text[end:]] if end < len(text) else []
     return "\n".join([*text[:start], *lines, *tail]) + "\n"
 
@@ -398,6 +397,12 @@ def section_of(report: str, heading: str) -> list[str]:
     text = report.splitlines()
     if heading not in text:
         return []
+    start, end = _bounds(text, heading)
+    return text[start:end]
+
+
+def _bounds(text: list[str], heading: str) -> tuple[int, int]:
+    """Where the section ``heading`` starts, and where the next ``## `` section does."""
     start = text.index(heading)
     end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
-    return text[start:end]
+    return start, end

@@ -54,10 +54,9 @@ P99_GOAL = 1.1  # Ferry's p99 at 80% load against Triton alone's
 
 def _goals(result: dict[str, Any]) -> list[str]:
     """The kit's two goals, per instance count: met or missed, with the figures."""
-    rows = []
+    rows, pairs = [], _pairs(result)
     for instances in sorted({str(r["instances"]) for r in result.get("loads", [])}):
-        pair = {r["system"]: r for r in result.get("goodput", [])
-                if r["scenario"] == instances and r["variant"] == "slo"}
+        pair = pairs.get((instances, "slo"), {})
         load = next((r for r in result.get("loads", [])
                      if str(r["instances"]) == instances and r["share"] == 0.8), None)
         rows.append(f"| {instances} | {_goodput_goal(pair)} | {_p99_goal(load)} |")
@@ -110,17 +109,13 @@ def _fit(result: dict[str, Any]) -> list[str]:
 
 
 def _goodput(result: dict[str, Any]) -> list[str]:
-    rows = result.get("goodput") or []
-    if not rows:
+    if not result.get("goodput"):
         return []
     lines = ["## Goodput at the SLO (gRPC, perf_analyzer, Poisson)", "",
              "| instances | SLO (p99) | Triton alone | its p99 | Ferry | its p99 | "
              "Ferry / Triton |",
              "|---|---|---|---|---|---|---|"]
-    pairs: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in rows:
-        pairs.setdefault((row["scenario"], row["variant"]), {})[row["system"]] = row
-    for (instances, _), pair in pairs.items():
+    for (instances, _), pair in _pairs(result).items():
         triton, ferry = pair.get("triton"), pair.get("ferry")
         ratio = (f"{ferry['rate'] / triton['rate']:.2f}"
                  if triton and ferry and triton["rate"] and ferry["rate"] else "")
@@ -128,6 +123,14 @@ def _goodput(result: dict[str, Any]) -> list[str]:
         lines.append(f"| {instances} | {slo:,.1f} ms | {_rate(triton)} | {_p99(triton)} | "
                      f"{_rate(ferry)} | {_p99(ferry)} | {ratio} |")
     return [*lines, ""]
+
+
+def _pairs(result: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The goodput searches by (instance count, SLO variant), then by system."""
+    pairs: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in result.get("goodput") or []:
+        pairs.setdefault((row["scenario"], row["variant"]), {})[row["system"]] = row
+    return pairs
 
 
 def _rate(row: dict[str, Any] | None) -> str:

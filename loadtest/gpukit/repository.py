@@ -44,13 +44,15 @@ class Variant:
     triton_batching: bool
 
 
+def model_name(arch: str, instances: int, *, triton_batching: bool) -> str:
+    """``resnet50``, ``resnet50_triton``, ``resnet50_x2``, ``resnet50_triton_x2``..."""
+    return (f"{arch}{'_triton' if triton_batching else ''}"
+            f"{'' if instances == 1 else f'_x{instances}'}")
+
+
 def variants(arch: str, instance_counts: tuple[int, ...] = (1, 2)) -> list[Variant]:
-    out = []
-    for count in instance_counts:
-        suffix = "" if count == 1 else f"_x{count}"
-        out.append(Variant(f"{arch}{suffix}", count, triton_batching=False))
-        out.append(Variant(f"{arch}_triton{suffix}", count, triton_batching=True))
-    return out
+    return [Variant(model_name(arch, count, triton_batching=batching), count, batching)
+            for count in instance_counts for batching in (False, True)]
 
 
 def config(variant: Variant, engine: Engine, report_dir: Path | None) -> str:

@@ -37,7 +37,15 @@ from loadtest.bench.cpu import CpuMeter
 from loadtest.bench.goodput import Goodput, search
 from loadtest.bench.perf_analyzer import WINDOW_STRETCH, WINDOWS, Load, Measurement, measure
 from loadtest.gpukit import gpu, images, report
-from loadtest.gpukit.repository import INPUT, MAX_BATCH, OUTPUT, Engine, variants, write
+from loadtest.gpukit.repository import (
+    INPUT,
+    MAX_BATCH,
+    OUTPUT,
+    Engine,
+    model_name,
+    variants,
+    write,
+)
 from loadtest.gpukit.stack import PARTITIONS, KitStack, Sizing
 
 log = logging.getLogger("gpukit")
@@ -301,9 +309,11 @@ class Kit:
 
     def systems(self, instances: int) -> list[tuple[str, str, str]]:
         assert self.stack is not None
-        arch, suffix = self.options.engine.arch, "" if instances == 1 else f"_x{instances}"
-        return [("triton", f"{arch}_triton{suffix}", self.stack.triton_grpc),
-                ("ferry", f"{arch}{suffix}", self.stack.gateway_grpc)]
+        arch = self.options.engine.arch
+        return [("triton", model_name(arch, instances, triton_batching=True),
+                 self.stack.triton_grpc),
+                ("ferry", model_name(arch, instances, triton_batching=False),
+                 self.stack.gateway_grpc)]
 
     # -- the whole run --------------------------------------------------------------------------
 
