@@ -16,20 +16,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ferry.planner import arrivals, validate_gpu
+from ferry.planner import arrivals, validate_gpu, verdict
 from ferry.planner.command import OVERHEAD_WITH_CPU_S, sizing_table
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, PROCESSES, CpuCost, CpuSample, fit
 from ferry.planner.search import Target, size
 from ferry.planner.simulate import Deployment, Outcome, simulate
+from ferry.planner.verdict import SATURATED, unsaturated
 
 SECTION = re.compile(r"^## (\w+) backend, t\(B\) = ([0-9.]+) \+ ([0-9.]+)·B ms, (\d+) instances?")
 FLOW = "Ferry, 1 request (Prefer: wait)"
 BENCH_CORES = 2  # make bench's machine: Ferry, Triton and the load generator on two cores
 BENCH_GATEWAY_WORKERS = 2  # make bench's gateway: a worker per core
 CPU_CELL = re.compile(r"^(\d+) \((\d+) \+ (\d+) \+ (\d+)\)")
-SATURATED = 0.95  # past saturation: less than this share of the offered rate achieved (then, or
-# at a lower rate of the same configuration)
 
 
 @dataclass(frozen=True)
@@ -55,9 +54,6 @@ class Measured:
         busy = min(0.9, self.offered * (ferry + self.generator_s) / BENCH_CORES)
         return 1.0 / (1.0 - busy ** BENCH_CORES)
 
-    @property
-    def short(self) -> bool:
-        return self.achieved < SATURATED * self.offered
 
 
 def measured_rows(text: str, flow: str = FLOW) -> Iterator[Measured]:
@@ -96,7 +92,7 @@ def _cpu(cell: str, batch: float) -> CpuSample | None:
 
 def cpu_of(rows: list[Measured]) -> CpuCost | None:
     """Ferry's CPU costs fitted over a configuration's rates below saturation."""
-    samples = [row.cpu for row in _unsaturated(rows) if row.cpu is not None]
+    samples = [row.cpu for row in unsaturated(rows) if row.cpu is not None]
     return fit(samples) if samples else None
 
 
@@ -118,7 +114,7 @@ def fast_cpu(text: str) -> CpuCost | None:
     samples = []
     for group in _groups(list(measured_rows(text))).values():
         if group[0].backend == "fast":
-            samples += [row.cpu for row in _unsaturated(group) if row.cpu is not None]
+            samples += [row.cpu for row in unsaturated(group) if row.cpu is not None]
     return fit(samples) if samples else None
 
 
@@ -129,12 +125,6 @@ def _groups(rows: list[Measured]) -> dict[tuple[str, int], list[Measured]]:
     for group in groups.values():
         group.sort(key=lambda r: r.offered)
     return groups
-
-
-def _unsaturated(rows: list[Measured]) -> list[Measured]:
-    """The rows before the first that achieved less than 95% of its offered rate."""
-    short = next((i for i, row in enumerate(rows) if row.short), len(rows))
-    return rows[:short]
 
 
 def cpu_line(cpu: CpuCost) -> str:
@@ -166,15 +156,10 @@ def _section(group: list[Measured], seconds: float, seed: int) -> tuple[list[str
              f"{cost.per_item_s * 1e3:g}·B ms, {first.instances} instance"
              f"{'s' if first.instances > 1 else ''}",
              "", f"Ferry's own latency besides its CPU, calibrated at {first.offered:g}/s: "
-             f"{overhead * 1e3:.1f} ms.{fitted}", "", *validate_gpu.HEADER]
-    within, below = 0, len(_unsaturated(group))
-    for index, row in enumerate(group):
-        guess = predict(row, overhead, seconds, seed, cpu)
-        line, good = validate_gpu.judged(row.offered, row.achieved, row.p50_s, row.p99_s, guess,
-                                         applies=index < below)
-        lines.append(line)
-        within += good
-    return lines, within, below
+             f"{overhead * 1e3:.1f} ms.{fitted}", ""]
+    table, within, below = verdict.table(
+        group, lambda row: predict(row, overhead, seconds, seed, cpu))
+    return [*lines, *table], within, below
 
 
 def design_scenario(seed: int = 0) -> str:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ferry.planner import arrivals
+from ferry.planner import arrivals, verdict
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost, CpuSample, fit
 from ferry.planner.simulate import Deployment, Outcome, simulate
+from ferry.planner.verdict import unsaturated
 
-GOAL = 0.20
-SATURATED = 0.95
 SECONDS = 10.0  # simulated seconds per rate (thousands of tasks a second)
 PROCESS_OF = {"gateway": "gateway", "batcher": "batchers", "redis": "redis"}  # the kit's names
 
@@ -36,10 +36,6 @@ class Point:
     p50_s: float
     p99_s: float
     cpu: CpuSample | None
-
-    @property
-    def short(self) -> bool:
-        return self.achieved < SATURATED * self.offered
 
 
 def points(result: Mapping[str, Any]) -> dict[int, list[Point]]:
@@ -67,12 +63,7 @@ def _cpu(probe: Mapping[str, Any]) -> CpuSample | None:
                      {process: spent[name] / inferences for process, name in PROCESS_OF.items()})
 
 
-def _unsaturated(group: Sequence[Point]) -> list[Point]:
-    short = next((i for i, p in enumerate(group) if p.short), len(group))
-    return list(group[:short])
-
-
-def predict(cost: CostModel, sizing: Mapping[str, int], point: Point, overhead_s: float,
+def predict(cost: CostModel, sizing: Mapping[str, int], point: Point, *, overhead_s: float,
             cpu: CpuCost | None) -> Outcome:
     deployment = Deployment(instances=point.instances, max_batch=64, max_wait_s=0.05,
                             batchers=int(sizing.get("batchers", 1)), overhead_s=overhead_s,
@@ -90,43 +81,17 @@ def run_section(result: Mapping[str, Any], source: str) -> tuple[list[str], int,
              f"{sizing.get('gateways')} gateway processes, {sizing.get('batchers')} batchers"]
     within = counted = 0
     for instances, group in sorted(points(result).items()):
-        samples = [p.cpu for p in _unsaturated(group) if p.cpu is not None]
+        samples = [p.cpu for p in unsaturated(group) if p.cpu is not None]
         cpu = fit(samples) if samples else None
-        overhead = max(0.0, group[0].p50_s - predict(cost, sizing, group[0], 0.0, cpu).p50_s)
-        table, good, rows = _table(cost, sizing, group, overhead, cpu)
+        bare = predict(cost, sizing, group[0], overhead_s=0.0, cpu=cpu)
+        overhead = max(0.0, group[0].p50_s - bare.p50_s)
+        table, good, rows = verdict.table(
+            group, partial(predict, cost, sizing, overhead_s=overhead, cpu=cpu))
         lines += ["", f"{instances} instance{'s' if instances > 1 else ''}: Ferry's own latency "
                   f"besides its CPU, calibrated at {group[0].offered:,.0f}/s: "
                   f"{overhead * 1e3:.1f} ms.", "", *table]
         within, counted = within + good, counted + rows
     return lines, within, counted
-
-
-HEADER = ["| offered/s | achieved/s | measured p50 | predicted p50 | measured p99 | "
-          "predicted p99 | p99 error | within 20% |", "|---|---|---|---|---|---|---|---|"]
-
-
-def judged(offered: float, achieved: float, p50_s: float, p99_s: float, guess: Outcome, *,
-           applies: bool) -> tuple[str, bool]:
-    """A table row: measured against predicted; and whether the p99 is within the goal (only
-    where it ``applies``: below saturation)."""
-    error = (guess.p99_s - p99_s) / p99_s
-    good = abs(error) <= GOAL
-    verdict = ("yes" if good else "**no**") if applies else "past saturation"
-    return (f"| {offered:,.0f} | {achieved:,.0f} | {p50_s * 1e3:.1f} | {guess.p50_s * 1e3:.1f} | "
-            f"{p99_s * 1e3:.1f} | {guess.p99_s * 1e3:.1f} | {error:+.0%} | {verdict} |",
-            good and applies)
-
-
-def _table(cost: CostModel, sizing: Mapping[str, int], group: Sequence[Point], overhead: float,
-           cpu: CpuCost | None) -> tuple[list[str], int, int]:
-    lines, below, within = list(HEADER), len(_unsaturated(group)), 0
-    for index, point in enumerate(group):
-        guess = predict(cost, sizing, point, overhead, cpu)
-        line, good = judged(point.offered, point.achieved, point.p50_s, point.p99_s, guess,
-                            applies=index < below)
-        lines.append(line)
-        within += good
-    return lines, within, below
 
 
 def section(paths: Sequence[Path]) -> list[str]:
