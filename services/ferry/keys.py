@@ -7,6 +7,7 @@ once, on a single Redis or on a Redis Cluster.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 
@@ -14,7 +15,13 @@ from ferry.priority import BY_URGENCY, Priority
 
 PREFIX = "ferry"
 CONSUMER_GROUP = "ferry-batchers"
-DONE_CHANNEL = f"{PREFIX}:done"  # completions, announced per batch and partition
+# Completions are announced per batch and partition on the channel of the process that made
+# each task's id (its last ANNOUNCE_TAG_LENGTH hex digits): ``ferry:done:<tag>``, so that a gateway
+# process reads the announcements of its own tasks only (``done_channel``).
+DONE_CHANNEL_PREFIX = f"{PREFIX}:done:"
+DONE_CHANNEL = f"{PREFIX}:done"  # every completion, before tags (a gateway listens for batchers
+# of an earlier version during an upgrade: nothing of this version publishes there)
+ANNOUNCE_TAG_LENGTH = 4
 CANCEL_CHANNEL = f"{PREFIX}:cancel"  # ids of cancelled tasks a batcher may hold
 TASK_FIELD = "task"  # the stream entry field that holds the serialized envelope
 
@@ -132,13 +139,16 @@ def task_key_prefix(partition: int) -> str:
 
 
 def new_task_id(partition: int | None = None, partitions: int = 1) -> str:
-    """128 random bits as 32 hex digits: unguessable, and safe in URLs and keys.
+    """112 random bits and this process's announcement tag as 32 hex digits: unguessable, and
+    safe in URLs and keys.
 
-    With ``partition``, the first 8 digits are nudged (by less than ``partitions``) so that the
-    id falls in that partition: tasks that must share a slot (identical requests, for the result
-    cache and request collapsing) land together, and about 124 bits stay random.
+    The last ``ANNOUNCE_TAG_LENGTH`` digits are the tag (``process_tag``): the task's end is
+    announced on that process's channel. With ``partition``, the first 8 digits are nudged (by
+    less than ``partitions``) so that the id falls in that partition: tasks that must share a
+    slot (identical requests, for the result cache and request collapsing) land together, and
+    about 108 bits stay random.
     """
-    task_id = secrets.token_hex(16)
+    task_id = secrets.token_hex(16 - ANNOUNCE_TAG_LENGTH // 2) + process_tag()
     if partition is None:
         return task_id
     head = int(task_id[:8], 16)
@@ -146,6 +156,28 @@ def new_task_id(partition: int | None = None, partitions: int = 1) -> str:
     if head >= 1 << 32:
         head -= partitions
     return f"{head:08x}{task_id[8:]}"
+
+
+_TAG = [secrets.token_hex(ANNOUNCE_TAG_LENGTH // 2)]  # this process's; a forked child redraws it
+os.register_at_fork(after_in_child=lambda: _TAG.__setitem__(
+    0, secrets.token_hex(ANNOUNCE_TAG_LENGTH // 2)))
+
+
+def process_tag() -> str:
+    """This process's announcement tag: random, drawn once per process (a forked child draws
+    its own). Two processes that draw the same one each read the other's announcements too,
+    which costs a little and breaks nothing."""
+    return _TAG[0]
+
+
+def announce_tag(task_id: str) -> str:
+    """The tag of the process that made a task's id: its last digits."""
+    return task_id[-ANNOUNCE_TAG_LENGTH:]
+
+
+def done_channel(tag: str) -> str:
+    """Where the ends of a process's tasks are announced: ``ferry:done:<tag>``."""
+    return DONE_CHANNEL_PREFIX + tag
 
 
 def partition_of_digest(digest: str, partitions: int) -> int:

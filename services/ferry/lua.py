@@ -106,6 +106,6 @@ def _local(names: Sequence[str], values: Sequence[str]) -> str:
 def _literal(value: str | int) -> str:
     if isinstance(value, int):
         return str(value)
-    if not value.replace("_", "").isalnum():
+    if not value.replace("_", "").replace(":", "").isalnum():
         raise ValueError(f"not a plain Lua string constant: {value!r}")
     return f"'{value}'"

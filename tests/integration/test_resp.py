@@ -192,11 +192,24 @@ async def test_subscriber_hears_messages_and_resubscribes_after_a_restart(
         assert await wait_until(sub.connected.is_set, 5)
         publisher.publish("news", b"one")
         assert await wait_until(lambda: heard == [b"one"], 5)
+        confirming = sub.subscribe("more")  # a channel added while it runs: once confirmed,
+        assert confirming is not None  # it is heard
+        await asyncio.wait_for(confirming, 5)
+        assert sub.subscribe("more") is None  # confirmed already
+        sub.subscribe("gone")
+        sub.unsubscribe("gone")
+        publisher.publish("more", b"extra")
+        assert await wait_until(lambda: heard == [b"one", b"extra"], 5)
         proc.stop(grace_s=5)
         proc, _ = start_redis(data, port=port)
         assert await wait_until(lambda: len(connects) >= 2 and sub.connected.is_set(), 10)
-        redis.Redis(port=port).publish("news", b"two")
-        assert await wait_until(lambda: heard == [b"one", b"two"], 5)
+        again = redis.Redis(port=port)
+        again.publish("news", b"two")
+        again.publish("gone", b"not heard")
+        again.publish("more", b"three")  # resubscribed too
+        assert await wait_until(lambda: heard == [b"one", b"extra", b"two", b"three"], 5)
+        assert again.pubsub_numsub("news", "more", "gone") == [
+            (b"news", 1), (b"more", 1), (b"gone", 0)]
     finally:
         await sub.stop()
         proc.stop(grace_s=5)

@@ -62,7 +62,7 @@ async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
 
 
 @contextlib.asynccontextmanager
-async def listening(redis_url: str, channel: str = keys.DONE_CHANNEL
+async def listening(redis_url: str, channel: str = keys.done_channel(keys.process_tag())
                     ) -> AsyncIterator[list[bytes]]:
     """Messages published on ``channel`` while the block runs (and shortly after)."""
     heard: list[bytes] = []

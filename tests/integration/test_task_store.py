@@ -168,8 +168,8 @@ async def test_completions_are_announced_with_small_bodies_inline(
     store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
 ) -> None:
     heard: list[bytes] = []
-    sub = Subscriber(RedisAddress.from_url(redis_url), keys.DONE_CHANNEL, heard.append,
-                     lambda: None)
+    sub = Subscriber(RedisAddress.from_url(redis_url), keys.done_channel(keys.process_tag()),
+                     heard.append, lambda: None)
     await sub.start()
     try:
         assert await wait_until(sub.connected.is_set, 5)
@@ -194,7 +194,7 @@ async def test_a_waiter_gets_a_large_result_by_reading_it(
     store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
 ) -> None:
     waiters = ResultWaiters(store.read)
-    sub = Subscriber(RedisAddress.from_url(redis_url), keys.DONE_CHANNEL,
+    sub = Subscriber(RedisAddress.from_url(redis_url), keys.done_channel(keys.process_tag()),
                      waiters.on_announcement, waiters.wake_all)
     await sub.start()
     try:
@@ -211,3 +211,71 @@ async def test_a_waiter_gets_a_large_result_by_reading_it(
         await sub.stop()
     assert record is not None and record.status is Status.SUCCESS
     assert record.to_json()["output"] == "y" * 5000
+
+
+def tagged_task(tag: str, partition: int = 3) -> Task:
+    """A task whose id another process (announcement tag ``tag``) could have made."""
+    task_id = keys.new_task_id(partition, PARTITIONS)[:-keys.ANNOUNCE_TAG_LENGTH] + tag
+    return Task(task_id=task_id, model="sim", payload=task_id.encode(),
+                enqueued_at_ms=1_700_000_000_000)
+
+
+def other_tag() -> str:
+    return "beef" if keys.process_tag() != "beef" else "f00d"
+
+
+async def test_each_process_hears_the_ends_of_its_own_tasks_only(
+    store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
+) -> None:
+    """One batch of one partition finishes tasks of two processes: one message on each one's
+    channel, with its own tasks only."""
+    ours, theirs = new_task(b"ours"), tagged_task(other_tag())
+    ours = tagged_task(keys.process_tag())
+    heard: dict[str, list[bytes]] = {keys.process_tag(): [], other_tag(): []}
+    subs = [Subscriber(RedisAddress.from_url(redis_url), keys.done_channel(tag),
+                       heard[tag].append, lambda: None) for tag in heard]
+    for sub in subs:
+        await sub.start()
+    try:
+        assert await wait_until(lambda: all(s.connected.is_set() for s in subs), 5)
+        for task in (ours, theirs):
+            await store.admit(task, pending(task))
+        await store.complete([Completion(d, finished(t, output="ok")) for d, t in zip(
+            read_entries(redis_client, [ours, theirs]), (ours, theirs), strict=True)])
+        assert await wait_until(lambda: all(heard.values()), 5)
+        await asyncio.sleep(0.1)
+    finally:
+        for sub in subs:
+            await sub.stop()
+    names = {tag: [a.task_id.decode() for m in messages for a in announcements(m)]
+             for tag, messages in heard.items()}
+    assert names == {keys.process_tag(): [ours.task_id], other_tag(): [theirs.task_id]}
+    assert len(heard[keys.process_tag()]) == 1
+
+
+async def test_a_wait_for_another_processs_task_listens_on_its_channel(
+    store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
+) -> None:
+    """A GET that lands on another gateway process: it subscribes to the admitting process's
+    channel, and is woken by the end announced there."""
+    waiters = ResultWaiters(store.read)
+    sub = Subscriber(RedisAddress.from_url(redis_url), keys.done_channel(keys.process_tag()),
+                     waiters.on_announcement, waiters.wake_all)
+    waiters.channels = sub
+    await sub.start()
+    try:
+        assert await wait_until(sub.connected.is_set, 5)
+        task = tagged_task(other_tag())
+        await store.admit(task, pending(task))
+        with waiters.watch(task.task_id) as watch:
+            waiting = asyncio.create_task(watch.final(30))
+            assert await wait_until(
+                lambda: redis_client.pubsub_numsub(keys.done_channel(other_tag()))[0][1] == 1, 5)
+            await asyncio.sleep(0.05)
+            await store.complete([Completion(read_entry(redis_client, task),
+                                             finished(task, output="theirs"))])
+            record = await asyncio.wait_for(waiting, 10)  # PENDING if it never heard the end
+    finally:
+        await sub.stop()
+    assert record is not None and record.status is Status.SUCCESS
+    assert record.to_json()["output"] == "theirs"

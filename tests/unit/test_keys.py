@@ -123,3 +123,27 @@ def test_partition_of_in_range_and_spread_over_all(partitions: int) -> None:
     expected = 20_000 / partitions
     # crc32 over random ids is close to uniform: every partition within 30% of its share
     assert all(0.7 * expected <= n <= 1.3 * expected for n in counts.values())
+
+
+def test_a_task_id_ends_with_the_tag_of_the_process_that_made_it() -> None:
+    tag = keys.process_tag()
+    assert len(tag) == keys.ANNOUNCE_TAG_LENGTH and int(tag, 16) >= 0
+    for task_id in (keys.new_task_id(), keys.new_task_id(5, 16)):
+        assert keys.is_task_id(task_id)
+        assert keys.announce_tag(task_id) == tag
+    assert keys.partition_of(keys.new_task_id(5, 16), 16) == 5
+    assert keys.done_channel(tag) == f"ferry:done:{tag}"
+
+
+def test_a_forked_process_draws_a_tag_of_its_own() -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        tags = set(pool.map(_tag_in_child, range(8)))
+    assert keys.process_tag() not in tags  # alike by chance: 1 in 65,536 per child
+    assert all(len(tag) == keys.ANNOUNCE_TAG_LENGTH for tag in tags)
+
+
+def _tag_in_child(_: int) -> str:
+    return keys.process_tag()

@@ -216,7 +216,7 @@ def test_the_prologue_names_keys_and_arguments_in_order() -> None:
     prologue = lua.prologue(scripts.COMPLETE)
     assert "local stream, dead_letters, backlog, webhooks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]" \
         in prologue
-    assert "local group, result_ttl, channel," in prologue
+    assert "local group, result_ttl, dead_letter_maxlen," in prologue
 
 
 def test_constants_are_written_in_as_literals() -> None:

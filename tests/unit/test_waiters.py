@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from ferry import keys
+from ferry.tasks import waiters as waiters_module
 from ferry.tasks.record import Announcement, Status, StoredRecord, announcements
 from ferry.tasks.waiters import ResultWaiters
 
@@ -71,3 +73,78 @@ async def test_a_garbled_announcement_makes_every_waiter_read_again() -> None:
     assert record == StoredRecord(Status.SUCCESS, b"{}")
     assert reads == [A, A]
     assert len(waiters) == 0
+
+
+class FakeChannels:
+    """Where a ResultWaiters subscribes (the Subscriber's two calls): confirmations by hand."""
+
+    def __init__(self) -> None:
+        self.subscribed: list[str] = []
+        self.unsubscribed: list[str] = []
+        self.confirming: dict[str, asyncio.Future[None]] = {}
+
+    def subscribe(self, channel: str) -> asyncio.Future[None] | None:
+        self.subscribed.append(channel)
+        if channel not in self.confirming:
+            self.confirming[channel] = asyncio.get_running_loop().create_future()
+        return self.confirming[channel]
+
+    def unsubscribe(self, channel: str) -> None:
+        self.unsubscribed.append(channel)
+        self.confirming.pop(channel, None)
+
+
+def tagged(tag: str) -> str:
+    return "0123456789abcdef0123456789ab" + tag
+
+
+async def test_a_wait_for_this_processs_task_subscribes_to_nothing() -> None:
+    channels = FakeChannels()
+    waiters = ResultWaiters(lambda _: _pending(), channels)
+    with waiters.watch(tagged(keys.process_tag())) as watch:
+        assert watch.heard is None
+    assert channels.subscribed == [] and channels.unsubscribed == []
+
+
+async def test_another_processs_channel_is_shared_by_its_waits_and_dropped_after_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(waiters_module, "LINGER_S", 0.05)
+    other = "beef" if keys.process_tag() != "beef" else "f00d"
+    channel = keys.done_channel(other)
+    channels = FakeChannels()
+    waiters = ResultWaiters(lambda _: _pending(), channels)
+    with waiters.watch(tagged(other)), waiters.watch("f" * 28 + other):
+        assert channels.subscribed == [channel, channel]
+    assert channels.unsubscribed == []  # it lingers: a GET from there may follow
+    with waiters.watch(tagged(other)):  # taken up again within the linger: kept
+        await asyncio.sleep(0.1)
+    assert channels.unsubscribed == []
+    await asyncio.sleep(0.1)
+    assert channels.unsubscribed == [channel]
+
+
+async def test_a_wait_on_another_channel_reads_once_it_is_confirmed() -> None:
+    """Known PENDING by the caller, but read again: its end may have gone unheard until the
+    subscription was confirmed."""
+    reads: list[str] = []
+
+    async def read(task_id: str) -> StoredRecord | None:
+        reads.append(task_id)
+        return StoredRecord(Status.SUCCESS, b"{}")
+
+    other = "beef" if keys.process_tag() != "beef" else "f00d"
+    channels = FakeChannels()
+    waiters = ResultWaiters(read, channels)
+    with waiters.watch(tagged(other)) as watch:
+        waiting = asyncio.create_task(watch.final(5.0, StoredRecord(Status.PENDING, b""),
+                                                  read_first=False))
+        await asyncio.sleep(0.01)
+        assert reads == []  # not before the channel is confirmed
+        channels.confirming[keys.done_channel(other)].set_result(None)
+        record = await asyncio.wait_for(waiting, 1.0)
+    assert record == StoredRecord(Status.SUCCESS, b"{}") and reads == [tagged(other)]
+
+
+async def _pending() -> StoredRecord | None:
+    return StoredRecord(Status.PENDING, b"{}")

@@ -46,9 +46,12 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
                            fairness=Fairness(settings.fair_share_after,
                                              settings.client_weight_map))
     waiters = ResultWaiters(store.read)
-    subscriber = Subscriber(address(settings), keys.DONE_CHANNEL, waiters.on_announcement,
+    # this process's own channel, and the one of batchers of an earlier version (an upgrade)
+    channels = (keys.done_channel(keys.process_tag()), keys.DONE_CHANNEL)
+    subscriber = Subscriber(address(settings), channels, waiters.on_announcement,
                             waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,
                             locate=locator(settings))
+    waiters.channels = subscriber  # other processes' channels, while waits need them
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),

@@ -1,8 +1,9 @@
 """One Redis connection in subscribe mode, kept open: every message goes straight to a callback.
 
-Messages are handed over from ``data_received``, with no task or queue per message. After each
-(re)subscription ``on_connect`` runs, so that a listener can re-check whatever it may have missed
-while it was not subscribed.
+Messages are handed over from ``data_received``, with no task or queue per message. Channels can
+be added and dropped while it runs (``subscribe`` answers once Redis has confirmed). After each
+(re)subscription to all of them ``on_connect`` runs, so that a listener can re-check whatever it
+may have missed while it was not subscribed.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import cast
 
 import hiredis
@@ -30,12 +31,12 @@ log = logging.getLogger(__name__)
 
 
 class _Subscription(asyncio.Protocol):
-    def __init__(self, channel: bytes, on_message: Callable[[bytes], None]) -> None:
-        self.channel = channel
+    def __init__(self, on_message: Callable[[bytes], None],
+                 on_subscribed: Callable[[bytes], None]) -> None:
         self.on_message = on_message
+        self.on_subscribed = on_subscribed
         self.reader = hiredis.Reader(replyError=redis_reply_error)
         self.transport: asyncio.Transport | None = None
-        self.subscribed = asyncio.Event()
         self.lost = asyncio.Event()
         self.alive = True  # a PONG (or any reply) since the last ping
         self.error: Exception | None = None
@@ -53,7 +54,7 @@ class _Subscription(asyncio.Protocol):
             elif isinstance(reply, list) and reply and reply[0] == b"message":
                 self.on_message(reply[2])
             elif isinstance(reply, list) and reply and reply[0] == b"subscribe":
-                self.subscribed.set()
+                self.on_subscribed(reply[1])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost.set()
@@ -69,15 +70,17 @@ class _Subscription(asyncio.Protocol):
 
 
 class Subscriber:
-    """Listens on one channel until stopped, resubscribing after any loss of the connection."""
+    """Listens on a set of channels until stopped, resubscribing after any loss of the
+    connection."""
 
-    def __init__(self, address: RedisAddress, channel: str, on_message: Callable[[bytes], None],
-                 on_connect: Callable[[], None], *, timeout_s: float = 10.0,
-                 ping_interval_s: float = 5.0, name: str = "ferry-subscriber",
-                 locate: Locate | None = None) -> None:
+    def __init__(self, address: RedisAddress, channel: str | Iterable[str],
+                 on_message: Callable[[bytes], None], on_connect: Callable[[], None], *,
+                 timeout_s: float = 10.0, ping_interval_s: float = 5.0,
+                 name: str = "ferry-subscriber", locate: Locate | None = None) -> None:
         self.address = address
         self.locate = locate  # with Sentinel: the master, found again at every connect
-        self.channel = channel.encode()
+        names = [channel] if isinstance(channel, str) else list(channel)
+        self.channels: set[bytes] = {name.encode() for name in names}
         self.on_message = on_message
         self.on_connect = on_connect
         self.timeout_s = timeout_s
@@ -85,8 +88,75 @@ class Subscriber:
         self.name = name
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._current: _Subscription | None = None
+        self._current: _Subscription | None = None  # the connection, once its handshake is sent
+        self._asked: dict[bytes, int] = {}  # SUBSCRIBEs sent on it and not yet confirmed
+        self._confirmed: set[bytes] = set()  # by Redis, on it
+        self._confirming: dict[bytes, asyncio.Future[None]] = {}
+        self._all_confirmed = asyncio.Event()  # every channel asked at connect
         self.connected = asyncio.Event()
+
+    def subscribe(self, channel: str) -> asyncio.Future[None] | None:
+        """Listen on ``channel`` too: None if that is confirmed already, else a future done
+        once Redis has confirmed it (or at once while there is no connection: ``on_connect``
+        follows the next subscription to every channel)."""
+        name = channel.encode()
+        self.channels.add(name)
+        if name in self._confirmed:
+            return None
+        confirming = self._confirming.get(name)
+        if confirming is None:
+            confirming = asyncio.get_running_loop().create_future()
+            if self._current is None:
+                confirming.set_result(None)
+                return confirming
+            self._confirming[name] = confirming
+            self._ask(name)
+        return confirming
+
+    def unsubscribe(self, channel: str) -> None:
+        """Stop listening on ``channel``."""
+        name = channel.encode()
+        self.channels.discard(name)
+        self._confirmed.discard(name)
+        if (confirming := self._confirming.pop(name, None)) is not None:
+            confirming.set_result(None)
+        if self._current is not None:
+            self._current.send("UNSUBSCRIBE", name)
+
+    def _ask(self, *names: bytes) -> None:
+        assert self._current is not None
+        if not names:
+            self._all_confirmed.set()
+            return
+        for name in names:
+            self._asked[name] = self._asked.get(name, 0) + 1
+        self._current.send("SUBSCRIBE", *names)
+
+    def _subscribed(self, name: bytes) -> None:
+        """Redis confirmed a SUBSCRIBE: the channel is live once its last one is confirmed
+        (an UNSUBSCRIBE and a SUBSCRIBE again may be on their way)."""
+        left = self._asked.get(name, 1) - 1
+        if left > 0:
+            self._asked[name] = left
+            return
+        self._asked.pop(name, None)
+        if name in self.channels:
+            self._confirmed.add(name)
+        if (confirming := self._confirming.pop(name, None)) is not None:
+            confirming.set_result(None)
+        if self.channels <= self._confirmed:
+            self._all_confirmed.set()
+
+    def _forget(self) -> None:
+        """The connection is gone: nothing is confirmed, and nobody waits for it."""
+        self._current = None
+        self._asked.clear()
+        self._confirmed.clear()
+        self._all_confirmed.clear()
+        confirming, self._confirming = self._confirming, {}
+        for future in confirming.values():
+            if not future.done():
+                future.set_result(None)
 
     async def start(self) -> None:
         if self._task is None:
@@ -126,16 +196,17 @@ class Subscriber:
     async def _session(self) -> None:
         address = self.address if self.locate is None else await self.locate()
         sub = await open_connection(
-            address, lambda: _Subscription(self.channel, self.on_message), self.timeout_s)
-        self._current = sub
+            address, lambda: _Subscription(self.on_message, self._subscribed), self.timeout_s)
         try:
             if self._stopping.is_set():
                 return
             for command in handshake(address, self.name, select=False):
                 sub.send(*(str(a) if isinstance(a, int | float) else a for a in command))
-            sub.send("SUBSCRIBE", self.channel)
+            self._forget()
+            self._current = sub
+            self._ask(*sorted(self.channels))
             async with asyncio.timeout(self.timeout_s):
-                await _first(sub.subscribed, sub.lost)
+                await _first(self._all_confirmed, sub.lost)
             if sub.lost.is_set():
                 raise RespConnectionError(f"subscription refused or lost: {sub.error}")
             self.connected.set()
@@ -148,7 +219,7 @@ class Subscriber:
             if sub.error is not None:
                 raise RespConnectionError(f"subscription refused: {sub.error}")
         finally:
-            self._current = None
+            self._forget()
             sub.close()
 
 

@@ -263,7 +263,7 @@ class RedisTaskStore:
             stream=stream, dead_letters=slot.dead_letters, backlog=slot.backlog,
             webhooks=slot.webhooks))
         args: list[Arg] = list(CompleteArgs(
-            group=keys.CONSUMER_GROUP, result_ttl=self.result_ttl_s, channel=keys.DONE_CHANNEL,
+            group=keys.CONSUMER_GROUP, result_ttl=self.result_ttl_s,
             dead_letter_maxlen=self.dead_letter_maxlen, inline_limit=self.inline_limit,
             failed_at=now, cache_ttl=self.cache_ttl_s, collapsed_into=COLLAPSED_INTO,
             follower_head=FOLLOWER_HEAD,
@@ -296,7 +296,7 @@ class RedisTaskStore:
             CancelKeys(task_key=slot.task_prefix + task_id, backlog=slot.backlog,
                        followers=slot.followers_prefix + task_id, webhooks=slot.webhooks),
             CancelArgs(task_id=task_id, client_id=client_id, group=keys.CONSUMER_GROUP,
-                       result_ttl=self.result_ttl_s, done_channel=keys.DONE_CHANNEL,
+                       result_ttl=self.result_ttl_s,
                        cancel_channel=keys.CANCEL_CHANNEL, pending_status=PENDING_STATUS,
                        cancelled_status=CANCELLED_STATUS,
                        cancelled_tail=cancelled_tail(time.time()),

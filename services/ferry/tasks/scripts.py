@@ -79,7 +79,6 @@ class CompleteKeys(NamedTuple):
 class CompleteArgs(NamedTuple):
     group: str
     result_ttl: int
-    channel: str
     dead_letter_maxlen: int
     inline_limit: int
     failed_at: str
@@ -125,7 +124,6 @@ class CancelArgs(NamedTuple):
     client_id: str  # '' any: another client's task is as unknown as none
     group: str
     result_ttl: int
-    done_channel: str
     cancel_channel: str
     pending_status: bytes
     cancelled_status: bytes
@@ -173,7 +171,9 @@ class ReviewArgs(NamedTuple):
 TASK_CONSTANTS: tuple[tuple[str, str | int], ...] = (
     *((s.name, s.value) for s in Status), ("TASK_FIELD", keys.TASK_FIELD),
     ("BELL_FIELD", keys.BELL_FIELD), ("WEBHOOK_MAXLEN", keys.WEBHOOK_MAXLEN),
-    ("FAIR_FIELD", keys.FAIR_FIELD), ("FAIR_STATE_TTL_MS", keys.FAIR_STATE_TTL_MS))
+    ("FAIR_FIELD", keys.FAIR_FIELD), ("FAIR_STATE_TTL_MS", keys.FAIR_STATE_TTL_MS),
+    ("DONE_CHANNEL_PREFIX", keys.DONE_CHANNEL_PREFIX),
+    ("ANNOUNCE_TAG_LENGTH", keys.ANNOUNCE_TAG_LENGTH))
 _task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONSTANTS)
 
 ADMIT = _task_script("admit", AdmitKeys._fields, AdmitArgs._fields,

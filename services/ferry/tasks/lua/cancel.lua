@@ -1,7 +1,7 @@
 -- cancel: end a task CANCELLED if no batcher has sent it to Triton.
 -- KEYS (CancelKeys): task_key, backlog, followers (the task's own followers list), webhooks.
 -- Named args (CancelArgs): the task and the asking client ('' any; another client's task is as
---   unknown as none), the consumer group, the result TTL, the done and cancel channels, and
+--   unknown as none), the consumer group, the result TTL, the cancel channel, and
 --   what the owner of the record prepared: pending_status, the fragment to swap for
 --   cancelled_status, and cancelled_tail, which ends the body in place of its closing brace.
 -- A follower of an identical task's inference leaves its list and ends CANCELLED; a task that
@@ -23,7 +23,7 @@ local function cancelled()
   redis.call('EXPIRE', task_key, result_ttl)
   local frames = {}
   announce(frames, task_id, CANCELLED, body, #body)
-  redis.call('PUBLISH', done_channel, frames[1])
+  publish_frames(frames)
   queue_webhook(webhooks, task_id, state[9])
   return {OUTCOME_CANCELLED, body}
 end

@@ -1,14 +1,28 @@
 -- Local functions shared by the task scripts; the loader puts this before each script that
 -- declares it (ScriptSpec.fragments), after the generated prologue, and writes its constants in.
 
--- One task's end on the done channel, added to ``frames``: "<id> <status> <n> <body>", with
--- n = 0 and no body when the body is over ``inline`` bytes (whoever waits reads it). The one
--- writer of the frame; ferry.tasks.record.announcements is its one reader.
+-- One task's end, added to ``frames`` under the announcement tag of the process that made its id
+-- (its last digits: keys.announce_tag): "<id> <status> <n> <body>", with n = 0 and no body when
+-- the body is over ``inline`` bytes (whoever waits reads it). The one writer of the frame;
+-- ferry.tasks.record.announcements is its one reader.
 local function announce(frames, id, status, body, inline)
+  local tag = string.sub(id, -ANNOUNCE_TAG_LENGTH)
+  local list = frames[tag]
+  if not list then
+    list = {}
+    frames[tag] = list
+  end
   if #body <= inline then
-    frames[#frames + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
+    list[#list + 1] = id .. ' ' .. status .. ' ' .. #body .. ' ' .. body
   else
-    frames[#frames + 1] = id .. ' ' .. status .. ' 0 '
+    list[#list + 1] = id .. ' ' .. status .. ' 0 '
+  end
+end
+
+-- Every tag's frames in one message on its process's channel (keys.done_channel).
+local function publish_frames(frames)
+  for tag, list in pairs(frames) do
+    redis.call('PUBLISH', DONE_CHANNEL_PREFIX .. tag, table.concat(list))
   end
 end
 

@@ -1,6 +1,7 @@
 -- complete: settle one batch's deliveries of one stream: final records (unless one is there
 -- already: the first answer stands), dead letters, acknowledgement and deletion of the entries,
--- and one PUBLISH on channel announcing every record written (inline when small).
+-- and a PUBLISH announcing the records written (inline when small), one per channel of the
+-- processes that made their tasks' ids (keys.done_channel).
 -- KEYS (CompleteKeys): stream, dead_letters, backlog, webhooks, then from FIRST_TASK_KEY the
 --   task key of each item that has a task id, in order.
 -- Named args (CompleteArgs), then from FIRST_ITEM one group of ITEM_SIZE per delivery
@@ -117,6 +118,6 @@ for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
 end
 if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
 redis.call('XDEL', stream, unpack(ids))
-if #frames > 0 then redis.call('PUBLISH', channel, table.concat(frames)) end
+publish_frames(frames)
 if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
 return written
