@@ -48,21 +48,22 @@ def test_a_task_is_awaited_at_any_gateway_process(
     first = gateway_settings(redis_url, triton_server.grpc_url, workers=1)
     second = gateway_settings(redis_url, triton_server.grpc_url, workers=1)
     batcher = batcher_settings(redis_url, triton_server.grpc_url)
-    with ferry_processes(first, batcher, tmp_path) as a, another_gateway(second, tmp_path) as b:
-        with httpx.Client(timeout=60) as client:
-            tags = set()
-            for n in range(TASKS):
-                admit, poll = (a, b) if n % 2 == 0 else (b, a)
-                posted = client.post(f"{admit}/v1/inference", params={"model": "sim"},
-                                     content=f"input {n}".encode(), headers=RAW)
-                assert posted.status_code == 202, posted.text
-                task_id = posted.json()["task_id"]
-                tags.add((admit, keys.announce_tag(task_id)))
-                got = client.get(f"{poll}/v1/result/{task_id}", params={"wait": 30})
-                assert got.status_code == 200 and got.json()["status"] == "SUCCESS", got.text
-                held = client.post(f"{poll}/v1/inference", params={"model": "sim"},
-                                   content=f"held {n}".encode(), headers={**RAW, "Prefer": "wait=30"})
-                assert held.status_code == 200 and held.json()["status"] == "SUCCESS", held.text
-                assert held.json()["output"] != got.json()["output"]
+    tags = set()
+    with ferry_processes(first, batcher, tmp_path) as a, \
+            another_gateway(second, tmp_path) as b, httpx.Client(timeout=60) as client:
+        for n in range(TASKS):
+            admit, poll = (a, b) if n % 2 == 0 else (b, a)
+            posted = client.post(f"{admit}/v1/inference", params={"model": "sim"},
+                                 content=f"input {n}".encode(), headers=RAW)
+            assert posted.status_code == 202, posted.text
+            task_id = posted.json()["task_id"]
+            tags.add((admit, keys.announce_tag(task_id)))
+            got = client.get(f"{poll}/v1/result/{task_id}", params={"wait": 30})
+            assert got.status_code == 200 and got.json()["status"] == "SUCCESS", got.text
+            held = client.post(f"{poll}/v1/inference", params={"model": "sim"},
+                               content=f"held {n}".encode(),
+                               headers={**RAW, "Prefer": "wait=30"})
+            assert held.status_code == 200 and held.json()["status"] == "SUCCESS", held.text
+            assert held.json()["output"] != got.json()["output"]
     assert len({tag for _, tag in tags}) == 2  # each process its own tag, its tasks all carry it
     assert len(tags) == 2
