@@ -34,7 +34,13 @@ import uvloop
 
 from loadtest.bench import durability, fairness, goals, jobs, keepup, peers, recovery, versus
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
-from loadtest.bench.floor import http_floor, redis_floor
+from loadtest.bench.floor import (
+    EXCHANGE_RATES,
+    REDIS_FLOOR,
+    exchange_name,
+    http_floors,
+    redis_floor,
+)
 from loadtest.bench.goodput import METHOD as GOODPUT_METHOD
 from loadtest.bench.goodput import GoodputBench, replace_section, section, section_of
 from loadtest.bench.perf_analyzer import binary as perf_analyzer
@@ -164,32 +170,39 @@ async def measure_all(args: argparse.Namespace, stack: BenchStack, chosen: list[
         if not args.quick:
             await sweep.repeat(chosen[0], ("ferry-1req", "ferry-2req", "triton-dyn0"),
                                (50.0, 400.0), rounds=2)
-        extras.floors = {
-            "an HTTP request to uvicorn (httptools, uvloop) answering {} at once":
-            await http_floor(),
-            "a Redis command (HSET) for redis-server": await redis_floor(
-                stack.redis_url, stack.pids["redis"][0])}
+        exchanges = await http_floors((50.0, 400.0) if args.quick else EXCHANGE_RATES)
+        extras.floors = {**{exchange_name(rate): us for rate, us in exchanges.items()},
+                         REDIS_FLOOR: await redis_floor(stack.redis_url,
+                                                        stack.pids["redis"][0])}
+        (stack.state / "floors.json").write_text(json.dumps(
+            {"exchange": {str(rate): us for rate, us in exchanges.items()},
+             "redis": extras.floors[REDIS_FLOOR]}))
         if not args.quick:
             extras.spots, extras.note = await profile(stack, chosen[0], stack.state)
     if args.only in ("all", "goodput"):
         started = time.monotonic()
         for scenario in chosen:
             await goodput.scenario(scenario)
+            await goodput.pinned(scenario)
             await goodput.told_the_slo(scenario)
         extras.goodput_s = time.monotonic() - started
     return extras
 
 
 async def keep_up(args: argparse.Namespace, state: Path) -> None:
-    """Ten fresh stacks at 78% of the slow backend (two of 3 s in a quick run): its section."""
+    """Ten fresh stacks at 78% of the slow backend (two of 3 s in a quick run), then ten more
+    (one) with a busy loop of half a core beside each: its section."""
     started = datetime.datetime.now(datetime.UTC)
     runs, seconds = (2, 3.0) if args.quick else (keepup.RUNS, keepup.SECONDS)
     records = await keepup.keepup(runs, seconds, keepup.SHARE, state / "keepup")
     (state / "keepup" / "keepup.json").write_text(json.dumps([asdict(r) for r in records]))
+    burnt = await keepup.keepup(1 if args.quick else runs, seconds, keepup.SHARE,
+                                state / "keepup-burn", burn=keepup.BURN)
+    (state / "keepup" / "keepup-burn.json").write_text(json.dumps([asdict(r) for r in burnt]))
     note = (f"Measured by `{args.command}` on {started:%Y-%m-%d %H:%M} UTC "
-            f"({runs} runs of {seconds:g} s).")
+            f"({runs} runs of {seconds:g} s, then {len(burnt)} with the busy loop).")
     out = Path(args.out)
-    lines = keepup.section(records, keepup.offered(), note)
+    lines = keepup.section(records, keepup.offered(), note, burnt)
     out.write_text(replace_section(out.read_text() if out.exists() else "", lines,
                                    keepup.HEADING))
 

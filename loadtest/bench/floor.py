@@ -1,6 +1,12 @@
 """What the machine itself charges for the two things Ferry does most: an HTTP request served by
 uvicorn, and a Redis command. Measured in the same run as the benchmark, with the same open-loop
-pacing, so the report can tell Ferry's own cost from the platform's."""
+pacing and keep-alive client (``loadtest.rawhttp``) as the sweep's, so the report can tell
+Ferry's own cost from the platform's.
+
+The bare exchange is measured at every rate of the fast sweep and at twice it: a client of the
+one-request flow makes one exchange per task, one of POST then GET two, and Ferry's CPU per
+inference is set against what those exchanges cost alone at the same pace (issue 36's ratio).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from loadtest.rawhttp import Pool
 
 RATE = 400.0
 SECONDS = 4.0
+# each rate of the fast sweep up to 1,200/s, and twice each (POST + GET: two exchanges a task)
+EXCHANGE_RATES = (50.0, 100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2400.0)
 
 
 async def trivial_app(scope: dict[str, object], receive: object, send: object) -> None:
@@ -41,24 +49,36 @@ async def _paced(call: object, rate: float = RATE, seconds: float = SECONDS) -> 
     return count
 
 
-async def http_floor() -> float:
-    """uvicorn (httptools, uvloop) CPU per request for a trivial app, at RATE requests/s."""
+REDIS_FLOOR = "a Redis command (HSET) for redis-server, at 400/s"
+
+
+def exchange_name(rate: float) -> str:
+    """The report's name of a bare exchange at ``rate``."""
+    return (f"a bare HTTP exchange (uvicorn, httptools, uvloop, answering {{}} at once) at "
+            f"{rate:,.0f}/s")
+
+
+async def http_floors(rates: tuple[float, ...] = EXCHANGE_RATES) -> dict[float, float]:
+    """uvicorn (httptools, uvloop) CPU per request for a trivial app, at each of ``rates``
+    requests/s (one server, one keep-alive pool, the rates in turn)."""
     port = free_port()
     server = ManagedProcess("uvicorn", [sys.executable, "-m", "uvicorn",
                                         "loadtest.bench.floor:trivial_app", "--port", str(port),
                                         "--host", LOOPBACK, "--loop", "uvloop", "--http",
                                         "httptools", "--no-access-log", "--log-level", "warning"])
     server.start()
+    found: dict[float, float] = {}
     try:
         server.wait_ready(lambda: http_ok(f"http://{LOOPBACK}:{port}/"), 30)
         pool = Pool(LOOPBACK, port)
-        before = cpu_seconds(server.pid or 0)
-        count = await _paced(lambda: pool.request("POST", "/", b'{"input": "x"}'))
-        used = cpu_seconds(server.pid or 0) - before
+        for rate in rates:
+            before = cpu_seconds(server.pid or 0)
+            count = await _paced(lambda: pool.request("POST", "/", b'{"input": "x"}'), rate)
+            found[rate] = (cpu_seconds(server.pid or 0) - before) * 1e6 / count
         await pool.close()
     finally:
         server.stop(grace_s=5)
-    return used * 1e6 / count
+    return found
 
 
 async def redis_floor(redis_url: str, redis_pid: int) -> float:

@@ -13,9 +13,11 @@ bisects the bracket geometrically until it is narrower than ``RESOLUTION``, at m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -180,6 +182,27 @@ class GoodputBench:
                 await self._search(scenario, system, protocol=protocol, url=url,
                                    slo=slo_ms(scenario, self.max_wait_ms))
 
+    async def pinned(self, scenario: Scenario) -> None:
+        """Fast backend, one instance, gRPC, with Ferry's processes (gateway, batcher, Redis)
+        on the first core and Triton and the load on the second: the policy's share of a gap
+        told from the CPU's (Triton alone searched again with the same split)."""
+        if scenario.backend is not FAST or scenario.instances != 1 or len(CORES) < 2:
+            return
+        ferry_core, rest = {CORES[0]}, {CORES[1]}
+        ferry_pids = [pid for name in ("gateway", "batcher", "redis")
+                      for pid in self.stack.pids.get(name, [])]
+        try:
+            pin(ferry_pids, ferry_core)
+            pin(self.stack.pids.get("triton", []), rest)
+            pin([os.getpid()], rest)  # perf_analyzer, started from here, inherits it
+            for system, url in self.targets("grpc").items():
+                await self._search(scenario, system, protocol="grpc", url=url,
+                                   slo=slo_ms(scenario, self.max_wait_ms),
+                                   variant=PINNED_VARIANT)
+        finally:
+            everywhere = set(CORES)
+            pin([*ferry_pids, *self.stack.pids.get("triton", []), os.getpid()], everywhere)
+
     async def told_the_slo(self, scenario: Scenario) -> None:
         """Slow backend, several instances, over gRPC: Ferry with ``FERRY_SLO_MS`` set to the
         SLO, at the table's SLO and at a tight one (where Triton alone and plain Ferry are
@@ -265,6 +288,38 @@ METHOD = (
     "fast backend); the gRPC rows are the comparison to trust.")
 
 
+CORES = sorted(os.sched_getaffinity(0))
+PINNED_VARIANT = "pinned"  # Ferry on one core, Triton and the load on the other
+
+
+def pin(pids: Sequence[int], cores: set[int]) -> None:
+    """Every thread of each process onto ``cores`` (threads made later inherit it from their
+    maker); a process gone meanwhile is skipped."""
+    for pid in pids:
+        try:
+            threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for thread in threads:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(thread, cores)
+
+
+def pinned_table(results: list[Goodput]) -> list[str]:
+    """The pinned searches beside each other (nothing when the run made none)."""
+    pair = {r.system: r for r in results if r.variant == PINNED_VARIANT}
+    if len(pair) < len(SYSTEMS):
+        return []
+    triton, ferry = pair["triton"], pair["ferry"]
+    ratio = f"{ferry.rate / triton.rate:.2f}" if triton.rate and ferry.rate else ""
+    return ["", "Pinned (fast backend, 1 instance, gRPC): Ferry's gateway, batcher and Redis "
+                "on one core, Triton and perf_analyzer on the other, for each system's search:",
+            "", "| SLO (p99) | Triton alone (rate asked) | its p99 | Ferry (rate asked) | its p99 "
+                "| Ferry / Triton |", "|---|---|---|---|---|---|",
+            f"| {triton.slo_ms:,.0f} ms | {_rate(triton)} | {_ms(triton.at)} | {_rate(ferry)} "
+            f"| {_ms(ferry.at)} | {ratio} |"]
+
+
 def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> list[str]:
     """The report's goodput section: the table, how it was measured, and every run."""
     titles = {s.name: s for s in scenarios}
@@ -284,6 +339,7 @@ def section(results: list[Goodput], scenarios: list[Scenario], note: str) -> lis
                          f"{triton.slo_ms:,.0f} ms | {_rate(triton)} | {_ms(triton.at)} | "
                          f"{_rate(ferry)} | {_ms(ferry.at)} | {ratio} |")
     lines += told_the_slo_table(results, scenarios)
+    lines += pinned_table(results)
     lines += ["", "Every run (asked rate → achieved, p99; ✓ good, ✗ not):", ""]
     lines += [_runs(r, titles[r.scenario]) for r in results if r.scenario in titles]
     return lines
@@ -362,8 +418,8 @@ def _ms(m: Measurement | None) -> str:
 
 
 def _runs(r: Goodput, s: Scenario) -> str:
-    slo = f" (SLO {r.slo_ms:,.0f} ms{', fixed rates' if r.variant == LADDER_VARIANT else ''})" \
-        if r.variant else ""
+    kind = {LADDER_VARIANT: ", fixed rates", PINNED_VARIANT: ", pinned"}.get(r.variant, "")
+    slo = f" (SLO {r.slo_ms:,.0f} ms{kind})" if r.variant else ""
     head = (f"- {s.backend.label}, {s.instances} inst., {LABELS[r.system]} over {r.protocol}"
             f"{slo}: ")
     runs, said = [], set()

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 SHARE = 0.78  # of the batched capacity
 SECONDS = 12.0
 RUNS = 10
+BURN = 0.5  # the second series: a busy loop of this share of one core beside each run
 MAX_WAIT_MS = 50.0
 BATCH_LOG = "INFO,ferry.batches=DEBUG"  # the batcher's log level: a line per batch and call
 WITHIN = 1.2  # a run keeps up when Ferry's p99 is within this factor of Triton alone's
@@ -202,8 +203,14 @@ def table(records: list[RunRecord], rate: float) -> list[str]:
     return lines
 
 
-def section(records: list[RunRecord], rate: float, note: str) -> list[str]:
-    return [HEADING, "", note + " " + METHOD, "", *table(records, rate)]
+def section(records: list[RunRecord], rate: float, note: str,
+            burnt: list[RunRecord] | None = None) -> list[str]:
+    lines = [HEADING, "", note + " " + METHOD, "", *table(records, rate)]
+    if burnt:
+        lines += ["", f"With a busy loop of {BURN:g} of a core beside each run (a process that "
+                      "spins, then sleeps, every 10 ms: a heavier client or a neighbour on the "
+                      "node; `--burn`), in fresh stacks again:", "", *table(burnt, rate)]
+    return lines
 
 
 def offered(share: float = SHARE) -> float:

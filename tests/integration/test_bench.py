@@ -28,7 +28,12 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     for system in ("Ferry, 1 request (Prefer: wait)", "Ferry, POST + GET",
                    "Triton alone, dynamic batching (delay 0)", "Triton alone, no batching"):
         assert f"| {system} | 50 |" in report
-    assert "an HTTP request to uvicorn" in report  # the machine's own floor was measured
+    # the machine's own floors: a bare exchange at each rate (and twice it), a Redis command
+    floors = json.loads((state / "floors.json").read_text())
+    assert set(floors["exchange"]) == {"50.0", "400.0"} and floors["redis"] > 0
+    assert "| a bare HTTP exchange (uvicorn, httptools, uvloop, answering {} at once) at 400/s |" \
+        in report
+    assert "CPU per inference against the client's bare exchanges, fast 1i, 400/s" in report
     assert "## Goodput at the SLO (perf_analyzer)" in report  # perf_analyzer's searches ran
     for protocol in ("grpc", "http"):
         assert f"| fast | 1 | {protocol} | 50 ms |" in report
@@ -36,6 +41,8 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     assert {(g["system"], g["protocol"]) for g in goodput} == {
         (system, protocol) for system in ("triton", "ferry") for protocol in ("grpc", "http")}
     assert all(g["probes"] for g in goodput)
+    assert {g["system"] for g in goodput if g["variant"] == "pinned"} == {"triton", "ferry"}
+    assert "Pinned (fast backend, 1 instance, gRPC)" in report
     assert any(g["rate"] > 0 for g in goodput if g["system"] == "triton")
     assert "## Keeping up at 78% of capacity (ten fresh stacks)" in report
     kept = json.loads((state / "keepup" / "keepup.json").read_text())
@@ -45,6 +52,9 @@ def test_a_quick_benchmark_run_writes_the_report(tmp_path: Path) -> None:
     assert all(set(r["failures"]) <= {"HTTP 429"} and r["batches"]["count"] > 0 for r in kept)
     assert all(r["ferry"]["failed"] == sum(r["failures"].values()) for r in kept)
     assert all(r["triton"]["p99_ms"] > 0 and r["depth"] for r in kept)
+    burnt = json.loads((state / "keepup" / "keepup-burn.json").read_text())
+    assert len(burnt) == 1 and burnt[0]["batches"]["count"] > 0  # beside the busy loop
+    assert "With a busy loop of 0.5 of a core beside each run" in report
     assert "## Bulk jobs" in report and "job-batch-sizes.png" in report
     bulk = json.loads((state / "jobs.json").read_text())
     assert [p["batch"] for p in bulk["sizes"]] == [8, 64]

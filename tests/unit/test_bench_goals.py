@@ -102,3 +102,60 @@ def test_a_missed_target_says_why_once_per_reason_and_a_met_one_does_not() -> No
     assert len(lines) == 4 and lines[3].startswith("- CPU per inference at 400/s, fast backend: ")
     assert "docs/performance.md" in lines[3]
     assert goals.reasons(found[1:]) == []
+
+
+def test_cpu_is_set_against_the_bare_exchanges_its_client_makes() -> None:
+    """One request a task: one exchange at the rate; POST then GET: two, each at twice it."""
+    points = [point("fast_1i", "ferry-1req", 400, 20, 0.5, cpu=600),
+              point("fast_1i", "ferry-2req", 400, 20, 0.5, cpu=1500),
+              point("fast_1i", "ferry-1req", 1200, 20, 0.5, cpu=900),
+              point("fast_1i", "ferry-2req", 1200, 20, 0.5, cpu=1000)]
+    floors = {"exchange": {"400.0": 500.0, "800.0": 400.0, "1200.0": 300.0, "2400.0": 250.0}}
+    at400, at1200 = goals.exchange_goals(points, floors)
+    assert at400.met is False  # POST + GET: 1,500 / (2 * 400) = 1.9
+    assert "1 request: 600 µs, 1.2 times 1 of 500 µs" in at400.measured
+    assert "POST + GET: 1,500 µs, 1.9 times 2 of 400 µs (a bare exchange at 800/s)" in \
+        at400.measured
+    assert at1200.met is False and "3.0 times 1 of 300 µs" in at1200.measured
+    assert goals.exchange_goals(points, {})[0].met is None  # no floors: not measured
+
+
+def test_ferry_must_spend_less_than_every_peer_at_every_rate() -> None:
+    def peer(name: str, rate: float, cpu: float) -> dict[str, Any]:
+        return {"scenario": "fast_1i", "system": name, "offered_rps": rate,
+                "cpu_us": {"peer": cpu}, "run": {}, "busy_fraction": 0}
+
+    points = [point("fast_1i", "ferry-1req", 400, 20, 0.5, cpu=1000),
+              point("fast_1i", "ferry-1req", 50, 20, 0.5, cpu=3000),
+              peer("ray-serve", 400, 1900), peer("bentoml", 400, 1200),
+              peer("litserve", 50, 2500), peer("litserve", 800, 500)]  # Ferry not at 800
+    found = goals.peers_goal(points)
+    assert found.met is False
+    assert found.measured == ("more than a peer at 1 of 3 points: LitServe at 50/s "
+                              "(3,000 against 2,500 µs)")
+    assert goals.peers_goal(points[:1] + points[2:4]).met is True
+
+
+def test_light_load_is_against_triton_alones_p50_and_p99() -> None:
+    def at50(system: str, p50: float, p99: float) -> dict[str, Any]:
+        return {"scenario": "fast_1i", "system": system, "offered_rps": 50.0,
+                "run": {"p50_ms": p50, "p99_ms": p99}, "cpu_us": {}, "busy_fraction": 0}
+
+    points = [at50("triton-dyn0", 7.0, 12.0), at50("triton-dyn0", 7.4, 14.0),
+              at50("ferry-1req", 8.9, 21.0), at50("ferry-2req", 9.0, 30.0)]
+    found = goals.light_goal(points)
+    assert found.met is False  # POST + GET's p99 is 17 ms over
+    assert "1 request: p50 8.9 (+1.7), p99 21.0 (+8.0) ms" in found.measured
+    assert goals.light_goal(points[:3]).met is True
+
+
+def test_grpc_goodput_on_the_fast_backend_with_the_pinned_search_beside_it() -> None:
+    results = [goodput("fast_1i", "ferry", "grpc", 800, ceiling=3200, slo=50),
+               goodput("fast_1i", "triton", "grpc", 1200, ceiling=3200, slo=50),
+               goodput("fast_1i", "ferry", "grpc", 500, ceiling=3200, slo=50, variant="pinned"),
+               goodput("fast_1i", "triton", "grpc", 1000, ceiling=3200, slo=50,
+                       variant="pinned")]
+    found = goals.grpc_goodput_goal(results)
+    assert found.met is True
+    assert found.measured == ("shared cores: 800/s vs 1,200/s (0.67); "
+                              "pinned: 500/s vs 1,000/s (0.50)")
