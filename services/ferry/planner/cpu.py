@@ -111,8 +111,9 @@ def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return intercept, slope
 
 
-# make bench at 697adc4 (2026-11-25; infer calls over gRPC): the fast backend's rates below
-# saturation, 1 and 2 instances, one request per task; `make plan-check` prints the fit of the
-# BENCHMARKS.md it reads (PLANNER.md). `ferry plan size` uses it unless given --cpu-costs.
-BENCH_CPU = CpuCost(gateway_task_s=267e-6, gateway_batch_s=670e-6, batcher_task_s=83e-6,
-                    batcher_batch_s=1_286e-6, redis_task_s=92e-6, redis_batch_s=367e-6)
+# make bench at 144f6cc (2026-11-27; infer calls over HTTP, announcements to the admitting
+# process only): the fast backend's rates below saturation, 1 and 2 instances, one request per
+# task; `make plan-check` prints the fit of the BENCHMARKS.md it reads (PLANNER.md). `ferry plan
+# size` uses it unless given --cpu-costs.
+BENCH_CPU = CpuCost(gateway_task_s=320e-6, gateway_batch_s=552e-6, batcher_task_s=131e-6,
+                    batcher_batch_s=1_055e-6, redis_task_s=128e-6, redis_batch_s=332e-6)
