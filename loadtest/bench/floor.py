@@ -49,7 +49,7 @@ async def _paced(call: object, rate: float = RATE, seconds: float = SECONDS) -> 
     return count
 
 
-REDIS_FLOOR = "a Redis command (HSET) for redis-server, at 400/s"
+REDIS_FLOOR = f"a Redis command (HSET) for redis-server, at {RATE:,.0f}/s"
 
 
 def exchange_name(rate: float) -> str:

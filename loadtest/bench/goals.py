@@ -17,6 +17,9 @@ from typing import Any
 
 from loadtest.bench.goodput import HEADING as GOODPUT_HEADING
 from loadtest.bench.goodput import replace_section
+from loadtest.bench.peers import PEERS
+from loadtest.bench.sweep import PEER_GROUP
+from loadtest.bench.versus import LABELS as PEER_LABELS
 
 HEADING = "## Goodput targets (Ferry must not cost GPUs)"
 GOODPUT_AIM = 1.0  # Ferry's goodput at the SLO over Triton alone's
@@ -27,7 +30,6 @@ GRPC_GOODPUT_AIM = 0.6  # issue 36's, fast backend, one instance, over gRPC
 EXCHANGES_AIM = 1.5  # Ferry's CPU per inference over its client's bare exchanges (issue 36)
 EXCHANGE_RATES = (400.0, 1200.0)
 LIGHT_RATE, LIGHT_P50_MS, LIGHT_P99_MS = 50.0, 2.0, 10.0  # over Triton alone's, at 50/s
-PEER_NAMES = {"ray-serve": "Ray Serve", "bentoml": "BentoML", "litserve": "LitServe"}
 PERFORMANCE = "docs/performance.md"
 WHY_CPU = ("a write per hop in five processes sharing two cores: each task crosses between "
            "processes about a dozen times, and on this virtual machine a write that wakes "
@@ -65,20 +67,17 @@ class Goal:
                 f"`{self.command}` |")
 
 
+def _json(path: Path) -> Any:
+    """A part's raw results; None when it has not run (or left nothing readable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _load(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+    data = _json(path)
     return data if isinstance(data, list) else []
-
-
-def _load_dict(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def section(state: Path) -> list[str]:
@@ -86,7 +85,8 @@ def section(state: Path) -> list[str]:
     goodput = _load(state / "goodput.json")
     keepup = _load(state / "keepup" / "keepup.json")
     burnt = _load(state / "keepup" / "keepup-burn.json")
-    floors = _load_dict(state / "floors.json")
+    floors = _json(state / "floors.json")
+    floors = floors if isinstance(floors, dict) else {}
     goals = [*goodput_goals(goodput), grpc_goodput_goal(goodput), *told_goals(goodput),
              *slow_load_goals(points), keep_up_goal(keepup), keep_up_goal(burnt, burn=True),
              *cpu_goals(points),
@@ -288,12 +288,12 @@ def peers_goal(points: Sequence[dict[str, Any]]) -> Goal:
     each Python peer at every rate both served on the fast backend."""
     worse, compared = [], 0
     for point in points:
-        name = PEER_NAMES.get(point["system"])
-        if point["scenario"] != "fast_1i" or name is None:
+        if point["scenario"] != "fast_1i" or point["system"] not in PEERS:
             continue
+        name = PEER_LABELS[point["system"]]
         rate = point["offered_rps"]
         ferry = _median_at(points, "fast_1i", "ferry-1req", rate, "cpu")
-        peer = float(point["cpu_us"].get("peer", 0.0))
+        peer = float(point["cpu_us"].get(PEER_GROUP, 0.0))
         if ferry is None or peer <= 0:
             continue
         compared += 1
@@ -309,26 +309,29 @@ def peers_goal(points: Sequence[dict[str, Any]]) -> Goal:
 def light_goal(points: Sequence[dict[str, Any]]) -> Goal:
     """At 50/s on the fast backend, Ferry's p50 and p99 close to Triton alone's (the medians
     of the sweep's runs and its repeats)."""
-    triton = [_median_at(points, "fast_1i", "triton-dyn0", LIGHT_RATE, key)
-              for key in ("p50_ms", "p99_ms")]
+    alone = _light(points, "triton-dyn0")
     parts, met = [], []
     for system, label in (("ferry-1req", "1 request"), ("ferry-2req", "POST + GET")):
-        found = [_median_at(points, "fast_1i", system, LIGHT_RATE, key)
-                 for key in ("p50_ms", "p99_ms")]
-        ferry = [f for f in found if f is not None]
-        alone = [t for t in triton if t is not None]
-        if len(ferry) < 2 or len(alone) < 2:
+        ferry = _light(points, system)
+        if ferry is None or alone is None:
             continue
         p50, p99 = ferry[0] - alone[0], ferry[1] - alone[1]
         parts.append(f"{label}: p50 {ferry[0]:.1f} ({p50:+.1f}), p99 {ferry[1]:.1f} "
                      f"({p99:+.1f}) ms")
         met.append(p50 <= LIGHT_P50_MS and p99 <= LIGHT_P99_MS)
-    if parts:
-        parts.insert(0, f"Triton alone p50 {triton[0] or 0:.1f}, p99 {triton[1] or 0:.1f} ms")
+    if parts and alone is not None:
+        parts.insert(0, f"Triton alone p50 {alone[0]:.1f}, p99 {alone[1]:.1f} ms")
     return Goal(f"Light load ({LIGHT_RATE:,.0f}/s) against Triton alone, fast 1i",
                 f"p50 ≤ + {LIGHT_P50_MS:g} ms, p99 ≤ + {LIGHT_P99_MS:g} ms (medians of runs)",
                 "; ".join(parts) or "not measured", all(met) if met else None, "make bench",
                 why=WHY_CPU)
+
+
+def _light(points: Sequence[dict[str, Any]], system: str) -> tuple[float, float] | None:
+    """A system's median p50 and p99 at the light rate on the fast backend (None: not run)."""
+    p50, p99 = (_median_at(points, "fast_1i", system, LIGHT_RATE, key)
+                for key in ("p50_ms", "p99_ms"))
+    return None if p50 is None or p99 is None else (p50, p99)
 
 
 # -- keeping up, the dispatch gap, priorities ------------------------------------------------------

@@ -191,17 +191,17 @@ class GoodputBench:
         ferry_core, rest = {CORES[0]}, {CORES[1]}
         ferry_pids = [pid for name in ("gateway", "batcher", "redis")
                       for pid in self.stack.pids.get(name, [])]
+        # Triton, and perf_analyzer, which inherits this process's cores when started from here
+        rest_pids = [*self.stack.pids.get("triton", []), os.getpid()]
         try:
             pin(ferry_pids, ferry_core)
-            pin(self.stack.pids.get("triton", []), rest)
-            pin([os.getpid()], rest)  # perf_analyzer, started from here, inherits it
+            pin(rest_pids, rest)
             for system, url in self.targets("grpc").items():
                 await self._search(scenario, system, protocol="grpc", url=url,
                                    slo=slo_ms(scenario, self.max_wait_ms),
                                    variant=PINNED_VARIANT)
         finally:
-            everywhere = set(CORES)
-            pin([*ferry_pids, *self.stack.pids.get("triton", []), os.getpid()], everywhere)
+            pin([*ferry_pids, *rest_pids], set(CORES))
 
     async def told_the_slo(self, scenario: Scenario) -> None:
         """Slow backend, several instances, over gRPC: Ferry with ``FERRY_SLO_MS`` set to the
