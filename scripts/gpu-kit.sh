@@ -3,7 +3,8 @@
 #
 #   scripts/gpu-kit.sh build          here (no GPU): pack into .gpu-kit/ what the GPU machine
 #                                     lacks (tritonserver and its Python backend for 3.12,
-#                                     perf_analyzer, redis-server, Ferry's Python 3.12 wheels);
+#                                     perf_analyzer, redis-server and redis-cli, Ferry's Python 3.12
+#                                     wheels);
 #                                     Ferry itself travels as the repository
 #   scripts/gpu-kit.sh run [--out D] [python -m loadtest.gpukit run's options]
 #                                     there: unpack into /tmp/ferry-kit, start Redis, Triton and
@@ -45,7 +46,8 @@ build_triton() {  # tritonserver, the Python backend and its 3.12 stub, the whee
   rm -rf "$stage"
 }
 
-build_tools() {  # perf_analyzer and redis-server, each with the libraries a bare machine lacks
+build_tools() {  # perf_analyzer, redis-server and redis-cli (a Redis Cluster's creation), each
+  # with the libraries a bare machine lacks
   local stage lib
   [ -x .tools/perf_analyzer/perf_analyzer ] || scripts/install-perf-analyzer.sh
   stage=$(mktemp -d)
@@ -54,6 +56,7 @@ build_tools() {  # perf_analyzer and redis-server, each with the libraries a bar
   cp -a .tools/perf_analyzer/lib/. "$stage/perf_analyzer/lib/"
   cp -L "$(ldconfig -p | awk '/libb64\.so\.0d/ {print $NF; exit}')" "$stage/perf_analyzer/lib/"
   cp -L "$(command -v redis-server)" "$stage/redis/bin/redis-server"
+  cp -L "$(command -v redis-cli)" "$stage/redis/bin/redis-cli"
   # redis-server's own libraries that an Ubuntu image seldom has (its other ones, OpenSSL,
   # systemd's, libstdc++, compression, every image has); `run` uses one only where the machine
   # has none of that name
@@ -135,11 +138,13 @@ unpack() {  # into $WORK: site/ (Ferry's dependencies, pytriton), venv/, perf_an
     ldconfig -p | grep -q "/$(basename "$lib")\$" || ln -s "$lib" "$WORK/redis/runtime/"
   done
   mkdir -p "$WORK/bin"
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$WORK/redis/runtime" \
-    "$WORK/redis/bin/redis-server" > "$WORK/bin/redis-server"
+  for tool in redis-server redis-cli; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$WORK/redis/runtime" \
+      "$WORK/redis/bin/$tool" > "$WORK/bin/$tool"
+  done
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$WORK/perf_analyzer/lib" \
     "$WORK/perf_analyzer/perf_analyzer" > "$WORK/bin/perf_analyzer"
-  chmod +x "$WORK/bin/redis-server" "$WORK/bin/perf_analyzer"
+  chmod +x "$WORK/bin/redis-server" "$WORK/bin/redis-cli" "$WORK/bin/perf_analyzer"
 }
 
 run() {

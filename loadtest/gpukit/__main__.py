@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                      "(default: 3 per 8 cores)")
     run.add_argument("--batchers", type=int, default=0, help="Ferry's batchers (default: 2 "
                      "from 8 cores)")
+    run.add_argument("--redis-masters", type=int, default=1, help="Ferry's Redis: one server "
+                     "(1), or a Redis Cluster of this many masters, the partitions spread "
+                     "over them")
     run.add_argument("--input-kind", choices=("image", "bytes"), default="image",
                      help="what Ferry's gateway checks of each request: 'image' decodes it "
                      "(the default for an image model), 'bytes' nothing")
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(out=args.out, work=work, cpu=args.cpu, budget_s=args.budget_s,
                       arch=args.arch, interval_ms=args.interval_ms, threads=args.threads,
                       gateways=args.gateways, batchers=args.batchers,
-                      input_kind=args.input_kind,
+                      input_kind=args.input_kind, redis_masters=args.redis_masters,
                       instance_counts=tuple(int(n) for n in args.instances.split(",")))
     result = asyncio.run(Kit(options).run())
     print((args.out / "gpu-kit.md").read_text())

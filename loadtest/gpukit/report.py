@@ -31,15 +31,22 @@ def _machine(result: dict[str, Any]) -> str:
     m, sizing = result["machine"], result.get("sizing", {})
     return (f"{m.get('cores')} cores, Python {m.get('python')}, driver "
             f"{m.get('driver') or 'none'}. Ferry: {sizing.get('gateways', '?')} gateway "
-            f"processes, {sizing.get('batchers', '?')} batchers, one Redis; result cache and "
-            f"request collapsing off. Input: one {result.get('image_bytes', 0):,}-byte JPEG, "
+            f"processes, {sizing.get('batchers', '?')} batchers, {_redis(result)}; result cache "
+            f"and request collapsing off. Input: one {result.get('image_bytes', 0):,}-byte JPEG, "
             f"made distinct per request; the gateway "
             f"{_check(result)}.")
 
 
+def _redis(result: dict[str, Any]) -> str:
+    masters = result.get("sizing", {}).get("redis_masters", 1)
+    return "one Redis" if masters <= 1 else f"a Redis Cluster of {masters} masters"
+
+
 def _variant(result: dict[str, Any]) -> str:
     kind = result.get("options", {}).get("input_kind", "image")
-    return "" if kind == "image" else ", no image check at the gateway"
+    check = "" if kind == "image" else ", no image check at the gateway"
+    masters = result.get("sizing", {}).get("redis_masters", 1)
+    return check + ("" if masters <= 1 else f", {_redis(result)}")
 
 
 def _check(result: dict[str, Any]) -> str:

@@ -71,6 +71,7 @@ class Options:
     input_kind: str = "image"  # the model's ferry_input_kind: "bytes" skips the gateway's check
     gateways: int = 0  # Ferry's gateway processes; 0: sized for the cores (stack.Sizing)
     batchers: int = 0  # Ferry's batchers; 0: likewise
+    redis_masters: int = 1  # Ferry's Redis: one server, or a Cluster of this many masters
 
     @property
     def engine(self) -> Engine:
@@ -158,10 +159,12 @@ class Kit:
         sizing = Sizing(gateways=self.options.gateways or sizing.gateways,
                         batchers=self.options.batchers or sizing.batchers)
         self.threads = self.options.threads or 2 * sizing.gateways
-        self.result["sizing"] = {**asdict(sizing), "load_threads": self.threads}
+        self.result["sizing"] = {**asdict(sizing), "load_threads": self.threads,
+                                 "redis_masters": self.options.redis_masters}
         self.result["image_bytes"] = len(jpeg)
         self.stack = KitStack(work / "state", repository, sizing,
-                              default_model=served[0].name)  # Ferry's copy, first count
+                              default_model=served[0].name,  # Ferry's copy, first count
+                              redis_masters=self.options.redis_masters)
 
     def start(self) -> None:
         assert self.stack is not None
@@ -245,7 +248,8 @@ class Kit:
 
         from ferry import keys  # noqa: PLC0415
 
-        client = aioredis.Redis.from_url(self.stack.redis_url)
+        client = (aioredis.RedisCluster if self.stack.cluster else aioredis.Redis).from_url(
+            self.stack.redis_url)
         try:
             streams = [s for p in range(PARTITIONS) for s in keys.partition_streams(p)]
             stop = time.monotonic() + min(timeout_s, max(1.0, self.left_s()))

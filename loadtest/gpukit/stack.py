@@ -17,7 +17,7 @@ from pathlib import Path
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis
+from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import TritonPorts, start_triton
 from loadtest.bench.cpu import family
 
@@ -54,6 +54,7 @@ class KitStack:
     repository: Path
     sizing: Sizing
     default_model: str
+    redis_masters: int = 1  # more than one: a Redis Cluster of that many masters, no replicas
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -68,9 +69,15 @@ class KitStack:
         self.processes.append(triton)
         self.triton_grpc = f"{LOOPBACK}:{ports.grpc}"
         self.triton_http = f"{LOOPBACK}:{ports.http}"
-        redis_proc, self.redis_url = start_redis(self.state / "redis")
-        self.processes.append(redis_proc)
-        self.pids = {"triton": family(triton.pid or 0), "redis": [redis_proc.pid or 0]}
+        if self.redis_masters > 1:
+            redis_procs, self.redis_url = start_redis_cluster(self.state / "redis",
+                                                             masters=self.redis_masters)
+        else:
+            redis_proc, self.redis_url = start_redis(self.state / "redis")
+            redis_procs = [redis_proc]
+        self.processes += redis_procs
+        self.pids = {"triton": family(triton.pid or 0),
+                     "redis": [proc.pid or 0 for proc in redis_procs]}
         self._start_ferry()
 
     def _start_ferry(self) -> None:
@@ -78,12 +85,14 @@ class KitStack:
         self.gateway_http, self.gateway_grpc = f"{LOOPBACK}:{port}", f"{LOOPBACK}:{grpc_port}"
         batchers = []
         for index, owned in enumerate(partition_ranges(self.sizing.batchers)):
-            settings = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
+            settings = BatcherSettings(redis_url=self.redis_url, redis_cluster=self.cluster,
+                                       triton_url=self.triton_grpc,
                                        triton_http_url=self.triton_http,
                                        owned_partitions=owned, metrics_port=free_port())
             batchers.append(self._launch(f"batcher-{index}", "batcher",
                                          to_env(settings, BatcherSettings)))
-        gateway = GatewaySettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
+        gateway = GatewaySettings(redis_url=self.redis_url, redis_cluster=self.cluster,
+                                  triton_url=self.triton_grpc,
                                   port=port, grpc_port=grpc_port, workers=self.sizing.gateways,
                                   default_model=self.default_model, cache_ttl_s=0,
                                   collapse_requests=False)
@@ -99,6 +108,10 @@ class KitStack:
         proc.start()
         self.processes.append(proc)
         return proc
+
+    @property
+    def cluster(self) -> bool:
+        return self.redis_masters > 1
 
     @property
     def ferry_pids(self) -> list[int]:

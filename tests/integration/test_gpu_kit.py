@@ -2,10 +2,10 @@
 
 - ``scripts/gpu-kit.sh run --cpu``: the kit's steps on this machine's venv (Redis, Triton with the
   tiny numpy classifier four ways, Ferry, ``ferry plan fit``, perf_analyzer against both systems).
-- ``scripts/gpu-kit.sh build`` then ``run --cpu --from-kit``: the packed kit, unpacked and run
-  with a Python 3.12 that has numpy 2 and the other packages the GPU machine's image has (as the
-  GPU run does, but for PyTorch and the GPU). This is the rehearsal that found the Python
-  backend's BYTES inputs broken under numpy 2.
+- ``scripts/gpu-kit.sh build`` then ``run --cpu --from-kit --redis-masters 3``: the packed kit,
+  unpacked and run with a Python 3.12 that has numpy 2 and the other packages the GPU machine's
+  image has (as the GPU run does, but for PyTorch and the GPU), Ferry on a Redis Cluster. This
+  is the rehearsal that found the Python backend's BYTES inputs broken under numpy 2.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 KIT = ROOT / "scripts" / "gpu-kit.sh"
 QUICK = ["--budget-s", "70", "--instances", "1", "--interval-ms", "500"]
+# The rehearsal runs Ferry on a Redis Cluster (``--redis-masters``), created with the kit's own
+# redis-cli: the GPU machine has none.
 # The plain dry run stops after the warm-up (its budget holds start-up, the check, the fit and a
 # run through each system): the rehearsal below runs every step.
 SHORT = ["--budget-s", "45", "--instances", "1", "--interval-ms", "400"]
@@ -105,10 +107,12 @@ def test_the_kit_builds_and_its_gpu_run_rehearses_here(tmp_path: Path) -> None:
                     "numpy>=2.2", *sorted(wheels.PRESENT - {"numpy"})], check=True, timeout=300,
                    capture_output=True)
     out = tmp_path / "out"
-    kit("run", "--cpu", "--from-kit", "--out", str(out), *QUICK,
+    kit("run", "--cpu", "--from-kit", "--out", str(out), *QUICK, "--redis-masters", "3",
         env={"FERRY_KIT_DIR": str(packed), "FERRY_KIT_WORK": str(tmp_path / "work"),
              "PATH": f"{machine / 'bin'}{os.pathsep}{os.environ['PATH']}"})
     result = assert_a_good_run(out)
+    assert result["sizing"]["redis_masters"] == 3
+    assert "a Redis Cluster of 3 masters" in (out / "gpu-kit.md").read_text()
     assert result["machine"]["python"].startswith("3.12.")
     assert result["machine"]["libpython"].endswith("libpython3.12.so.1.0")
     facts = result["engines"]["tiny"]

@@ -130,6 +130,21 @@ def test_the_report_pairs_the_systems_and_says_what_failed() -> None:
     assert "t(64) = 14.8 ms" in text
 
 
+def test_the_report_names_ferrys_redis_and_a_run_with_a_cluster_in_its_heading() -> None:
+    result = {"started": "2026-11-27T13:00:00+00:00", "machine": {"cards": [], "cores": 16},
+              "sizing": {"gateways": 6, "batchers": 2, "redis_masters": 3}, "goodput": [],
+              "loads": [], "probes": [], "skipped": [], "errors": []}
+    lines = report.section([result], ["run.json"])
+    assert any(line.endswith("6 gateway processes, 2 batchers, a Redis Cluster of 3 masters")
+               for line in lines if line.startswith("### "))
+    assert any("2 batchers, a Redis Cluster of 3 masters; result cache" in line for line in lines)
+    single = {**result, "sizing": {"gateways": 6, "batchers": 2}}  # runs from before the option
+    lines = report.section([single], ["run.json"])
+    assert any(line.endswith("6 gateway processes, 2 batchers") for line in lines
+               if line.startswith("### "))
+    assert any("2 batchers, one Redis; result cache" in line for line in lines)
+
+
 def test_a_bench_run_keeps_the_gpu_section_and_the_kit_rewrites_only_it() -> None:
     from loadtest.bench.goodput import replace_section, section_of
 
