@@ -9,6 +9,8 @@ POST then GET), loopback only.
     git worktree add /tmp/before <commit>
     .venv/bin/python -m loadtest.bench.ab --a /tmp/before/services --b services \\
         --rates 400,1200 --rounds 3 --seconds 10
+
+``--redis-masters 3`` runs both on a Redis Cluster of 3 masters on loopback instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import uvloop
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis
+from ferry.stack.redis_server import start_redis, start_redis_cluster
 from ferry.stack.triton_server import start_triton
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.cpu import cpu_seconds, family
@@ -75,6 +77,16 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
     return rows
 
 
+def start_redis_for(state: Path, masters: int) -> tuple[list[ManagedProcess], str, dict[str, str]]:
+    """One Redis, or a Redis Cluster of ``masters``: its processes, its URL, and the settings
+    that tell Ferry which."""
+    if masters > 1:
+        procs, url = start_redis_cluster(state / "redis", masters=masters)
+        return procs, url, {"FERRY_REDIS_CLUSTER": "true"}
+    proc, url = start_redis(state / "redis")
+    return [proc], url, {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", required=True, help="the first tree's services/ directory")
@@ -90,6 +102,8 @@ def main() -> None:
                              "a tree older than FERRY_TRITON_HTTP_URL ignores it) or gRPC")
     parser.add_argument("--flow", choices=("ferry-1req", "ferry-2req"), default="ferry-1req",
                         help="one request per task (Prefer: wait) or POST then GET ?wait=10")
+    parser.add_argument("--redis-masters", type=int, default=1,
+                        help="one Redis (1), or a Redis Cluster of this many masters")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
@@ -97,7 +111,7 @@ def main() -> None:
     scenario = Scenario(FAST if args.backend == "fast" else SLOW, args.instances)
     repository = write_repository(state / "models", [scenario], 50)
     triton, ports = start_triton(repository, state / "triton")
-    redis_proc, redis_url = start_redis(state / "redis")
+    redis_procs, redis_url, redis_env = start_redis_for(state, args.redis_masters)
     results: dict[tuple[str, float], list[Row]] = {}
     try:
         for round_ in range(args.rounds):
@@ -106,13 +120,15 @@ def main() -> None:
                 rows = measure(tree, state, triton=f"{LOOPBACK}:{ports.grpc}",
                                triton_http=(f"{LOOPBACK}:{ports.http}"
                                             if args.infer_over == "http" else ""),
-                               redis_url=redis_url, redis_pid=redis_proc.pid or 0,
+                               redis_url=redis_url,
+                               redis_pid=[proc.pid or 0 for proc in redis_procs],
                                model=scenario.name, rates=rates, seconds=args.seconds,
-                               seed=11 + round_, flow=args.flow)
+                               seed=11 + round_, flow=args.flow, env=redis_env)
                 for rate, row in rows.items():
                     results.setdefault((name, rate), []).append(row)
     finally:
-        redis_proc.stop()
+        for proc in redis_procs:
+            proc.stop()
         triton.stop()
     for (name, rate), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         med = [statistics.median(r[i] for r in runs) for i in range(6)]

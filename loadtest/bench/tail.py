@@ -28,8 +28,8 @@ import uvloop
 
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
+from loadtest.bench.ab import start_redis_for
 from loadtest.bench.backends import FAST, Scenario, write_repository
 from loadtest.flows import payload
 from loadtest.rawhttp import Pool
@@ -86,11 +86,13 @@ async def drive(port: int, model: str, rate: float, count: int, *, nonce: str,
 
 
 def one_tree(tree: str, state: Path, *, redis_url: str, triton: tuple[str, str], model: str,
-             rate: float, seconds: float, nonce: str, seed: int) -> list[Answered]:
-    """Start the tree's batcher and gateway, warm up, run, stop them."""
+             rate: float, seconds: float, nonce: str, seed: int,
+             redis_env: dict[str, str] | None = None) -> list[Answered]:
+    """Start the tree's batcher and gateway, warm up, run, stop them (``redis_env``: the
+    settings that say the Redis is a cluster)."""
     port, grpc_port = free_ports(2)
     base = {"FERRY_REDIS_URL": redis_url, "FERRY_TRITON_URL": triton[0],
-            "FERRY_DEFAULT_MODEL": model, "PYTHONPATH": tree}
+            "FERRY_DEFAULT_MODEL": model, "PYTHONPATH": tree, **(redis_env or {})}
     envs = {"batcher": {**base, "FERRY_METRICS_PORT": "0", "FERRY_TRITON_HTTP_URL": triton[1]},
             "gateway": {**base, "FERRY_PORT": str(port), "FERRY_GRPC_PORT": str(grpc_port)}}
     procs = [ManagedProcess(name, [sys.executable, "-m", "ferry", name], env=env_with(env),
@@ -132,13 +134,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--slowest", type=int, default=5, help="requests shown per run")
+    parser.add_argument("--redis-masters", type=int, default=1,
+                        help="one Redis (1), or a Redis Cluster of this many masters")
     args = parser.parse_args()
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
     state = Path(tempfile.mkdtemp(prefix="ferry-tail-"))
     scenario = Scenario(FAST, 1)
     repository = write_repository(state / "models", [scenario], 50)
     triton, ports = start_triton(repository, state / "triton")
-    redis_proc, redis_url = start_redis(state / "redis")
+    redis_procs, redis_url, redis_env = start_redis_for(state, args.redis_masters)
     try:
         for round_ in range(args.rounds):
             for index, tree in enumerate(trees):
@@ -147,10 +151,11 @@ def main() -> None:
                     triton=(f"{LOOPBACK}:{ports.grpc}", f"{LOOPBACK}:{ports.http}"),
                     model=scenario.name, rate=args.rate, seconds=args.seconds,
                     nonce=f"tail-{round_}-{index}-{random.getrandbits(32):08x}",
-                    seed=7 + round_)
+                    seed=7 + round_, redis_env=redis_env)
                 print("\n".join(summary(tree, answered, args.slowest)), flush=True)
     finally:
-        redis_proc.stop()
+        for proc in redis_procs:
+            proc.stop()
         triton.stop()
 
 

@@ -180,6 +180,12 @@ def done_channel(tag: str) -> str:
     return DONE_CHANNEL_PREFIX + tag
 
 
+def done_shard_channel(tag: str, partition: int) -> str:
+    """On a Redis Cluster, where one partition's scripts announce a process's task ends, in the
+    partition's slot (sharded Pub/Sub): ``ferry:done:<tag>{p3}``."""
+    return done_channel(tag) + slot_tag(partition)
+
+
 def partition_of_digest(digest: str, partitions: int) -> int:
     """The partition of identical requests: from their digest's first 8 hex digits."""
     return int(digest[:8], 16) % partitions

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +22,27 @@ from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.gateway.app import create_app
 from ferry.gateway.serve import server_options
+from ferry.resp.client import Commands, RedisAddress
+from ferry.resp.cluster import ClusterClient
+from ferry.resp.sharded import ShardedChannels
+from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from tests.conftest import REDIS_CLUSTER
+
+
+def announcement_listener(client: Commands, redis_url: str, channel: str,
+                          on_message: Callable[[bytes], None],
+                          on_connect: Callable[[], None] = lambda: None,
+                          partitions: int = 16) -> Subscriber | ShardedChannels:
+    """Where a process hears the task ends announced on ``channel`` (``client``: the task
+    store's): the channel itself, or on a Redis Cluster every partition's copy of it (the
+    scripts ``SPUBLISH`` in their own slot), as the gateway listens."""
+    if isinstance(client, ClusterClient):
+        return ShardedChannels(client, [keys.slot_tag(p) for p in range(partitions)], [channel],
+                               on_message, on_connect)
+    return Subscriber(RedisAddress.from_url(redis_url), channel, on_message, on_connect)
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:

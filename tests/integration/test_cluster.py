@@ -2,6 +2,8 @@
 every run of the suite): routing, scripts on every node, slots that move (MOVED and ASK), blocking
 reads over partitions on different masters, and settings that do not match the server.
 
+Also the gateway's announcements on a cluster (sharded Pub/Sub) following a slot that moves.
+
 The rest of the suite's cluster coverage is the tests marked ``cluster``, which ``make test`` runs
 a second time against a cluster (``make test-cluster``).
 """
@@ -23,10 +25,12 @@ from ferry.errors import ConfigError
 from ferry.queue.redis_streams import RedisStreamQueue
 from ferry.redis_conn import cluster_client, connect
 from ferry.resp.cluster import ClusterClient, parse_slots
+from ferry.resp.sharded import ShardedChannels
 from ferry.settings import BatcherSettings, CommonSettings
 from ferry.stack.process import ManagedProcess
 from ferry.stack.redis_server import start_redis, start_redis_cluster
 from tests.conftest import TritonServer
+from tests.integration.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -212,3 +216,39 @@ async def test_single_redis_settings_refuse_a_cluster_and_cluster_settings_a_sin
         await client.close()
     finally:
         single.stop(grace_s=5)
+
+
+async def test_sharded_announcements_are_heard_where_their_slot_is_and_follow_it_when_it_moves(
+    lean: ClusterClient, admin: redis.RedisCluster,
+) -> None:
+    """The gateway's announcements on a cluster: every partition's copy of a channel heard on
+    the node that owns the partition's slot (SPUBLISH there reaches no other node); when the
+    slot moves, Redis ends the subscription and the subscriber finds the slot's new owner."""
+    tag, channel = keys.slot_tag(3), keys.done_channel("test")
+    heard: list[bytes] = []
+    connects: list[float] = []
+    sharded = ShardedChannels(lean, [tag], [channel], heard.append,
+                              lambda: connects.append(time.monotonic()))
+    await sharded.start()
+    source = owner(admin, keys.partition_stream(3))
+    target = next(n for n in masters(admin) if n != source)
+    slot = key_slot(tag.encode())
+    try:
+        assert await wait_until(sharded.connected.is_set, 5)
+        # a node that does not own the slot refuses it
+        with node_client(target) as elsewhere, pytest.raises(redis.exceptions.MovedError):
+            elsewhere.execute_command("SPUBLISH", channel + tag, b"wrong node")
+        assert await lean.execute("SPUBLISH", channel + tag, b"one") == 1
+        assert await wait_until(lambda: heard == [b"one"], 5)
+        for node in [target, source, *(n for n in masters(admin) if n not in (source, target))]:
+            with node_client(node) as each:  # the (empty) slot moves to another master
+                each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+        assert await wait_until(lambda: len(connects) == 2, 10)  # subscribed again, there
+        with node_client(target) as now:
+            assert now.execute_command("SPUBLISH", channel + tag, b"two") == 1
+        assert await wait_until(lambda: heard == [b"one", b"two"], 5)
+    finally:
+        await sharded.stop()
+        for node in [source, *(n for n in masters(admin) if n != source)]:
+            with node_client(node) as each:
+                each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", node_id(source))

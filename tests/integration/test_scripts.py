@@ -43,6 +43,7 @@ from ferry.tasks.record import (
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
+from tests.integration.helpers import announcement_listener
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 PARTITIONS = 4
@@ -62,11 +63,14 @@ async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
 
 
 @contextlib.asynccontextmanager
-async def listening(redis_url: str, channel: str = keys.done_channel(keys.process_tag())
-                    ) -> AsyncIterator[list[bytes]]:
-    """Messages published on ``channel`` while the block runs (and shortly after)."""
+async def listening(redis_url: str, channel: str = keys.done_channel(keys.process_tag()),
+                    store: RedisTaskStore | None = None) -> AsyncIterator[list[bytes]]:
+    """Messages published on ``channel`` while the block runs (and shortly after); with the
+    ``store``, heard as its announcements are (every partition's copy, on a Redis Cluster)."""
     heard: list[bytes] = []
-    sub = Subscriber(RedisAddress.from_url(redis_url), channel, heard.append, lambda: None)
+    sub = (Subscriber(RedisAddress.from_url(redis_url), channel, heard.append, lambda: None)
+           if store is None else
+           announcement_listener(store.client, redis_url, channel, heard.append))
     await sub.start()
     try:
         for _ in range(100):
@@ -269,7 +273,7 @@ async def test_a_failure_is_dead_lettered_and_its_counts_clamped_at_none(
     task = new_task(callback="https://example.com/hook")
     await store.admit(task, pending(task), owner=owner)
     redis_client.hset(keys.backlog_key(0), keys.backlog_field("sim", Priority.NORMAL), 0)
-    async with listening(redis_url) as heard:
+    async with listening(redis_url, store=store) as heard:
         await settle(store, redis_client, final(task, Status.FAILED, error="boom"))
     assert backlog(redis_client, task) == 0 and backlog(redis_client, task, owner.field) == 0
     letters: Any = redis_client.xrange(keys.dead_letter_stream(0))
@@ -316,7 +320,7 @@ async def test_followers_end_as_their_leader_did_and_only_its_owners_are_named(
     await store.admit(leader, pending(leader), sharing=SHARED, owner=ALICE)
     await store.admit(own, pending(own), sharing=SHARED, owner=ALICE)
     await store.admit(other, pending(other), sharing=SHARED, owner=BOB)
-    async with listening(redis_url) as heard:
+    async with listening(redis_url, store=store) as heard:
         await settle(store, redis_client, final(leader, output={"y": 1}, model_version="1"))
     expected = [
         (own, TaskRecord(own.task_id, Status.SUCCESS, "sim", CREATED, "1", CREATED + 1,
@@ -363,7 +367,7 @@ async def test_an_unread_task_is_cancelled_at_once(
 ) -> None:
     task = new_task(priority=Priority.LOW, callback="https://example.com/h")
     await store.admit(task, pending(task), owner=Owner("alice", max_pending=9))
-    async with listening(redis_url) as heard:
+    async with listening(redis_url, store=store) as heard:
         found = await store.cancel(task.task_id, "alice")
     assert found.outcome is CancelOutcome.CANCELLED and found.record is not None
     record = orjson.loads(found.record.body)

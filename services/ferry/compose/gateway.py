@@ -9,6 +9,8 @@ from ferry.access import Access
 from ferry.compose.triton import triton_backend
 from ferry.redis_conn import SlowRedis, address, connect, lean, locator
 from ferry.resp.client import Commands
+from ferry.resp.cluster import ClusterClient
+from ferry.resp.sharded import ShardedChannels
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import GatewaySettings
 from ferry.tasks.base import GatewayStore
@@ -30,6 +32,7 @@ class GatewayParts:
     store: GatewayStore
     waiters: ResultWaiters
     subscriber: Subscriber  # completion announcements, which wake the waiters
+    sharded: ShardedChannels | None  # on a Redis Cluster: every partition's, where it is
     capacity: CapacityBoard  # the models' measured service rates, for admission
     metrics: GatewayMetrics
     access: Access  # authentication, rate limits, per-client bounds
@@ -52,9 +55,16 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
                             waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,
                             locate=locator(settings))
     waiters.channels = subscriber  # other processes' channels, while waits need them
+    sharded = None
+    if isinstance(hot, ClusterClient):  # the scripts SPUBLISH in their partition's slot
+        sharded = ShardedChannels(
+            hot, [keys.slot_tag(p) for p in range(settings.partitions)], channels[:1],
+            waiters.on_announcement, waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
+        waiters.channels = sharded
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),
         hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
+        sharded=sharded,
         capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics(),
         access=Access(settings, hot), tracing=Tracing("ferry-gateway"))

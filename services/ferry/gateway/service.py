@@ -117,11 +117,15 @@ class Gateway:
         with contextlib.suppress(DependencyUnavailableError):  # metrics primed, as at every
             await self.catalog.names()  # read of the models (Triton may answer only later)
         await self.parts.subscriber.start()
+        if self.parts.sharded is not None:
+            await self.parts.sharded.start()
         await self.served.start()
 
     async def stop(self) -> None:
         await self.shadows.stop()
         await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
+        if self.parts.sharded is not None:
+            await self.parts.sharded.stop()
         await self.served.stop()
         await self.parts.access.close()
         await self.parts.backend.close()

@@ -286,7 +286,7 @@ class RedisStreamQueue:
         """On a Redis Cluster: one XREADGROUP per partition (its streams share a slot), all at
         once. If none has entries and ``block_ms`` allows, a blocking read per partition, each on
         a connection of its own; when the first answers, the others are unblocked (CLIENT
-        UNBLOCK) and every reply is kept, so no entry read is left behind."""
+        UNBLOCK, all at once) and every reply is kept, so no entry read is left behind."""
         reply = self._slot_replies(await cluster.replies(
             [self._read_command(priorities, count, 0, p) for p in self.owned]))
         if any(entries for _, entries in reply) or block_ms <= 0:
@@ -296,8 +296,7 @@ class RedisStreamQueue:
             timeout_s=cluster.timeout_s + block_ms / 1000.0)): p for p in self.owned}
         try:
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for wait in pending:
-                await self._unblock(cluster, wait, waits[wait])
+            await asyncio.gather(*(self._unblock(cluster, wait, waits[wait]) for wait in pending))
             replies = await asyncio.gather(*waits, return_exceptions=True)
         finally:
             for wait in waits:

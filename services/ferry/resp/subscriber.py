@@ -4,6 +4,11 @@ Messages are handed over from ``data_received``, with no task or queue per messa
 be added and dropped while it runs (``subscribe`` answers once Redis has confirmed). After each
 (re)subscription to all of them ``on_connect`` runs, so that a listener can re-check whatever it
 may have missed while it was not subscribed.
+
+Sharded (Redis 7's ``SSUBSCRIBE``, for a Redis Cluster), its channels all hash to one slot and
+it listens on the node that owns it (``locate``): a ``SPUBLISH`` there reaches it without a hop
+over the cluster bus. When the slot moves, Redis ends the subscription, and it subscribes again
+wherever ``locate`` then finds the slot.
 """
 
 from __future__ import annotations
@@ -30,11 +35,17 @@ from ferry.resp.client import (
 log = logging.getLogger(__name__)
 
 
+_MESSAGES = (b"message", b"smessage")
+_CONFIRMATIONS = (b"subscribe", b"ssubscribe")
+
+
 class _Subscription(asyncio.Protocol):
     def __init__(self, on_message: Callable[[bytes], None],
-                 on_subscribed: Callable[[bytes], None]) -> None:
+                 on_subscribed: Callable[[bytes], None],
+                 on_dropped: Callable[[bytes], None]) -> None:
         self.on_message = on_message
         self.on_subscribed = on_subscribed
+        self.on_dropped = on_dropped
         self.reader = hiredis.Reader(replyError=redis_reply_error)
         self.transport: asyncio.Transport | None = None
         self.lost = asyncio.Event()
@@ -51,10 +62,14 @@ class _Subscription(asyncio.Protocol):
             if isinstance(reply, RedisError):
                 self.error = reply  # AUTH or SUBSCRIBE refused: reconnecting will not help soon
                 self.close()
-            elif isinstance(reply, list) and reply and reply[0] == b"message":
-                self.on_message(reply[2])
-            elif isinstance(reply, list) and reply and reply[0] == b"subscribe":
-                self.on_subscribed(reply[1])
+            elif isinstance(reply, list) and reply:
+                kind = reply[0]
+                if kind in _MESSAGES:
+                    self.on_message(reply[2])
+                elif kind in _CONFIRMATIONS:
+                    self.on_subscribed(reply[1])
+                elif kind == b"sunsubscribe":
+                    self.on_dropped(reply[1])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost.set()
@@ -76,9 +91,13 @@ class Subscriber:
     def __init__(self, address: RedisAddress, channel: str | Iterable[str],
                  on_message: Callable[[bytes], None], on_connect: Callable[[], None], *,
                  timeout_s: float = 10.0, ping_interval_s: float = 5.0,
-                 name: str = "ferry-subscriber", locate: Locate | None = None) -> None:
+                 name: str = "ferry-subscriber", locate: Locate | None = None,
+                 sharded: bool = False) -> None:
         self.address = address
-        self.locate = locate  # with Sentinel: the master, found again at every connect
+        # with Sentinel: the master, found again at every connect; sharded: the slot's owner
+        self.locate = locate
+        self.sharded = sharded
+        self._verbs = ("SSUBSCRIBE", "SUNSUBSCRIBE") if sharded else ("SUBSCRIBE", "UNSUBSCRIBE")
         names = [channel] if isinstance(channel, str) else list(channel)
         self.channels: set[bytes] = {name.encode() for name in names}
         self.on_message = on_message
@@ -121,7 +140,7 @@ class Subscriber:
         if (confirming := self._confirming.pop(name, None)) is not None:
             confirming.set_result(None)
         if self._current is not None:
-            self._current.send("UNSUBSCRIBE", name)
+            self._current.send(self._verbs[1], name)
 
     def _ask(self, *names: bytes) -> None:
         assert self._current is not None
@@ -130,7 +149,7 @@ class Subscriber:
             return
         for name in names:
             self._asked[name] = self._asked.get(name, 0) + 1
-        self._current.send("SUBSCRIBE", *names)
+        self._current.send(self._verbs[0], *names)
 
     def _subscribed(self, name: bytes) -> None:
         """Redis confirmed a SUBSCRIBE: the channel is live once its last one is confirmed
@@ -146,6 +165,13 @@ class Subscriber:
             confirming.set_result(None)
         if self.channels <= self._confirmed:
             self._all_confirmed.set()
+
+    def _dropped(self, name: bytes) -> None:
+        """Redis ended a sharded subscription this side did not drop: its slot moved. A new
+        connection finds the slot's owner and subscribes there."""
+        if name in self.channels and self._current is not None:
+            log.info("the slot of %s moved; subscribing again where it is now", name.decode())
+            self._current.close()
 
     def _forget(self) -> None:
         """The connection is gone: nothing is confirmed, and nobody waits for it."""
@@ -196,7 +222,8 @@ class Subscriber:
     async def _session(self) -> None:
         address = self.address if self.locate is None else await self.locate()
         sub = await open_connection(
-            address, lambda: _Subscription(self.on_message, self._subscribed), self.timeout_s)
+            address, lambda: _Subscription(self.on_message, self._subscribed, self._dropped),
+            self.timeout_s)
         try:
             if self._stopping.is_set():
                 return

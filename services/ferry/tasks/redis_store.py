@@ -19,6 +19,7 @@ from ferry.codec import dumps, encode_task
 from ferry.errors import ServiceUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, Commands
+from ferry.resp.cluster import ClusterClient
 from ferry.tasks import scripts
 from ferry.tasks.base import (
     NO_LIMITS,
@@ -111,6 +112,9 @@ class RedisTaskStore:
         self.inline_limit = inline_limit
         self.cache_ttl_s = cache_ttl_s
         self._slots = [Slot.of(p) for p in range(partitions)]
+        # on a Redis Cluster the scripts announce in their own slot (sharded Pub/Sub)
+        self._shards = [keys.slot_tag(p) if isinstance(client, ClusterClient) else ""
+                        for p in range(partitions)]
         self._admit = client.register_script(lua.source(scripts.ADMIT))
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))
@@ -270,7 +274,7 @@ class RedisTaskStore:
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
             cache_prefix=slot.cache_prefix,
             ledger=keys.ledger_key(partition, ledger.hour_of(float(now))),
-            ledger_ttl=keys.LEDGER_TTL_S))
+            ledger_ttl=keys.LEDGER_TTL_S, shard=self._shards[partition]))
         for item in items:
             if item.record is not None:
                 script_keys.append(slot.task_prefix + item.record.task_id)
@@ -300,7 +304,7 @@ class RedisTaskStore:
                        cancel_channel=keys.CANCEL_CHANNEL, pending_status=PENDING_STATUS,
                        cancelled_status=CANCELLED_STATUS,
                        cancelled_tail=cancelled_tail(time.time()),
-                       followers_prefix=slot.followers_prefix))))
+                       followers_prefix=slot.followers_prefix, shard=self._shards[partition]))))
 
     async def cancel_requested(self, task_ids: Sequence[str]) -> list[bool]:
         """Whether each task was flagged for cancellation (for tasks a batcher reclaims)."""

@@ -90,6 +90,8 @@ class CompleteArgs(NamedTuple):
     cache_prefix: str
     ledger: str  # the partition's usage ledger for this hour (keys.ledger_key: the same slot)
     ledger_ttl: int
+    shard: str  # '' PUBLISH the announcements; on a Redis Cluster, the partition's hash tag:
+    # SPUBLISH them in its slot (keys.done_shard_channel)
 
 
 class CompleteItem(NamedTuple):
@@ -129,6 +131,7 @@ class CancelArgs(NamedTuple):
     cancelled_status: bytes
     cancelled_tail: bytes
     followers_prefix: str
+    shard: str  # as CompleteArgs.shard
 
 
 class WithdrawKeys(NamedTuple):

@@ -23,7 +23,7 @@ local function cancelled()
   redis.call('EXPIRE', task_key, result_ttl)
   local frames = {}
   announce(frames, task_id, CANCELLED, body, #body)
-  publish_frames(frames)
+  publish_frames(frames, shard)
   queue_webhook(webhooks, task_id, state[9])
   return {OUTCOME_CANCELLED, body}
 end

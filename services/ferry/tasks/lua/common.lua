@@ -19,10 +19,16 @@ local function announce(frames, id, status, body, inline)
   end
 end
 
--- Every tag's frames in one message on its process's channel (keys.done_channel).
-local function publish_frames(frames)
+-- Every tag's frames in one message on its process's channel (keys.done_channel); on a Redis
+-- Cluster (``shard``: the partition's hash tag) on that channel's copy in the partition's own
+-- slot, heard on this node (keys.done_shard_channel), not over the cluster bus.
+local function publish_frames(frames, shard)
   for tag, list in pairs(frames) do
-    redis.call('PUBLISH', DONE_CHANNEL_PREFIX .. tag, table.concat(list))
+    if shard == '' then
+      redis.call('PUBLISH', DONE_CHANNEL_PREFIX .. tag, table.concat(list))
+    else
+      redis.call('SPUBLISH', DONE_CHANNEL_PREFIX .. tag .. shard, table.concat(list))
+    end
   end
 end
 

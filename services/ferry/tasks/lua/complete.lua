@@ -118,6 +118,6 @@ for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
 end
 if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
 redis.call('XDEL', stream, unpack(ids))
-publish_frames(frames)
+publish_frames(frames, shard)
 if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
 return written
