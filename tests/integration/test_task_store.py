@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,7 +18,12 @@ from ferry import keys
 from ferry.codec import encode_task
 from ferry.queue.base import Delivery
 from ferry.redis_conn import lean
+from ferry.resp.client import RedisAddress
+from ferry.resp.cluster import ClusterClient
+from ferry.resp.subscriber import Subscriber
 from ferry.settings import CommonSettings
+from ferry.stack.ports import free_port
+from ferry.stack.process import ManagedProcess
 from ferry.tasks.base import Completion
 from ferry.tasks.record import Status, StoredRecord, TaskRecord, announcements
 from ferry.tasks.redis_store import RedisTaskStore
@@ -216,6 +223,26 @@ async def test_a_waiter_gets_a_large_result_by_reading_it(
     assert record.to_json()["output"] == "y" * 5000
 
 
+async def listened(store: RedisTaskStore, redis_client: redis.Redis, channel: str,
+                   timeout_s: float = 5.0) -> bool:
+    """Whether Redis came to count one subscriber of ``channel`` (on a cluster, of every
+    partition's copy of it, each on its master) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if isinstance(store.client, ClusterClient):
+            counts = []
+            for partition in range(PARTITIONS):
+                tag = keys.slot_tag(partition)
+                owner = await store.client.node_of(tag)
+                counts.append(int((await owner.execute("PUBSUB", "SHARDNUMSUB", channel + tag))[1]))
+            if min(counts) == 1:
+                return True
+        elif redis_client.pubsub_numsub(channel)[0][1] == 1:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 def tagged_task(tag: str, partition: int = 3) -> Task:
     """A task whose id another process (announcement tag ``tag``) could have made."""
     task_id = keys.new_task_id(partition, PARTITIONS)[:-keys.ANNOUNCE_TAG_LENGTH] + tag
@@ -272,9 +299,7 @@ async def test_a_wait_for_another_processs_task_listens_on_its_channel(
         await store.admit(task, pending(task))
         with waiters.watch(task.task_id) as watch:
             waiting = asyncio.create_task(watch.final(30))
-            # its subscription is confirmed by Redis (on every node, on a cluster)
-            assert await wait_until(lambda: sub.subscribe(keys.done_channel(other_tag())) is None,
-                                    5)
+            assert await listened(store, redis_client, keys.done_channel(other_tag()))
             await asyncio.sleep(0.05)
             await store.complete([Completion(read_entry(redis_client, task),
                                              finished(task, output="theirs"))])
@@ -283,3 +308,80 @@ async def test_a_wait_for_another_processs_task_listens_on_its_channel(
         await sub.stop()
     assert record is not None and record.status is Status.SUCCESS
     assert record.to_json()["output"] == "theirs"
+
+
+async def announced(store: RedisTaskStore, admin: redis.Redis, task: Task,
+                    address: RedisAddress) -> dict[str, list[bytes]]:
+    """What the task's end was announced on: its process's plain channel and its partition's
+    sharded copy of it, each heard by a subscriber of its own."""
+    tag, partition = keys.announce_tag(task.task_id), keys.partition_of(task.task_id, PARTITIONS)
+    heard: dict[str, list[bytes]] = {"plain": [], "sharded": []}
+    subs = [Subscriber(address, keys.done_channel(tag), heard["plain"].append, lambda: None),
+            Subscriber(address, keys.done_shard_channel(tag, partition), heard["sharded"].append,
+                       lambda: None, sharded=True)]
+    for sub in subs:
+        await sub.start()
+    try:
+        assert await wait_until(lambda: all(s.connected.is_set() for s in subs), 5)
+        await store.admit(task, pending(task))
+        assert await store.complete([Completion(read_entry(admin, task),
+                                                finished(task, output="ok"))]) == [True]
+        assert await wait_until(lambda: any(heard.values()), 5)
+        await asyncio.sleep(0.1)
+    finally:
+        for sub in subs:
+            await sub.stop()
+    return heard
+
+
+@pytest.mark.single_redis
+async def test_a_sharded_store_announces_in_its_partitions_slot_only(
+    redis_url: str, redis_client: redis.Redis,
+) -> None:
+    """On a cluster the scripts SPUBLISH on the partition's copy of the channel (the same
+    scripts, told the partition's hash tag; a single Redis 7 speaks sharded Pub/Sub too)."""
+    client = lean(CommonSettings(redis_url=redis_url), "test")
+    store = RedisTaskStore(client, partitions=PARTITIONS, result_ttl_s=60, pending_ttl_s=600,
+                           sharded=True)
+    try:
+        heard = await announced(store, redis_client, tagged_task(keys.process_tag(), 5),
+                                RedisAddress.from_url(redis_url))
+    finally:
+        await client.close()
+    assert len(heard["sharded"]) == 1 and heard["plain"] == []
+
+
+@pytest.mark.single_redis
+async def test_a_redis_without_spublish_gets_the_announcement_on_the_plain_channel(
+    tmp_path: Path,
+) -> None:
+    """Redis before 7.0 has no SPUBLISH (here: renamed away). The completion script has
+    written the record by then and must not fail: it announces on the plain channel, which
+    the admitting gateway process also hears."""
+    port = free_port()
+    proc = ManagedProcess("old-redis", ["redis-server", "--port", str(port), "--bind",
+                                        "127.0.0.1", "--save", "", "--dir", str(tmp_path),
+                                        "--rename-command", "SPUBLISH", ""])
+    proc.start()
+    url = f"redis://127.0.0.1:{port}/0"
+    admin = redis.Redis(port=port)
+    client = lean(CommonSettings(redis_url=url), "test")
+    try:
+        assert await wait_until(lambda: _pings(admin), 10)
+        store = RedisTaskStore(client, partitions=PARTITIONS, result_ttl_s=60,
+                               pending_ttl_s=600, sharded=True)
+        task = tagged_task(keys.process_tag(), 5)
+        heard = await announced(store, admin, task, RedisAddress.from_url(url))
+        record = await store.read(task.task_id)
+    finally:
+        await client.close()
+        proc.stop(grace_s=5)
+    assert len(heard["plain"]) == 1 and heard["sharded"] == []
+    assert record is not None and record.status is Status.SUCCESS
+
+
+def _pings(admin: redis.Redis) -> bool:
+    try:
+        return bool(admin.ping())
+    except redis.RedisError:
+        return False

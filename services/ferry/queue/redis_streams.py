@@ -296,7 +296,11 @@ class RedisStreamQueue:
             timeout_s=cluster.timeout_s + block_ms / 1000.0)): p for p in self.owned}
         try:
             _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            await asyncio.gather(*(self._unblock(cluster, wait, waits[wait]) for wait in pending))
+            ended = await asyncio.gather(
+                *(self._unblock(cluster, wait, waits[wait]) for wait in pending),
+                return_exceptions=True)  # one master out of reach: the others' replies count
+            if failed := next((e for e in ended if isinstance(e, BaseException)), None):
+                log.warning("ending a blocked read failed (it ends at its timeout): %s", failed)
             replies = await asyncio.gather(*waits, return_exceptions=True)
         finally:
             for wait in waits:

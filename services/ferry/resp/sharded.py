@@ -14,7 +14,7 @@ name; a shard's copy is the name followed by the shard's hash tag.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from ferry.resp.client import Locate, RedisAddress
 from ferry.resp.cluster import ClusterClient
@@ -32,7 +32,8 @@ class ShardedChannels:
         bases = list(channels)
         self._shards = [
             Subscriber(cluster.address, [base + tag for base in bases], on_message, on_connect,
-                       timeout_s=timeout_s, name=name, locate=self._locator(tag), sharded=True)
+                       timeout_s=timeout_s, name=name, locate=self._locator(tag), sharded=True,
+                       where=self._owner(tag))
             for tag in self.tags]
         self.connected = _AllSet([sub.connected for sub in self._shards])
 
@@ -49,6 +50,15 @@ class ShardedChannels:
             return (await self.cluster.node_of(tag)).address
 
         return locate
+
+    def _owner(self, tag: str) -> Callable[[], Awaitable[RedisAddress]]:
+        """The node that owns ``tag``'s slot in the slot map as it is (after a failover, the
+        map is asked again as soon as a command meets the demoted master)."""
+
+        async def owner() -> RedisAddress:
+            return (await self.cluster.node_of(tag)).address
+
+        return owner
 
     def subscribe(self, channel: str) -> asyncio.Future[None] | None:
         """Listen on every shard's copy of ``channel``: None if each is confirmed already,

@@ -8,7 +8,10 @@ may have missed while it was not subscribed.
 Sharded (Redis 7's ``SSUBSCRIBE``, for a Redis Cluster), its channels all hash to one slot and
 it listens on the node that owns it (``locate``): a ``SPUBLISH`` there reaches it without a hop
 over the cluster bus. When the slot moves, Redis ends the subscription, and it subscribes again
-wherever ``locate`` then finds the slot.
+wherever ``locate`` then finds the slot; it also subscribes again when ``where`` (the slot's
+owner as the cluster client knows it now, looked at every ping) names another node, as after a
+manual failover, where Redis ends no subscription. A Redis without sharded Pub/Sub (before 7.0)
+refuses ``SSUBSCRIBE``: that is logged once, and the subscriber stops.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import cast
 
 import hiredis
@@ -33,6 +36,10 @@ from ferry.resp.client import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class _Unsupported(Exception):
+    """This Redis does not know the subscribe command (SSUBSCRIBE before Redis 7.0)."""
 
 
 _MESSAGES = (b"message", b"smessage")
@@ -92,11 +99,13 @@ class Subscriber:
                  on_message: Callable[[bytes], None], on_connect: Callable[[], None], *,
                  timeout_s: float = 10.0, ping_interval_s: float = 5.0,
                  name: str = "ferry-subscriber", locate: Locate | None = None,
-                 sharded: bool = False) -> None:
+                 sharded: bool = False,
+                 where: Callable[[], Awaitable[RedisAddress]] | None = None) -> None:
         self.address = address
         # with Sentinel: the master, found again at every connect; sharded: the slot's owner
         self.locate = locate
         self.sharded = sharded
+        self.where = where  # where it should be now, without asking Redis (None: not checked)
         self._verbs = ("SSUBSCRIBE", "SUNSUBSCRIBE") if sharded else ("SUBSCRIBE", "UNSUBSCRIBE")
         names = [channel] if isinstance(channel, str) else list(channel)
         self.channels: set[bytes] = {name.encode() for name in names}
@@ -112,6 +121,7 @@ class Subscriber:
         self._confirmed: set[bytes] = set()  # by Redis, on it
         self._confirming: dict[bytes, asyncio.Future[None]] = {}
         self._all_confirmed = asyncio.Event()  # every channel asked at connect
+        self._dropping: dict[bytes, int] = {}  # SUNSUBSCRIBEs sent on it, not yet confirmed
         self.connected = asyncio.Event()
 
     def subscribe(self, channel: str) -> asyncio.Future[None] | None:
@@ -140,6 +150,8 @@ class Subscriber:
         if (confirming := self._confirming.pop(name, None)) is not None:
             confirming.set_result(None)
         if self._current is not None:
+            if self.sharded:  # its confirmation is not a slot that moved
+                self._dropping[name] = self._dropping.get(name, 0) + 1
             self._current.send(self._verbs[1], name)
 
     def _ask(self, *names: bytes) -> None:
@@ -169,6 +181,10 @@ class Subscriber:
     def _dropped(self, name: bytes) -> None:
         """Redis ended a sharded subscription this side did not drop: its slot moved. A new
         connection finds the slot's owner and subscribes there."""
+        if (left := self._dropping.pop(name, 0)) > 0:  # the confirmation of our own
+            if left > 1:
+                self._dropping[name] = left - 1
+            return
         if name in self.channels and self._current is not None:
             log.info("the slot of %s moved; subscribing again where it is now", name.decode())
             self._current.close()
@@ -178,6 +194,7 @@ class Subscriber:
         self._current = None
         self._asked.clear()
         self._confirmed.clear()
+        self._dropping.clear()
         self._all_confirmed.clear()
         confirming, self._confirming = self._confirming, {}
         for future in confirming.values():
@@ -210,8 +227,12 @@ class Subscriber:
             try:
                 await self._session()
                 failures = 0
-            except (RespConnectionError, TimeoutError, OSError) as exc:
-                failures += 1
+            except _Unsupported as exc:
+                log.error("result subscription refused for good (%s): waits end at their wait "
+                          "time without an early wake-up", exc)
+                return
+            except Exception as exc:  # any failure (a slot map that cannot be had, too) is
+                failures += 1  # retried: a subscriber must not end by itself
                 if not self._stopping.is_set():
                     log.warning("result subscription lost Redis (%s); resubscribing", exc)
             self.connected.clear()  # waiters keep waiting: they re-check once resubscribed
@@ -235,12 +256,16 @@ class Subscriber:
             async with asyncio.timeout(self.timeout_s):
                 await _first(self._all_confirmed, sub.lost)
             if sub.lost.is_set():
+                if "unknown command" in str(sub.error).lower():
+                    raise _Unsupported(str(sub.error))
                 raise RespConnectionError(f"subscription refused or lost: {sub.error}")
             self.connected.set()
             self.on_connect()
             while not await _wait(sub.lost, self.ping_interval_s):
                 if not sub.alive:
                     raise RespConnectionError(f"no answer to PING in {self.ping_interval_s:g} s")
+                if await self._elsewhere(address):
+                    return  # subscribed again where it should be, at once
                 sub.alive = False
                 sub.send("PING")
             if sub.error is not None:
@@ -248,6 +273,21 @@ class Subscriber:
         finally:
             self._forget()
             sub.close()
+
+
+    async def _elsewhere(self, address: RedisAddress) -> bool:
+        """Whether ``where`` names another node than ``address`` (a failed look: no)."""
+        if self.where is None:
+            return False
+        try:
+            now = await self.where()
+        except Exception:  # the slot map could not be had: stay
+            return False
+        if (now.host, now.port) == (address.host, address.port):
+            return False
+        log.info("subscribed at %s:%s, where %s:%s now serves; moving", address.host,
+                 address.port, now.host, now.port)
+        return True
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> bool:

@@ -100,7 +100,7 @@ class RedisTaskStore:
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
                  inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0,
                  min_replicas: int = 0, wait_ms: int = 500,
-                 fairness: Fairness = fairness_off) -> None:
+                 fairness: Fairness = fairness_off, sharded: bool | None = None) -> None:
         self.client = client
         self.fairness = fairness
         # With replicas to confirm: every admission that wrote waits for them (or is withdrawn)
@@ -112,9 +112,10 @@ class RedisTaskStore:
         self.inline_limit = inline_limit
         self.cache_ttl_s = cache_ttl_s
         self._slots = [Slot.of(p) for p in range(partitions)]
-        # on a Redis Cluster the scripts announce in their own slot (sharded Pub/Sub)
-        self._shards = [keys.slot_tag(p) if isinstance(client, ClusterClient) else ""
-                        for p in range(partitions)]
+        # sharded (None: on a Redis Cluster), the scripts announce in their own slot (SPUBLISH)
+        if sharded is None:
+            sharded = isinstance(client, ClusterClient)
+        self._shards = [keys.slot_tag(p) if sharded else "" for p in range(partitions)]
         self._admit = client.register_script(lua.source(scripts.ADMIT))
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))

@@ -21,13 +21,14 @@ end
 
 -- Every tag's frames in one message on its process's channel (keys.done_channel); on a Redis
 -- Cluster (``shard``: the partition's hash tag) on that channel's copy in the partition's own
--- slot, heard on this node (keys.done_shard_channel), not over the cluster bus.
+-- slot, heard on this node (keys.done_shard_channel), not over the cluster bus. A Redis before
+-- 7.0 has no SPUBLISH: the plain channel then (this script has written already, and must end).
 local function publish_frames(frames, shard)
   for tag, list in pairs(frames) do
-    if shard == '' then
-      redis.call('PUBLISH', DONE_CHANNEL_PREFIX .. tag, table.concat(list))
-    else
-      redis.call('SPUBLISH', DONE_CHANNEL_PREFIX .. tag .. shard, table.concat(list))
+    local message = table.concat(list)
+    if shard == '' or type(redis.pcall('SPUBLISH', DONE_CHANNEL_PREFIX .. tag .. shard,
+                                       message)) == 'table' then
+      redis.call('PUBLISH', DONE_CHANNEL_PREFIX .. tag, message)
     end
   end
 end
