@@ -27,7 +27,7 @@ import uvloop
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis, start_redis_cluster
+from ferry.stack.redis_server import start_redis_servers
 from ferry.stack.triton_server import start_triton
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.cpu import cpu_seconds, family
@@ -80,11 +80,8 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
 def start_redis_for(state: Path, masters: int) -> tuple[list[ManagedProcess], str, dict[str, str]]:
     """One Redis, or a Redis Cluster of ``masters``: its processes, its URL, and the settings
     that tell Ferry which."""
-    if masters > 1:
-        procs, url = start_redis_cluster(state / "redis", masters=masters)
-        return procs, url, {"FERRY_REDIS_CLUSTER": "true"}
-    proc, url = start_redis(state / "redis")
-    return [proc], url, {}
+    procs, url = start_redis_servers(state / "redis", masters)
+    return procs, url, {"FERRY_REDIS_CLUSTER": "true"} if masters > 1 else {}
 
 
 def main() -> None:

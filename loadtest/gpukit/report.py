@@ -37,16 +37,20 @@ def _machine(result: dict[str, Any]) -> str:
             f"{_check(result)}.")
 
 
+def _masters(result: dict[str, Any]) -> int:
+    """Ferry's Redis masters in the run (runs before the option had one)."""
+    return int(result.get("sizing", {}).get("redis_masters", 1))
+
+
 def _redis(result: dict[str, Any]) -> str:
-    masters = result.get("sizing", {}).get("redis_masters", 1)
+    masters = _masters(result)
     return "one Redis" if masters <= 1 else f"a Redis Cluster of {masters} masters"
 
 
 def _variant(result: dict[str, Any]) -> str:
     kind = result.get("options", {}).get("input_kind", "image")
     check = "" if kind == "image" else ", no image check at the gateway"
-    masters = result.get("sizing", {}).get("redis_masters", 1)
-    return check + ("" if masters <= 1 else f", {_redis(result)}")
+    return check + ("" if _masters(result) <= 1 else f", {_redis(result)}")
 
 
 def _check(result: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis, start_redis_cluster
+from ferry.stack.redis_server import start_redis_servers
 from ferry.stack.triton_server import TritonPorts, start_triton
 from loadtest.bench.cpu import family
 
@@ -69,12 +69,8 @@ class KitStack:
         self.processes.append(triton)
         self.triton_grpc = f"{LOOPBACK}:{ports.grpc}"
         self.triton_http = f"{LOOPBACK}:{ports.http}"
-        if self.redis_masters > 1:
-            redis_procs, self.redis_url = start_redis_cluster(self.state / "redis",
-                                                             masters=self.redis_masters)
-        else:
-            redis_proc, self.redis_url = start_redis(self.state / "redis")
-            redis_procs = [redis_proc]
+        redis_procs, self.redis_url = start_redis_servers(self.state / "redis",
+                                                          self.redis_masters)
         self.processes += redis_procs
         self.pids = {"triton": family(triton.pid or 0),
                      "redis": [proc.pid or 0 for proc in redis_procs]}

@@ -20,6 +20,7 @@ import uvicorn
 from ferry import keys
 from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
+from ferry.compose.gateway import sharded_announcements
 from ferry.gateway.app import create_app
 from ferry.gateway.serve import server_options
 from ferry.resp.client import Commands, RedisAddress
@@ -40,8 +41,7 @@ def announcement_listener(client: Commands, redis_url: str, channel: str,
     store's): the channel itself, or on a Redis Cluster every partition's copy of it (the
     scripts ``SPUBLISH`` in their own slot), as the gateway listens."""
     if isinstance(client, ClusterClient):
-        return ShardedChannels(client, [keys.slot_tag(p) for p in range(partitions)], [channel],
-                               on_message, on_connect)
+        return sharded_announcements(client, partitions, [channel], on_message, on_connect)
     return Subscriber(RedisAddress.from_url(redis_url), channel, on_message, on_connect)
 
 

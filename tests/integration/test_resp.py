@@ -172,7 +172,7 @@ async def test_password_and_database_from_the_url(tmp_path: Path) -> None:
 
 def _answers(port: int, password: str) -> bool:
     try:
-        return bool(redis.Redis(port=port, password=password or None).ping())
+        return bool(redis.Redis(port=port, password=password).ping())
     except redis.RedisError:
         return False
 
@@ -274,41 +274,30 @@ async def test_a_unix_socket(tmp_path: Path) -> None:
         proc.stop(grace_s=5)
 
 
-def private(tmp_path: Path, name: str, *extra: str) -> tuple[ManagedProcess, int]:
-    """A redis-server of the test's own, with ``extra`` arguments."""
-    port = free_port()
-    proc = ManagedProcess(name, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                                 "--save", "", "--dir", str(tmp_path), *extra])
-    proc.start()
-    return proc, port
-
-
 async def test_a_sharded_subscriber_moves_to_where_its_slot_is_served_now(
     tmp_path: Path,
 ) -> None:
     """After a manual failover Redis ends no sharded subscription: the subscriber looks at
     every ping where its slot is served, and subscribes again there when that changed."""
-    (one, one_port), (two, two_port) = private(tmp_path, "one"), private(tmp_path, "two")
-    addresses = {p: RedisAddress.from_url(f"redis://127.0.0.1:{p}/0") for p in (one_port, two_port)}
-    serving = [one_port]
+    (one, one_url), (two, two_url) = start_redis(tmp_path / "one"), start_redis(tmp_path / "two")
+    serving = [RedisAddress.from_url(one_url)]
 
     async def where() -> RedisAddress:
-        return addresses[serving[0]]
+        return serving[0]
 
     heard: list[bytes] = []
     connects: list[int] = []
-    sub = Subscriber(addresses[one_port], "done{p3}", heard.append, lambda: connects.append(1),
+    sub = Subscriber(serving[0], "done{p3}", heard.append, lambda: connects.append(1),
                      timeout_s=2.0, ping_interval_s=0.2, locate=where, sharded=True,
                      where=where)
     try:
-        assert await wait_until(lambda: _answers(one_port, "") and _answers(two_port, ""), 10)
         await sub.start()
         assert await wait_until(sub.connected.is_set, 5)
-        redis.Redis(port=one_port).spublish("done{p3}", b"one")
+        redis.Redis.from_url(one_url).spublish("done{p3}", b"one")
         assert await wait_until(lambda: heard == [b"one"], 5)
-        serving[0] = two_port
+        serving[0] = RedisAddress.from_url(two_url)
         assert await wait_until(lambda: len(connects) == 2 and sub.connected.is_set(), 5)
-        assert redis.Redis(port=two_port).spublish("done{p3}", b"two") == 1
+        assert redis.Redis.from_url(two_url).spublish("done{p3}", b"two") == 1
         assert await wait_until(lambda: heard == [b"one", b"two"], 5)
     finally:
         await sub.stop()
@@ -348,11 +337,10 @@ async def test_a_redis_without_sharded_pubsub_is_logged_and_not_asked_again(
 ) -> None:
     """Redis before 7.0 has no SSUBSCRIBE (here: a Redis with it renamed away): one error in
     the log, and no reconnecting for ever."""
-    proc, port = private(tmp_path, "old", "--rename-command", "SSUBSCRIBE", "")
-    sub = Subscriber(RedisAddress.from_url(f"redis://127.0.0.1:{port}/0"), "done{p3}",
-                     lambda _: None, lambda: None, timeout_s=2.0, sharded=True)
+    proc, url = start_redis(tmp_path / "old", extra=("--rename-command", "SSUBSCRIBE", ""))
+    sub = Subscriber(RedisAddress.from_url(url), "done{p3}", lambda _: None, lambda: None,
+                     timeout_s=2.0, sharded=True)
     try:
-        assert await wait_until(lambda: _answers(port, ""), 10)
         with caplog.at_level("INFO", logger="ferry.resp.subscriber"):
             await sub.start()
             assert await wait_until(lambda: "refused for good" in caplog.text, 5)

@@ -22,8 +22,7 @@ from ferry.resp.client import RedisAddress
 from ferry.resp.cluster import ClusterClient
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import CommonSettings
-from ferry.stack.ports import free_port
-from ferry.stack.process import ManagedProcess
+from ferry.stack.redis_server import start_redis
 from ferry.tasks.base import Completion
 from ferry.tasks.record import Status, StoredRecord, TaskRecord, announcements
 from ferry.tasks.redis_store import RedisTaskStore
@@ -358,16 +357,10 @@ async def test_a_redis_without_spublish_gets_the_announcement_on_the_plain_chann
     """Redis before 7.0 has no SPUBLISH (here: renamed away). The completion script has
     written the record by then and must not fail: it announces on the plain channel, which
     the admitting gateway process also hears."""
-    port = free_port()
-    proc = ManagedProcess("old-redis", ["redis-server", "--port", str(port), "--bind",
-                                        "127.0.0.1", "--save", "", "--dir", str(tmp_path),
-                                        "--rename-command", "SPUBLISH", ""])
-    proc.start()
-    url = f"redis://127.0.0.1:{port}/0"
-    admin = redis.Redis(port=port)
+    proc, url = start_redis(tmp_path, extra=("--rename-command", "SPUBLISH", ""))
+    admin = redis.Redis.from_url(url)
     client = lean(CommonSettings(redis_url=url), "test")
     try:
-        assert await wait_until(lambda: _pings(admin), 10)
         store = RedisTaskStore(client, partitions=PARTITIONS, result_ttl_s=60,
                                pending_ttl_s=600, sharded=True)
         task = tagged_task(keys.process_tag(), 5)
@@ -379,9 +372,3 @@ async def test_a_redis_without_spublish_gets_the_announcement_on_the_plain_chann
     assert len(heard["plain"]) == 1 and heard["sharded"] == []
     assert record is not None and record.status is Status.SUCCESS
 
-
-def _pings(admin: redis.Redis) -> bool:
-    try:
-        return bool(admin.ping())
-    except redis.RedisError:
-        return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ferry import keys
@@ -39,6 +40,15 @@ class GatewayParts:
     tracing: Tracing  # OTLP traces, when OTEL_* asks for them
 
 
+def sharded_announcements(cluster: ClusterClient, partitions: int, channels: Sequence[str],
+                          on_message: Callable[[bytes], None], on_connect: Callable[[], None], *,
+                          timeout_s: float = 10.0) -> ShardedChannels:
+    """On a Redis Cluster, where a process hears the task ends announced on ``channels``: every
+    partition's copy of each (keys.done_shard_channel), on the master that owns it."""
+    return ShardedChannels(cluster, [keys.slot_tag(p) for p in range(partitions)], channels,
+                           on_message, on_connect, timeout_s=timeout_s)
+
+
 def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
                   metrics: GatewayMetrics | None = None) -> GatewayParts:
     hot = lean(settings, "ferry-gateway")
@@ -54,13 +64,12 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
     subscriber = Subscriber(address(settings), channels, waiters.on_announcement,
                             waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,
                             locate=locator(settings))
-    waiters.channels = subscriber  # other processes' channels, while waits need them
     sharded = None
     if isinstance(hot, ClusterClient):  # the scripts SPUBLISH in their partition's slot
-        sharded = ShardedChannels(
-            hot, [keys.slot_tag(p) for p in range(settings.partitions)], channels[:1],
-            waiters.on_announcement, waiters.wake_all, timeout_s=settings.redis_socket_timeout_s)
-        waiters.channels = sharded
+        sharded = sharded_announcements(hot, settings.partitions, channels[:1],
+                                        waiters.on_announcement, waiters.wake_all,
+                                        timeout_s=settings.redis_socket_timeout_s)
+    waiters.channels = sharded or subscriber  # other processes' channels, while waits need them
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),

@@ -40,14 +40,14 @@ class ShardedChannels:
     def _locator(self, tag: str) -> Locate:
         """The node that owns ``tag``'s slot: the map asked again at every connect but the
         first (a slot that moved, or a master that failed over, is why there is another)."""
-        first = True
+        first, owner = True, self._owner(tag)
 
         async def locate() -> RedisAddress:
             nonlocal first
             if not first:
                 self.cluster.slots_moved()
             first = False
-            return (await self.cluster.node_of(tag)).address
+            return await owner()
 
         return locate
 

@@ -7,7 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ferry.errors import StartupError
@@ -42,13 +42,14 @@ def redis_argv(port: int, data_dir: Path, *, persist: bool) -> list[str]:
 
 def start_redis(
     data_dir: Path, *, port: int | None = None, persist: bool = False, timeout_s: float = 120.0,
-    interrupted: Callable[[], bool] = lambda: False,
+    interrupted: Callable[[], bool] = lambda: False, extra: Sequence[str] = (),
 ) -> tuple[ManagedProcess, str]:
-    """Start redis-server and wait until it accepts connections; returns it and its URL."""
+    """Start redis-server (``extra``: more of its arguments) and wait until it accepts
+    connections; returns it and its URL."""
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = ManagedProcess(
-        "redis-server", redis_argv(port, data_dir, persist=persist),
+        "redis-server", [*redis_argv(port, data_dir, persist=persist), *extra],
         log_path=data_dir / "redis.log",
     )
     proc.start()
@@ -58,6 +59,15 @@ def start_redis(
         proc.stop(grace_s=5)
         raise
     return proc, f"redis://{LOOPBACK}:{port}/0"
+
+
+def start_redis_servers(data_dir: Path, masters: int = 1) -> tuple[list[ManagedProcess], str]:
+    """One redis-server (``masters`` 1), or a Redis Cluster of ``masters``: its processes and
+    the URL of one."""
+    if masters > 1:
+        return start_redis_cluster(data_dir, masters=masters)
+    proc, url = start_redis(data_dir)
+    return [proc], url
 
 
 def start_redis_cluster(
