@@ -1,9 +1,12 @@
 """Overload: offer more than the backend can serve, every request with a deadline, and account for
 every one of them.
 
-Each request is one ``POST`` with ``X-Request-Timeout`` and ``Prefer: wait``; a 429 is a refusal
-(counted, with how fast it came), anything accepted is followed to its final status. At the end
-every accepted task is read back: one without a final status is *lost*. Latency counts from each
+Each request is one ``POST`` with ``X-Request-Timeout`` and ``Prefer: wait`` (longer than the
+deadline); a 429 is a refusal (counted, with how fast it came from its send), anything accepted is
+followed to its final status. At the end every accepted task is read back: one without a final
+status is *lost*. The deadline's promise is checked on Ferry's own records, not on this client's
+clock (which a loaded machine makes late): a SUCCESS written after its ``deadline_at`` is *late*,
+and a held request answered without its final record (202) is *unheld*. Latency counts from each
 request's scheduled send (open loop, Poisson arrivals). Loopback only.
 
     .venv/bin/python -m loadtest.overload --url http://127.0.0.1:8000 --model sim \\
@@ -38,11 +41,13 @@ class OverloadResult:
     rejected: int = 0  # 429
     outcomes: dict[str, int] = field(default_factory=dict)  # final statuses of the accepted
     lost: int = 0  # accepted, and no final status at the end
+    late: int = 0  # SUCCESS records written after their deadline_at (the deadline's promise)
+    unheld: int = 0  # held requests answered 202, though their deadline came before the wait's end
     http_errors: dict[str, int] = field(default_factory=dict)  # anything but 200/202/429
     accepted_p50_s: float = 0.0
     accepted_p99_s: float = 0.0  # from scheduled send to final answer, SUCCESS and EXPIRED
     success_p99_s: float = 0.0
-    rejected_p99_s: float = 0.0  # how fast a 429 came
+    rejected_p99_s: float = 0.0  # how fast a 429 came, from its send
     success_rps: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -56,18 +61,61 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+@dataclass
+class _Tally:
+    """What one run heard, request by request."""
+
+    pool: Pool
+    errors: Counter[str] = field(default_factory=Counter)
+    accepted: dict[str, float] = field(default_factory=dict)  # task id -> scheduled send
+    finals: dict[str, tuple[str, float]] = field(default_factory=dict)
+    refusals: list[float] = field(default_factory=list)
+    late: set[str] = field(default_factory=set)
+
+    def ended(self, task_id: str, record: dict[str, Any], scheduled: float) -> None:
+        self.finals[task_id] = (str(record["status"]), time.monotonic() - scheduled)
+        if record["status"] == "SUCCESS" and record["finished_at"] > record["deadline_at"]:
+            self.late.add(task_id)
+
+    async def one(self, path: str, body: bytes, headers: list[tuple[str, str]],
+                  scheduled: float) -> None:
+        sent = time.monotonic()
+        response = await self.pool.request("POST", path, body, "application/octet-stream",
+                                           headers)
+        if response.status == 429:
+            self.refusals.append(time.monotonic() - sent)
+            return
+        if response.status not in (200, 202):
+            self.errors[f"HTTP {response.status}"] += 1
+            return
+        answer = response.json()
+        task_id = str(answer["task_id"])
+        self.accepted[task_id] = scheduled
+        if response.status == 200:
+            self.ended(task_id, answer, scheduled)
+            return
+        self.errors["unheld"] += 1
+        final = await self.pool.request("GET", f"/v1/result/{task_id}?wait=20")
+        record = final.json() if final.status == 200 else {}
+        if record.get("status", "PENDING") != "PENDING":
+            self.ended(task_id, record, scheduled)
+
+    async def read_back(self) -> None:
+        """What did not answer in time, read once more: without a final status, lost."""
+        for task_id in set(self.accepted) - set(self.finals):
+            record = (await self.pool.request("GET", f"/v1/result/{task_id}")).json()
+            if record.get("status", "PENDING") != "PENDING":
+                self.finals[task_id] = (str(record["status"]), float("inf"))
+
+
 async def run(url: str, model: str, rate: float, seconds: float, timeout_s: float,
               *, seed: int = 7) -> OverloadResult:
     target = urlparse(url)
     if target.hostname not in LOOPBACK_HOSTS:
         raise ValueError(f"load tests target loopback only, not {target.hostname!r}")
-    pool = Pool(target.hostname or "127.0.0.1", target.port or 80)
+    tally = _Tally(Pool(target.hostname or "127.0.0.1", target.port or 80))
     times = schedule(rate, max(1, int(rate * seconds)), seed=seed)
     result = OverloadResult(rate, seconds, timeout_s, sent=len(times))
-    errors: Counter[str] = Counter()
-    accepted: dict[str, float] = {}  # task id -> scheduled send
-    finals: dict[str, tuple[str, float]] = {}
-    refusals: list[float] = []
     headers = [("X-Request-Timeout", f"{timeout_s:g}"), ("Prefer", "wait=10")]
     path = f"/v1/inference?model={model}"
     nonce = new_nonce()
@@ -75,37 +123,18 @@ async def run(url: str, model: str, rate: float, seconds: float, timeout_s: floa
 
     async def one(index: int, at: float) -> None:
         await asyncio.sleep(max(0.0, start + at - time.monotonic()))
-        scheduled = start + at
-        response = await pool.request("POST", path, payload(index, nonce=nonce),
-                                      "application/octet-stream", headers)
-        if response.status == 429:
-            refusals.append(time.monotonic() - scheduled)
-            return
-        if response.status not in (200, 202):
-            errors[f"HTTP {response.status}"] += 1
-            return
-        body = response.json()
-        task_id = str(body["task_id"])
-        accepted[task_id] = scheduled
-        if response.status == 200:
-            finals[task_id] = (str(body["status"]), time.monotonic() - scheduled)
-            return
-        final = await pool.request("GET", f"/v1/result/{task_id}?wait=20")
-        record = final.json() if final.status == 200 else {}
-        if record.get("status", "PENDING") != "PENDING":
-            finals[task_id] = (str(record["status"]), time.monotonic() - scheduled)
+        await tally.one(path, payload(index, nonce=nonce), headers, start + at)
 
     tasks = [asyncio.create_task(one(i, at)) for i, at in enumerate(times)]
     await asyncio.wait(tasks, timeout=times[-1] + DRAIN_S)
     for task in tasks:
         task.cancel()
-    for task_id in set(accepted) - set(finals):  # read back what did not answer in time
-        record = (await pool.request("GET", f"/v1/result/{task_id}")).json()
-        if record.get("status", "PENDING") != "PENDING":
-            finals[task_id] = (str(record["status"]), float("inf"))
-    await pool.close()
-    result.http_errors = dict(errors)
-    return summarize(result, len(accepted), finals, refusals)
+    await tally.read_back()
+    await tally.pool.close()
+    result.unheld = tally.errors.pop("unheld", 0)
+    result.late = len(tally.late)
+    result.http_errors = dict(tally.errors)
+    return summarize(result, len(tally.accepted), tally.finals, tally.refusals)
 
 
 def summarize(result: OverloadResult, accepted: int, finals: dict[str, tuple[str, float]],

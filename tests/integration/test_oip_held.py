@@ -24,11 +24,13 @@ from ferry.stack.ports import free_port
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
+    backlog_counts,
     batch_executions,
     batcher_settings,
     executions_since,
     gateway_settings,
     serving,
+    stream_lengths,
     task_keys,
     wait_until,
 )
@@ -69,7 +71,9 @@ async def status_of(ferry: Served, task_id: str) -> str:
 
 
 async def test_a_call_past_its_timeout_answers_as_triton_answers_an_expired_request(
-        served: Served) -> None:
+        served: Served, redis_client: redis.Redis) -> None:
+    """No batcher runs: each call ends at its deadline, and so does its task (EXPIRED, out of
+    its stream and its count), never left to run for nobody."""
     started = time.monotonic()
     async with httpx.AsyncClient(base_url=served.http, timeout=30) as http:
         late = await http.post("/v2/models/simple/infer",
@@ -85,6 +89,9 @@ async def test_a_call_past_its_timeout_answers_as_triton_answers_an_expired_requ
     assert expired.value.status() == "StatusCode.UNAVAILABLE"
     assert expired.value.message() == "Request timeout expired"
     assert 0.3 <= rest_s < 3 and 0.3 <= grpc_s < 3  # none held past its deadline for long
+    records = [redis_client.hget(key, "status") for key in task_keys(redis_client)]
+    assert records == [b"EXPIRED", b"EXPIRED"]
+    assert stream_lengths(redis_client) == 0 and backlog_counts(redis_client) == 0
 
 
 async def _cancelled_when_gone(ferry: Served, store: redis.Redis,

@@ -24,13 +24,14 @@ from ferry.resp.subscriber import Subscriber
 from ferry.settings import CommonSettings
 from ferry.stack.redis_server import start_redis
 from ferry.tasks.base import Completion
-from ferry.tasks.record import Status, StoredRecord, TaskRecord, announcements
+from ferry.tasks.record import EXPIRED_ERROR, Status, StoredRecord, TaskRecord, announcements
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
 from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
 from tests.integration.helpers import (
     announcement_listener,
+    backlog_counts,
     dead_letters,
     stream_lengths,
     wait_until,
@@ -136,6 +137,45 @@ async def test_the_first_final_answer_stands(
     record = await store.read(task.task_id)
     assert record is not None and record.to_json()["output"] == "first"
     assert dead_letters(redis_client) == []  # a duplicate leaves no dead letter
+
+
+def placed(task: Task, same: bool) -> Task:
+    """A new task in the same partition as ``task`` (or, ``same`` False, in another)."""
+    partition = keys.partition_of(task.task_id, PARTITIONS)
+    while True:
+        other = new_task(b"placed")
+        if (keys.partition_of(other.task_id, PARTITIONS) == partition) is same:
+            return other
+
+
+async def test_a_task_past_its_deadline_expires_once_wherever_it_waits(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    """Unread, it leaves its stream and its count; read by a batcher, it is ended all the same
+    and its count leaves once: the batcher's late answer is not written, its entry is
+    acknowledged. A final record stays as it is; an unknown task is None."""
+    held = new_task(b"held")
+    unread, neighbour = placed(held, same=False), placed(held, same=True)
+    await store.admit(held, pending(held))
+    delivery = read_entry(redis_client, held)
+    for task in (unread, neighbour):
+        await store.admit(task, pending(task))
+    for task in (unread, held):
+        record = await store.expire(task.task_id)
+        assert record is not None and record.status is Status.EXPIRED
+        body = record.to_json()
+        assert body["error"] == EXPIRED_ERROR and body["finished_at"] > 0
+        assert await store.read(task.task_id) == record
+    assert redis_client.xlen(keys.partition_stream(
+        keys.partition_of(unread.task_id, PARTITIONS))) == 0
+    assert backlog_counts(redis_client) == 1  # the neighbour's alone
+    late = await store.complete([Completion(delivery, finished(held, output="late"))])
+    assert late == [False]  # the first final record stands
+    assert (await store.read(held.task_id)) == await store.expire(held.task_id)
+    assert backlog_counts(redis_client) == 1  # not left twice
+    assert redis_client.xpending(delivery.stream, keys.CONSUMER_GROUP)["pending"] == 0
+    assert redis_client.xlen(delivery.stream) == 1  # the neighbour's entry, unread
+    assert await store.expire(keys.new_task_id()) is None
 
 
 async def test_a_failure_is_dead_lettered_in_its_partition_with_its_payload(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -212,3 +213,38 @@ def test_a_retried_batch_frees_its_slot_when_the_retry_returns() -> None:
     asyncio.run(executor(backend, Store(), Context(set())).run("m", deliveries(2), free))
     assert freed == ["after 2 calls"] + ["answer built"] * 2
     assert backend.free_at_call == [False, False]
+
+
+class Slow(Backend):
+    """Answers only once ``until`` (Unix seconds) has passed."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__()
+        self.until = until
+
+    async def infer(self, spec: ModelSpec, payloads: Sequence[bytes],
+                    version: str = "") -> Inferred:
+        while time.time() <= self.until:
+            await asyncio.sleep(0.01)
+        return await super().infer(spec, payloads, version)
+
+
+def test_an_answer_that_comes_after_its_tasks_deadline_ends_it_expired() -> None:
+    """Nothing fitted, the task boards with its deadline ahead; the call returns after it: the
+    record is EXPIRED (whoever waited was answered so at the deadline), its batch-mate without
+    a deadline SUCCESS, and the call's cost still charged."""
+    deadline = time.time() + 1.0
+    items = deliveries(2)
+    assert items[0].task is not None
+    items[0].task.deadline_ms = int(deadline * 1000)
+    backend, store = Slow(deadline), Store()
+    asyncio.run(executor(backend, store, Context(set())).run("m", items))
+    assert len(backend.calls) == 1  # it reached Triton
+    records = {c.record.task_id: c for c in store.completed if c.record}
+    late = records["t0"]
+    assert late.record is not None and late.record.status is Status.EXPIRED
+    assert late.record.output is None
+    assert (late.record.error or "").startswith("deadline passed during inference")
+    assert late.rows == 1 and late.gpu_us > 0 and not late.reusable
+    assert late.record.finished_at is not None and late.record.finished_at > deadline
+    assert records["t1"].record is not None and records["t1"].record.status is Status.SUCCESS

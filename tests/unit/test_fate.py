@@ -10,6 +10,7 @@ from ferry.batching.fate import (
     Failure,
     Fate,
     after_failure,
+    after_inference,
     before_inference,
     due_ms,
     is_expired,
@@ -98,3 +99,11 @@ def test_a_task_is_due_by_its_deadline_or_its_submission_plus_the_slo_the_earlie
     assert due_ms(deadline_ms=0, enqueued_at_ms=1_000, slo_ms=200) == 1_200
     assert due_ms(deadline_ms=5_000, enqueued_at_ms=1_000, slo_ms=200) == 1_200
     assert due_ms(deadline_ms=1_100, enqueued_at_ms=1_000, slo_ms=200) == 1_100
+
+
+def test_an_answer_after_its_deadline_is_not_the_tasks() -> None:
+    assert after_inference(deadline_ms=0, finished_at=5.0) is None  # no deadline
+    assert after_inference(deadline_ms=5_000, finished_at=4.999) is None
+    assert after_inference(deadline_ms=5_000, finished_at=5.0) is None  # by it, just
+    late = after_inference(deadline_ms=5_000, finished_at=5.25)
+    assert late == "deadline passed during inference: the answer came 250 ms after it"

@@ -256,3 +256,12 @@ def test_only_the_digests_own_model_and_version_answer_is_reusable() -> None:
     assert not reusable(task, Status.FAILED, "3", None)
     assert not reusable(envelope(), Status.SUCCESS, "", None)
     assert not reusable(None, Status.SUCCESS, "3", None)
+
+
+def test_a_stored_records_deadline_is_read_only_while_it_is_pending() -> None:
+    due = TaskRecord(TASK_ID, Status.PENDING, "m", 1.25, deadline_at=9.5)
+    assert StoredRecord(Status.PENDING, due.body()).deadline_at == 9.5
+    plain = TaskRecord(TASK_ID, Status.PENDING, "m", 1.25)
+    assert StoredRecord(Status.PENDING, plain.body()).deadline_at is None
+    ended = TaskRecord(TASK_ID, Status.SUCCESS, "m", 1.25, deadline_at=9.5, finished_at=2.0)
+    assert StoredRecord(Status.SUCCESS, ended.body()).deadline_at is None

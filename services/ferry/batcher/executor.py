@@ -106,6 +106,19 @@ def _version_of(items: Sequence[Delivery], model: str) -> str:
     return first.model_version if first is not None and first.model == model else ""
 
 
+def in_time(outcome: Outcome, finished_at: float) -> Outcome:
+    """The outcome as its record may be written at ``finished_at``: a success that came after
+    its task's deadline is EXPIRED, its answer dropped (what the call cost is still charged)."""
+    task = outcome.delivery.task
+    if outcome.status is not Status.SUCCESS or task is None or not task.deadline_ms:
+        return outcome
+    late = fate.after_inference(deadline_ms=task.deadline_ms, finished_at=finished_at)
+    if late is None:
+        return outcome
+    return replace(outcome, status=Status.EXPIRED, output=None, error=late, answered_by=None,
+                   review=None)
+
+
 def failed(deliveries: Sequence[Delivery], error: str) -> list[Outcome]:
     return [Outcome(d, Status.FAILED, error=error) for d in deliveries]
 
@@ -442,6 +455,7 @@ class BatchExecutor:
         """
         finished_at, recorder = time.time(), CURRENT_BATCH.get()
         started_ns = time.time_ns() if recorder is not None else 0
+        outcomes = [in_time(o, finished_at) for o in outcomes]
         if self.desk is not None:
             outcomes = await self.desk.prepare(outcomes)
         completions = [o.completion(finished_at) for o in outcomes]

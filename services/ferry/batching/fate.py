@@ -85,6 +85,17 @@ def before_inference(*, deadline_ms: int, now_ms: int, call_ms: int = 0, cancell
     return None
 
 
+def after_inference(*, deadline_ms: int, finished_at: float) -> str | None:
+    """Why an answer written at ``finished_at`` (Unix seconds) is not the task's: its deadline
+    passed while it was inferred (the fitted time was short, or the machine slow); None: it is
+    in time. A task ends SUCCESS only by its deadline: whoever waited has been answered EXPIRED
+    at it (``ferry.tasks.waiters.final_by``), and the record must say the same."""
+    late_ms = finished_at * 1000.0 - deadline_ms
+    if deadline_ms <= 0 or late_ms <= 0:
+        return None
+    return f"deadline passed during inference: the answer came {late_ms:.0f} ms after it"
+
+
 def due_ms(*, deadline_ms: int, enqueued_at_ms: int, slo_ms: float) -> float | None:
     """When a task should be answered, Unix ms: its deadline or its submission plus the SLO,
     the earlier; None when it has neither (``deadline_ms`` 0, ``slo_ms`` 0)."""

@@ -44,12 +44,17 @@ from ferry.tasks.envelope import Envelope, Rules
 from ferry.tasks.idempotency import IdempotencyKeys
 from ferry.tasks.idempotent import Idempotent
 from ferry.tasks.record import Status, StoredRecord
-from ferry.tasks.waiters import Reader
+from ferry.tasks.waiters import Reader, as_due, final_by
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
 CANCEL_WAIT_S = 2.0  # how long a cancel waits for the batcher holding the task to answer
+
+
+def deadline_of(task: Task) -> float | None:
+    """A task's deadline, Unix seconds (None: it has none)."""
+    return task.deadline_ms / 1000.0 if task.deadline_ms else None
 
 
 def rules(settings: GatewaySettings) -> Rules:
@@ -166,11 +171,12 @@ class Gateway:
         if wait_s <= 0:
             await self.admit(envelope, owner)
             return Submitted(envelope.task.task_id)
-        task_id = envelope.task.task_id
+        task_id, due = envelope.task.task_id, deadline_of(envelope.task)
         with self.waiters.watch(task_id) as watch:
             admitted = await self.admit(envelope, owner)
             try:
-                record = await watch.final(wait_s, admitted.record, read_first=False)
+                record = await final_by(watch, wait_s, due, self.store.expire, admitted.record,
+                                        read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
                 log.exception("waiting for task %s failed; answering 202", task_id)
                 return Submitted(task_id)
@@ -193,9 +199,10 @@ class Gateway:
         envelope = self.preparer.envelope(checked.model, tensors.version, submission, tensors)
         task_id = envelope.task.task_id
         with self.access.waiting(caller), self.waiters.watch(task_id) as watch:
+            due = deadline_of(envelope.task)
             if idempotency_key is None:
                 admitted = await self.admit(envelope, caller.owner)
-                yield Held(task_id, admitted.record, watch)
+                yield Held(task_id, admitted.record, watch, due, self.store.expire)
                 return
             first: list[StoredRecord] = []
 
@@ -207,14 +214,15 @@ class Gateway:
                 idempotency.redis_key(client_id, idempotency_key), task_id,
                 tensors.request_digest, 0.0, admit)
             if first:
-                yield Held(task_id, first[0], watch)
+                yield Held(task_id, first[0], watch, due, self.store.expire)
                 return
             with self.waiters.watch(submitted.task_id) as replayed:
                 record = await self.store.read(submitted.task_id)
                 if record is None:
                     raise NotFoundError("unknown_task", f"the task of this Idempotency-Key, "
                                         f"{submitted.task_id}, has expired with its result")
-                yield Held(submitted.task_id, record, replayed)
+                yield Held(submitted.task_id, record, replayed, record.deadline_at,
+                           self.store.expire)
 
     async def result(self, task_id: str, wait_s: float, caller: Caller = ANONYMOUS
                      ) -> StoredRecord:
@@ -228,9 +236,12 @@ class Gateway:
             read = self._reader(caller)
             if wait_s > 0:
                 with self.access.waiting(caller), self.waiters.watch(task_id, read) as watch:
-                    record = await watch.final(wait_s)
+                    record = await watch.final(0.0)
+                    if record is not None and not record.status.final:
+                        record = await final_by(watch, wait_s, record.deadline_at,
+                                                self.store.expire, record, read_first=False)
             else:
-                record = await read(task_id)
+                record = await as_due(task_id, await read(task_id), self.store.expire)
         if record is None:
             raise self._unknown(task_id)
         return record

@@ -21,25 +21,35 @@ from ferry.oip.answer import answer_tensors
 from ferry.oip.schedule import TensorTask
 from ferry.rollouts.rollout import Sticky
 from ferry.tasks.record import Status, StoredRecord
-from ferry.tasks.waiters import Watch
+from ferry.tasks.waiters import Expire, Watch, final_by
 from ferry.tensors import Tensor, TensorError
 
 HOLD_S = 86_400.0  # how long a call without a timeout is held open at most
 TIMED_OUT = "Request timeout expired"  # Triton's words, with its code UNAVAILABLE
 
 
+async def _unexpired(task_id: str) -> StoredRecord | None:
+    """No expiry: the record stays as it stands."""
+    return None
+
+
 @dataclass(frozen=True)
 class Held:
     """An admitted tensor task, watched for its end: its id and the record it started with
-    (final already when the result cache answered it)."""
+    (final already when the result cache answered it), its deadline (Unix seconds; None: it has
+    none) and the store's step that ends it EXPIRED once the deadline has passed."""
 
     task_id: str
     record: StoredRecord
     watch: Watch
+    due: float | None = None
+    expire: Expire = _unexpired
 
     async def final(self, timeout_s: float) -> StoredRecord:
-        """The record once final, or as it stands when ``timeout_s`` has passed."""
-        record = await self.watch.final(timeout_s, self.record, read_first=False)
+        """The record once final, or as it stands when ``timeout_s`` has passed; at the task's
+        deadline, EXPIRED if it has not ended (``tasks.waiters.final_by``)."""
+        record = await final_by(self.watch, timeout_s, self.due, self.expire, self.record,
+                                read_first=False)
         return record or self.record
 
 

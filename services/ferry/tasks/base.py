@@ -203,6 +203,11 @@ class GatewayStore(Protocol):
         ``client_id``, only a task of that client."""
         ...
 
+    async def expire(self, task_id: str) -> StoredRecord | None:
+        """End the task EXPIRED, its deadline passed, unless it has a final record: the final
+        record either way; None if unknown, or identical requests follow it."""
+        ...
+
     async def backlog(self, model: str) -> dict[Priority, int]:
         """The model's unfinished tasks by priority, over all partitions."""
         ...

@@ -31,6 +31,7 @@ from ferry.priority import Priority
 from ferry.v1.task_pb2 import Task
 
 CANCELLED_ERROR = "cancelled by the client before inference"
+EXPIRED_ERROR = "deadline passed before an answer came"  # ended by the gateway at the deadline
 
 
 class Status(StrEnum):
@@ -192,9 +193,10 @@ COLLAPSED_INTO = b"," + dumps({"collapsed_into": "%s"})[1:-1]  # Lua formats the
 FOLLOWER_HEAD = dumps({"task_id": "%s"})[:-1] + b',"created_at":%s'
 
 
-def cancelled_tail(finished_at: float) -> bytes:
-    """What ends a pending body cancelled at ``finished_at``, in place of its closing brace."""
-    return b"," + dumps({"finished_at": finished_at, "error": CANCELLED_ERROR})[1:]
+def cancelled_tail(finished_at: float, error: str = CANCELLED_ERROR) -> bytes:
+    """What ends a pending body cancelled (or expired: ``error``) at ``finished_at``, in place
+    of its closing brace."""
+    return b"," + dumps({"finished_at": finished_at, "error": error})[1:]
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,14 @@ class StoredRecord:
     def to_json(self) -> dict[str, Any]:
         parsed: dict[str, Any] = orjson.loads(self.body)
         return parsed
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When its answer is due (Unix seconds); None: no deadline, or the record is final."""
+        if self.status.final or b'"deadline_at"' not in self.body:  # no parse for most
+            return None
+        due = self.to_json().get("deadline_at")
+        return float(due) if due is not None else None
 
 
 class Announcement(NamedTuple):

@@ -36,6 +36,7 @@ from ferry.tasks.fairness import OFF as fairness_off
 from ferry.tasks.fairness import Fairness, rows_of
 from ferry.tasks.record import (
     COLLAPSED_INTO,
+    EXPIRED_ERROR,
     FOLLOWER_HEAD,
     Encoded,
     Status,
@@ -54,6 +55,8 @@ from ferry.tasks.scripts import (
     CompleteArgs,
     CompleteItem,
     CompleteKeys,
+    ExpireArgs,
+    ExpireKeys,
     HealKeys,
     Withdrawal,
     WithdrawArgs,
@@ -65,6 +68,7 @@ from ferry.v1.task_pb2 import Task
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 PENDING_STATUS = status_fragment(Status.PENDING)
 CANCELLED_STATUS = status_fragment(Status.CANCELLED)
+EXPIRED_STATUS = status_fragment(Status.EXPIRED)
 
 
 class Slot(NamedTuple):
@@ -120,6 +124,7 @@ class RedisTaskStore:
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))
         self._cancel = client.register_script(lua.source(scripts.CANCEL))
+        self._expire = client.register_script(lua.source(scripts.EXPIRE))
         self._review = client.register_script(lua.source(scripts.REVIEW))
         self._withdraw = client.register_script(lua.source(scripts.WITHDRAW))
 
@@ -227,7 +232,7 @@ class RedisTaskStore:
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
             fair_after=self.fairness.after, flow=keys.fair_flow(task.client_id, task.model),
             weight=repr(owner.weight or self.fairness.weight(task.client_id)).encode(),
-            cost=rows_of(task))
+            cost=rows_of(task), group=keys.CONSUMER_GROUP)
 
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")
@@ -305,6 +310,19 @@ class RedisTaskStore:
                        cancel_channel=keys.CANCEL_CHANNEL, pending_status=PENDING_STATUS,
                        cancelled_status=CANCELLED_STATUS,
                        cancelled_tail=cancelled_tail(time.time()),
+                       followers_prefix=slot.followers_prefix, shard=self._shards[partition]))))
+
+    async def expire(self, task_id: str) -> StoredRecord | None:
+        """End the task EXPIRED unless it has a final record (see expire.lua): its deadline has
+        passed. The final record either way; None if unknown, or others follow it."""
+        partition = keys.partition_of(task_id, self.partitions)
+        slot = self._slots[partition]
+        return scripts.expiry(await self.client.execute(*self._expire.command(
+            ExpireKeys(task_key=slot.task_prefix + task_id, backlog=slot.backlog,
+                       followers=slot.followers_prefix + task_id, webhooks=slot.webhooks),
+            ExpireArgs(task_id=task_id, group=keys.CONSUMER_GROUP, result_ttl=self.result_ttl_s,
+                       pending_status=PENDING_STATUS, expired_status=EXPIRED_STATUS,
+                       expired_tail=cancelled_tail(time.time(), EXPIRED_ERROR),
                        followers_prefix=slot.followers_prefix, shard=self._shards[partition]))))
 
     async def cancel_requested(self, task_ids: Sequence[str]) -> list[bool]:

@@ -67,6 +67,7 @@ class AdmitArgs(NamedTuple):
     flow: str  # its fair flow: its client's tasks of its model
     weight: bytes  # its client's weight (> 0)
     cost: int  # what it costs its flow: its rows
+    group: str  # the batchers' consumer group (what they have read of the stream)
 
 
 class CompleteKeys(NamedTuple):
@@ -134,6 +135,24 @@ class CancelArgs(NamedTuple):
     shard: str  # as CompleteArgs.shard
 
 
+class ExpireKeys(NamedTuple):
+    task_key: str
+    backlog: str
+    followers: str  # the task's own followers list
+    webhooks: str
+
+
+class ExpireArgs(NamedTuple):
+    task_id: str
+    group: str
+    result_ttl: int
+    pending_status: bytes
+    expired_status: bytes
+    expired_tail: bytes
+    followers_prefix: str
+    shard: str  # as CompleteArgs.shard
+
+
 class WithdrawKeys(NamedTuple):
     task_key: str
     backlog: str
@@ -185,14 +204,16 @@ COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
                         item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",
                         fragments=("common",), constants=(*TASK_CONSTANTS, *(
                             (f"LEDGER_{m.upper()}", m) for m in ledger.MEASURES)))
-UNQUEUE_FRAGMENTS = ("common", "fair_flow", "unqueue")  # cancel's and withdraw's
+UNQUEUE_FRAGMENTS = ("common", "fair_flow", "unqueue")  # cancel's, expire's and withdraw's
 CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,
                       results=(CancelOutcome, "OUTCOME_"), fragments=UNQUEUE_FRAGMENTS)
+EXPIRE = _task_script("expire", ExpireKeys._fields, ExpireArgs._fields,
+                      fragments=UNQUEUE_FRAGMENTS)
 WITHDRAW = _task_script("withdraw", WithdrawKeys._fields, WithdrawArgs._fields,
                         results=(Withdrawal, "WITHDRAW_"), fragments=UNQUEUE_FRAGMENTS)
 HEAL = _task_script("heal", HealKeys._fields, more_keys="FIRST_STREAM")
 REVIEW = _task_script("review", ReviewKeys._fields, ReviewArgs._fields, fragments=("common",))
-SCRIPTS = (ADMIT, COMPLETE, CANCEL, HEAL, REVIEW, WITHDRAW)
+SCRIPTS = (ADMIT, COMPLETE, CANCEL, EXPIRE, HEAL, REVIEW, WITHDRAW)
 
 
 _VERDICTS: dict[int, AdmitVerdict] = {int(verdict): verdict for verdict in AdmitVerdict}
@@ -211,3 +232,10 @@ def cancellation(reply: Sequence[Any]) -> Cancellation:
     if outcome is CancelOutcome.CANCELLED:
         return Cancellation(outcome, StoredRecord(Status.CANCELLED, reply[1]))
     return Cancellation(outcome, None)
+
+
+def expiry(reply: Sequence[Any]) -> StoredRecord | None:
+    """The record the expire script left (final), or None: unknown, or others follow it."""
+    if not reply:
+        return None
+    return StoredRecord(Status(reply[0].decode()), reply[1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
@@ -26,6 +27,7 @@ from ferry.tasks.record import Status, StoredRecord, announcements
 
 log = logging.getLogger(__name__)
 Reader = Callable[[str], Awaitable[StoredRecord | None]]
+Expire = Callable[[str], Awaitable[StoredRecord | None]]  # the store's: a task's deadline passed
 _RECHECK = None  # what a waiter is woken with when it must read the record itself
 LINGER_S = 30.0  # how long another process's channel stays subscribed after its last wait
 
@@ -93,6 +95,21 @@ class Watch:
 
 
 _TIMED_OUT = StoredRecord(Status.PENDING, b"")  # a marker: the wait's time ran out
+
+
+async def final_by(watch: Watch, timeout_s: float, due: float | None, expire: Expire,
+                   known: StoredRecord | None = None, *, read_first: bool = True
+                   ) -> StoredRecord | None:
+    """``watch.final``, held no later than ``due`` (the task's deadline, Unix seconds; None: it
+    has none): a task still unfinished then ends EXPIRED (``expire``, the store's step), so that
+    what the caller is answered at the deadline is what the record says for good, whatever
+    comes of the task's call after it."""
+    if due is not None:
+        timeout_s = min(timeout_s, max(0.0, due - time.time()))
+    record = await watch.final(timeout_s, known, read_first=read_first)
+    if due is None or record is None or record.status.final or time.time() < due:
+        return record
+    return await expire(watch.task_id) or record
 
 
 class ResultWaiters:
@@ -170,3 +187,15 @@ class ResultWaiters:
         for watches in self._watches.values():
             for watch in watches:
                 watch.wake(_RECHECK)
+
+
+async def as_due(task_id: str, record: StoredRecord | None, expire: Expire
+                 ) -> StoredRecord | None:
+    """The record as read, unless the task's deadline has passed with no final record: then
+    EXPIRED (``expire``), so that nobody is answered PENDING after a task's deadline."""
+    if record is None or record.status.final:
+        return record
+    due = record.deadline_at
+    if due is None or time.time() < due:
+        return record
+    return await expire(task_id) or record

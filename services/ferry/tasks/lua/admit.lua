@@ -51,16 +51,25 @@ local function flows_waiting()
   return waiting, math.max(0, weights - (waiting > 0 and tonumber(weight) or 0))
 end
 
--- Of its own priority's ``here`` tasks, how many a fair share puts ahead of the task: those
--- before contention, then its flow's waiting tasks as many times over as its weight is a part of
--- the waiting flows' weights.
+-- The entries of its priority's stream that no batcher has read yet: admitted first come,
+-- first served before the contention began, they go before anything in the fair queue. (What a
+-- batcher has read, it holds or has sent: the fixed wait counts that.)
+local function unread()
+  local pending = redis.pcall('XPENDING', stream, group)
+  local read = type(pending) == 'table' and tonumber(pending[1]) or 0
+  return math.max(0, redis.call('XLEN', stream) - read)
+end
+
+-- Of its own priority's ``here`` tasks, how many a fair share puts ahead of the task: the
+-- stream's unread entries, then its flow's waiting tasks as many times over as its weight is a
+-- part of the waiting flows' weights.
 local function fair_ahead(here)
   if not fair_wait(here, tonumber(redis.call('HGET', backlog, flowed)) or 0) then
     return here
   end
   local waiting, others = flows_waiting()
   local mass = tonumber(weight)
-  return math.min(here, fair_from + (waiting + 1) * (others + mass) / mass)
+  return math.min(here, unread() + (waiting + 1) * (others + mass) / mass)
 end
 
 -- With fair share, a full backlog refuses only the flows that hold their share of it: while

@@ -14,18 +14,10 @@ local state = redis.call('HMGET', task_key, 'status', 'body', 'entry', 'stream',
                          'owner', 'held', 'leader', 'callback', 'fair', 'fairstate', 'flow', 'flowed')
 local status, body = state[1], state[2]
 
--- The status sits right after the head (an id and a number), so its first mention is it.
 local function cancelled()
-  local at = string.find(body, pending_status, 1, true)
-  body = string.sub(body, 1, at - 1) .. cancelled_status ..
-         string.sub(body, at + #pending_status, -2) .. cancelled_tail
-  redis.call('HSET', task_key, 'status', CANCELLED, 'body', body)
-  redis.call('EXPIRE', task_key, result_ttl)
-  local frames = {}
-  announce(frames, task_id, CANCELLED, body, #body)
-  publish_frames(frames, shard)
-  queue_webhook(webhooks, task_id, state[9])
-  return {OUTCOME_CANCELLED, body}
+  return {OUTCOME_CANCELLED, end_pending(task_key, task_id, body, pending_status,
+                                         cancelled_status, cancelled_tail, CANCELLED,
+                                         result_ttl, shard, webhooks, state[9])}
 end
 
 if not status or (client_id ~= '' and state[6] ~= client_id) then return {OUTCOME_UNKNOWN} end

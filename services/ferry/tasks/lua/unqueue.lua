@@ -1,5 +1,5 @@
--- Local functions that take a task back out of its queue, shared by cancel and withdraw (the
--- loader puts this before each script that declares it, after common).
+-- Local functions that take a task back out of its queue, shared by cancel, expire and withdraw
+-- (the loader puts this before each script that declares it, after common).
 
 -- A follower leaves its leader's followers list (``list``), which goes on for the others.
 local function unfollow(list, id)
@@ -36,4 +36,20 @@ local function unqueue(stream, entry, group, backlog, counted, held, waiting, id
   leave(backlog, held)
   if waiting then leave(backlog, waiting[4]) end
   return true
+end
+
+-- A PENDING task ended here (cancelled, expired) as ``status``: in its body, ``to`` for the
+-- status fragment ``from`` (its first mention: right after the head, an id and a number) and
+-- ``tail`` in place of the closing brace; kept for ``ttl``, its end announced, its webhook
+-- (``url``) queued. The new body.
+local function end_pending(key, id, body, from, to, tail, status, ttl, shard, webhooks, url)
+  local at = string.find(body, from, 1, true)
+  body = string.sub(body, 1, at - 1) .. to .. string.sub(body, at + #from, -2) .. tail
+  redis.call('HSET', key, 'status', status, 'body', body)
+  redis.call('EXPIRE', key, ttl)
+  local frames = {}
+  announce(frames, id, status, body, #body)
+  publish_frames(frames, shard)
+  queue_webhook(webhooks, id, url)
+  return body
 end
