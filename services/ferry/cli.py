@@ -4,13 +4,16 @@
 
 A subcommand's arguments, and the modules that define them, are loaded for the subcommand given
 only: ``ferry --help`` and a light subcommand import neither the services nor the planner, nor
-the HTTP client. Ctrl-C ends any of them with exit code 130 and one line on stderr.
+the HTTP client. Ctrl-C ends a client command (its work cut short) with exit code 130 and one
+line on stderr; the services (``up``, ``gateway``, ``batcher``) take it as a request to stop,
+stop gracefully and exit 0, as on SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -27,7 +30,8 @@ SUMMARIES = {
     "up": "run the whole stack locally: Redis, Triton, gateway, batcher",
     "gateway": "run the HTTP gateway",
     "batcher": "run a batcher worker",
-    "settings": "print every setting as a Markdown table",
+    "settings": "print every setting as a Markdown table; --effective SERVICE: the values in "
+                "effect here",
     "keys": "API keys for FERRY_AUTH=api_key",
     "plan": "fit a model's batch cost, simulate Ferry's policy, size a deployment",
     "jobs": "bulk jobs: submit, follow, collect",
@@ -50,7 +54,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     given = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, summary in SUMMARIES.items():
-        if name == given:
+        if name == "settings" and name == given:
+            _add_settings(commands, argv)
+        elif name == given:
             _full_parser(name)(commands)
         else:
             commands.add_parser(name, help=summary)
@@ -74,6 +80,33 @@ def _add_service(commands: Any, name: str) -> None:
     summary = SUMMARIES[name]
     add_arguments(commands.add_parser(name, help=summary, description=summary),
                   _settings_class(name))
+
+
+def _add_settings(commands: Any, argv: Sequence[str]) -> None:
+    """``ferry settings [--effective SERVICE [its flags]]``: the service's flags are those of
+    the service named after ``--effective`` in ``argv`` (none before one is named)."""
+    from ferry.settings import add_arguments
+
+    parser = commands.add_parser(
+        "settings", help=SUMMARIES["settings"], description="Without --effective: every "
+        "setting, its default and meaning (docs/configuration.md). With --effective SERVICE: "
+        "the settings `ferry SERVICE` would run with here (its flags, FERRY_* variables and "
+        "FERRY_*_FILE files; secrets masked), or the error it would stop on (exit code 2).")
+    parser.add_argument("--effective", choices=SERVICES, metavar="SERVICE",
+                        help=f"one of {', '.join(SERVICES)}; then that service's flags")
+    service = _effective_service(argv)
+    if service in SERVICES:
+        add_arguments(parser, _settings_class(service))
+
+
+def _effective_service(argv: Sequence[str]) -> str | None:
+    """The word after ``--effective`` (or in ``--effective=SERVICE``), if any."""
+    for index, arg in enumerate(argv):
+        if arg.startswith("--effective="):
+            return arg.partition("=")[2]
+        if arg == "--effective" and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
 
 
 def _settings_class(name: str) -> type[CommonSettings]:
@@ -130,15 +163,28 @@ def _name(argv: list[str]) -> str:
 def _main(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
     if args.command == "settings":
-        from ferry.settings import reference_table
-
-        print(reference_table())
-        return 0
+        return _settings(args)
     if args.command == "keys":
         return new_api_key(args.client)
     if args.command in CLIENTS:
         return _client(args.command)(args)
     return _service(args)
+
+
+def _settings(args: argparse.Namespace) -> int:
+    """The reference table; or with ``--effective``, the service's settings in effect here."""
+    from ferry.errors import ConfigError
+    from ferry.settings import effective_table, reference_table
+
+    if not args.effective:
+        print(reference_table())
+        return 0
+    try:
+        print(effective_table(_settings_class(args.effective), args, os.environ))
+    except ConfigError as exc:  # as the service itself would stop, on stderr: stdout is data
+        print(f"ferry settings: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _client(name: str) -> Callable[[argparse.Namespace], int]:

@@ -12,7 +12,7 @@ from ferry.v1.task_pb2 import Task, Tensor
 
 
 def test_weights_are_parsed_and_default_to_one() -> None:
-    weights = parse_weights(" batch-jobs=0.2, partner=4 ,")
+    weights = parse_weights(" batch-jobs=0.2, partner=4 ")
     assert weights == {"batch-jobs": 0.2, "partner": 4.0}
     fairness = Fairness(8, weights)
     assert fairness.weight("partner") == 4.0 and fairness.weight("anyone") == 1.0

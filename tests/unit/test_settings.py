@@ -107,13 +107,13 @@ def test_load_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> No
     ],
 )
 def test_bad_type_in_environment_raises_config_error(env: dict[str, str], field: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^{field}: "):
+    with pytest.raises(ConfigError, match=rf"^FERRY_{field.upper()}: "):
         load(BatcherSettings, None, environ=env)
 
 
 def test_bad_type_in_flag_raises_config_error() -> None:
     args = parse(BatcherSettings, ["--max-attempts", "three"])
-    with pytest.raises(ConfigError, match=r"max_attempts: 'three' is not a valid int"):
+    with pytest.raises(ConfigError, match=r"^--max-attempts: 'three' is not a valid int"):
         load(BatcherSettings, args, environ={})
 
 
@@ -170,8 +170,7 @@ def test_owned_partitions_within_partitions_is_accepted() -> None:
         ("7,0-3", 8, (0, 1, 2, 3, 7)),
         ("5", 8, (5,)),
         ("2-2", 8, (2,)),
-        ("1-3,2-4", 8, (1, 2, 3, 4)),
-        (" 1 , 3 ,", 8, (1, 3)),
+        (" 1 , 3 ", 8, (1, 3)),
         ("0-15", 16, tuple(range(16))),
     ],
 )
@@ -185,7 +184,7 @@ def test_parse_partitions_syntax_error(spec: str) -> None:
         parse_partitions(spec, 8)
 
 
-@pytest.mark.parametrize("spec", ["8", "0-8", "3-1", "", ",", " "])
+@pytest.mark.parametrize("spec", ["8", "0-8", "3-1", "", " "])
 def test_parse_partitions_out_of_range_or_empty(spec: str) -> None:
     with pytest.raises(ConfigError, match=r"must name partitions in 0\.\.7"):
         parse_partitions(spec, 8)
@@ -398,7 +397,7 @@ HS_SECRET = "s" * 32
         (CommonSettings, {"rollouts": '{"m": {"stable": "1", "candidate": "2", "share": 10}}'},
          "declared_rollouts", {"m": {"stable": "1", "candidate": "2", "share": 10}}),
         (CommonSettings, {}, "webhook_hosts", frozenset()),
-        (CommonSettings, {"webhook_allowed_hosts": " Hooks.example:8443, b ,",
+        (CommonSettings, {"webhook_allowed_hosts": " Hooks.example:8443, b ",
                           "webhook_secret": "k"},
          "webhook_hosts", frozenset({"hooks.example:8443", "b"})),
         (CommonSettings, {}, "redis_sentinel_nodes", ()),

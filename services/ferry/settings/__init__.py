@@ -9,14 +9,19 @@ A structured setting (the declared rollouts and cascades, the owned partitions, 
 models, the API keys, the JWT algorithms, the per-client rates, the sentinels, the webhooks'
 hosts, the jobs' completion windows, the log levels) is parsed once, when the settings are built,
 into a typed field beside its text (``declared_rollouts`` beside ``rollouts``), and a bad value
-is a ``ConfigError`` naming the setting. The environment is read by ``load`` and nowhere after.
+is a ``ConfigError`` naming the setting (``load`` names its flag, variable or file instead). A
+list's entries are separated by commas (``fields.entries``): a ';', an empty entry or an entry
+given twice is refused, never dropped or merged. The environment is read by ``load`` (and by
+``effective_table``, at the same entry point) and nowhere after.
 
-The package, by concern: ``fields`` (how a setting is declared), ``redis``, ``triton``,
-``webhooks``, ``auth``, ``jobs``, ``rollouts`` (rollouts, cascades, fallbacks), ``partitions``;
-``services`` composes them into the services' settings, and ``loading`` builds those.
+The package, by concern: ``fields`` (how a setting is declared, a list's rules), ``redis``,
+``triton``, ``webhooks``, ``auth``, ``jobs``, ``rollouts`` (rollouts, cascades, fallbacks),
+``partitions``, ``fairness``, ``logs``; ``services`` composes them into the services' settings,
+``loading`` builds those, and ``effective`` shows what they are (``ferry settings --effective``).
 """
 
 from ferry.settings.auth import AUTH_MODES, MIN_ADMIN_TOKEN
+from ferry.settings.effective import effective_table
 from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, setting
 from ferry.settings.loading import add_arguments, load, reference_table, to_env
 from ferry.settings.partitions import parse_partitions
@@ -41,6 +46,7 @@ __all__ = [
     "GatewaySettings",
     "UpSettings",
     "add_arguments",
+    "effective_table",
     "env_model_name",
     "load",
     "parse_partitions",

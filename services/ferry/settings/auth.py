@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ferry.auth.api_keys import KeyEntry, parse_keys
-from ferry.auth.base import check_key_source, parse_algorithms
+from ferry.auth.base import CLIENT_ID, check_key_source, parse_algorithms
 from ferry.auth.rate_limit import Rate, parse_overrides
 from ferry.errors import ConfigError
+from ferry.settings.fields import entries, refuse_duplicates
 
 if TYPE_CHECKING:
     from ferry.settings.services import GatewaySettings
@@ -22,7 +23,13 @@ def api_key_entries(settings: GatewaySettings) -> tuple[KeyEntry, ...]:
     """The API keys with ``auth=api_key`` (none otherwise: ``api_keys`` is then not read)."""
     if settings.auth not in AUTH_MODES:
         raise ConfigError(f"auth must be one of {', '.join(AUTH_MODES)}, not {settings.auth!r}")
-    return parse_keys(settings.api_keys) if settings.auth == "api_key" else ()
+    if settings.auth != "api_key":
+        return ()
+    entries("api_keys", settings.api_keys, lines=True)
+    keys = parse_keys(settings.api_keys)
+    # one client may have several keys (a new one beside the old), a key only one client
+    refuse_duplicates("api_keys", (key.digest for key in keys), "a key hash")
+    return keys
 
 
 def jwt_algorithm_names(settings: GatewaySettings) -> tuple[str, ...]:
@@ -30,7 +37,9 @@ def jwt_algorithm_names(settings: GatewaySettings) -> tuple[str, ...]:
     (none otherwise: the ``jwt_*`` settings are then not read)."""
     if settings.auth != "jwt":
         return ()
+    entries("jwt_algorithms", settings.jwt_algorithms)
     algorithms = parse_algorithms(settings.jwt_algorithms)
+    refuse_duplicates("jwt_algorithms", algorithms)
     check_key_source(algorithms, settings.jwt_secret, settings.jwt_public_key,
                      settings.jwt_jwks_url)
     return algorithms
@@ -42,7 +51,15 @@ def rate_limit_overrides(settings: GatewaySettings) -> Mapping[str, Rate]:
         raise ConfigError("rate_limit_per_min and rate_limit_burst must be >= 0")
     if settings.max_pending_per_client < 0 or settings.max_waits_per_client < 0:
         raise ConfigError("max_pending_per_client and max_waits_per_client must be >= 0")
-    return parse_overrides(settings.rate_limits, settings.rate_limit_burst)
+    clients = [part.rpartition("=")[0].strip() for part in entries("rate_limits",
+                                                                    settings.rate_limits)]
+    rates = parse_overrides(settings.rate_limits, settings.rate_limit_burst)
+    for client in clients:
+        if not CLIENT_ID.fullmatch(client):
+            raise ConfigError(f"rate_limits: {client!r} is not a client id (letters, digits, "
+                              "._:@/+=-)")
+    refuse_duplicates("rate_limits", clients)
+    return rates
 
 
 def check_admin_token(settings: GatewaySettings) -> None:

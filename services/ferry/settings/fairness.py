@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import math
 
-from ferry.auth.base import MAX_WEIGHT
+from ferry.auth.base import CLIENT_ID, MAX_WEIGHT
 from ferry.errors import ConfigError
+from ferry.settings.fields import entries, refuse_duplicates
 
 
 def parse_weights(spec: str) -> dict[str, float]:
-    """``client=weight`` entries, comma-separated; a weight is a positive number."""
-    weights: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        client, sep, value = part.rpartition("=")
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = math.nan
-        if not sep or not client.strip() or not 0 < weight <= MAX_WEIGHT:
-            raise ConfigError(f"client_weights: {part!r} is not 'client=weight' with a weight "
-                              f"above 0 and at most {MAX_WEIGHT:g}")
-        weights[client.strip()] = weight
-    return weights
+    """``client=weight`` entries, comma-separated; a client is a client id (as a credential
+    names it), given once, and a weight a positive number."""
+    pairs = [_weighted(part) for part in entries("client_weights", spec)]
+    refuse_duplicates("client_weights", (client for client, _ in pairs))
+    return dict(pairs)
+
+
+def _weighted(part: str) -> tuple[str, float]:
+    client, sep, value = (text.strip() for text in part.rpartition("="))
+    try:
+        weight = float(value)
+    except ValueError:
+        weight = math.nan
+    if not sep or not CLIENT_ID.fullmatch(client) or not 0 < weight <= MAX_WEIGHT:
+        raise ConfigError(f"client_weights: {part!r} is not 'client=weight' with a client id "
+                          f"(letters, digits, ._:@/+=-) and a weight above 0 and at most "
+                          f"{MAX_WEIGHT:g}")
+    return client, weight

@@ -1,9 +1,10 @@
-"""How a setting is declared: a field with its documentation, or a value parsed from one."""
+"""How a setting is declared: a field with its documentation, or a value parsed from one; and
+the rules every list setting's text obeys (its entries, their separator, no entry twice)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import field
 from typing import Any, TypeVar
 
@@ -14,9 +15,10 @@ FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's c
 T = TypeVar("T")
 
 
-def setting(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
-    """A settings field with its documentation: a flag, a ``FERRY_*`` variable, a table row."""
-    return field(default=default, metadata={"help": help})
+def setting(default: Any, help: str, *, secret: bool = False) -> Any:  # noqa: A002 - argparse
+    """A settings field with its documentation: a flag, a ``FERRY_*`` variable, a table row.
+    A ``secret`` one is never shown (``ferry settings --effective`` masks it)."""
+    return field(default=default, metadata={"help": help, "secret": secret})
 
 
 def settable(cls: type) -> list[dataclasses.Field[Any]]:
@@ -38,3 +40,30 @@ def naming(setting: str, parse: Callable[[str], T], text: str) -> T:
         if setting in str(exc):
             raise
         raise ConfigError(f"{setting}: {exc}") from None
+
+
+def entries(setting: str, text: str, *, lines: bool = False) -> list[str]:
+    """The comma-separated entries of a list setting, stripped (none for a blank text; with
+    ``lines``, a new line separates entries too and a blank line is none). A ';' (another
+    list's separator) or an empty entry (',,', a trailing ',') is a ``ConfigError`` naming
+    ``setting``: either would otherwise drop or merge entries without a word."""
+    if ";" in text:
+        raise ConfigError(f"{setting}: entries are separated by ',', not ';'")
+    rows = [row for row in text.splitlines() if row.strip()] if lines else [text]
+    if not "".join(rows).strip():
+        return []
+    found = [part.strip() for row in rows for part in row.split(",")]
+    if "" in found:
+        raise ConfigError(f"{setting}: an entry is empty (',,', or a ',' first or last)")
+    return found
+
+
+def refuse_duplicates(setting: str, keys: Iterable[Hashable], shown: str = "{!r}") -> None:
+    """A ``ConfigError`` naming ``setting`` if a key comes twice (the later one would win, or
+    count twice, without a word); ``shown`` formats the key in the message ('a key hash', for
+    a key that is not to be shown)."""
+    seen: set[Hashable] = set()
+    for key in keys:
+        if key in seen:
+            raise ConfigError(f"{setting}: {shown.format(key)} is given twice")
+        seen.add(key)

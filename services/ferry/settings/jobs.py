@@ -1,4 +1,5 @@
-"""The bulk jobs' limits, and their completion windows parsed into seconds."""
+"""The bulk jobs' limits, their completion windows parsed into seconds, and the list of roots
+their items' URIs may name (``job_sources``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ferry.durations import parse_window
 from ferry.errors import BadRequestError, ConfigError
+from ferry.settings.fields import entries, refuse_duplicates
 
 if TYPE_CHECKING:
     from ferry.settings.services import GatewaySettings
@@ -26,3 +28,15 @@ def job_windows(settings: GatewaySettings) -> tuple[float, float]:
     except BadRequestError as exc:
         raise ConfigError(f"job_completion_window, job_max_completion_window: "
                           f"{exc.message}") from None
+
+
+def check_job_sources(spec: str) -> None:
+    """``job_sources``: roots, comma-separated, each once. What a root may be (file:/// or
+    s3://) the jobs' ``Sources`` decides, when the gateway builds its jobs' parts: the
+    settings sit below the jobs and do not import them."""
+    roots = entries("job_sources", spec)
+    for root in roots:
+        if len(root.split()) > 1:
+            raise ConfigError(f"job_sources: {root!r} has a space in it: roots are separated "
+                              "by ',' (and a space in a path is written %20)")
+    refuse_duplicates("job_sources", (root.rstrip("/") + "/" for root in roots))

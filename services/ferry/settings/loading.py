@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ferry.errors import ConfigError
@@ -26,13 +28,24 @@ def _base_type(annotation: Any) -> type:
     return annotation  # type: ignore[no-any-return]
 
 
+TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
 def _convert(kind: type, raw: str, name: str) -> Any:
+    if kind is bool:
+        return _boolean(raw, name)
     try:
-        if kind is bool:
-            return raw.strip().lower() in ("1", "true", "yes", "on")
         return kind(raw)
     except ValueError:
         raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
+
+
+def _boolean(raw: str, name: str) -> bool:
+    word = raw.strip().lower()
+    if word not in TRUE + FALSE:  # 'ture' is no more false than true: it is a typo
+        raise ConfigError(f"{name}: {raw!r} is not true or false ({', '.join(TRUE)}; "
+                          f"{', '.join(FALSE[1:])})")
+    return word in TRUE
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type[CommonSettings]) -> None:
@@ -49,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[CommonSettings]) ->
         )
 
 
+@dataclass(frozen=True)
+class Given:
+    """A setting's text as given, and where: its flag, its variable, or its variable's file."""
+
+    text: str
+    source: str  # '--max-batch', 'FERRY_MAX_BATCH' or 'FERRY_JWT_SECRET_FILE'
+
+
 def load(cls: type[S], args: argparse.Namespace | None = None,
          environ: Mapping[str, str] | None = None) -> S:
     """Build ``cls`` from flags, then ``FERRY_*`` variables, then defaults; with a batcher's
@@ -56,19 +77,52 @@ def load(cls: type[S], args: argparse.Namespace | None = None,
     only here (``os.environ`` unless ``environ`` is given)."""
     # Read at start-up, by the entry point: the settings are built from the environment once.
     environ = os.environ if environ is None else environ
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
+    return build(cls, given(cls, args, environ), environ)
+
+
+def given(cls: type[CommonSettings], args: argparse.Namespace | None,
+          environ: Mapping[str, str]) -> dict[str, Given]:
+    """The settings of ``cls`` that a flag, a variable or a variable's file gives, by name
+    (the flag wins, then the variable, then its file); the others keep their defaults."""
+    found: dict[str, Given] = {}
     for f in settable(cls):
-        raw = getattr(args, f.name, None) if args is not None else None
-        if raw is None:
-            raw = environ.get(ENV_PREFIX + f.name.upper())
-        if raw is None and environ.get(ENV_PREFIX + f.name.upper() + FILE_SUFFIX):
-            raw = _read_secret(environ[ENV_PREFIX + f.name.upper() + FILE_SUFFIX], f.name)
-        if raw is not None:
-            values[f.name] = _convert(_base_type(hints[f.name]), str(raw), f.name)
+        env = ENV_PREFIX + f.name.upper()
+        flag = getattr(args, f.name, None) if args is not None else None
+        if flag is not None:
+            found[f.name] = Given(str(flag), "--" + f.name.replace("_", "-"))
+        elif env in environ:
+            found[f.name] = Given(environ[env], env)
+        elif environ.get(env + FILE_SUFFIX):
+            found[f.name] = Given(_read_secret(environ[env + FILE_SUFFIX], f.name),
+                                  env + FILE_SUFFIX)
+    return found
+
+
+def build(cls: type[S], found: Mapping[str, Given], environ: Mapping[str, str]) -> S:
+    """``cls`` from the settings ``found`` gives (and a batcher's ``FERRY_FALLBACK_<MODEL>``
+    variables in ``environ``); a ``ConfigError`` names the flag, variable or file of what it
+    refuses."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {name: _convert(_base_type(hints[name]), value.text, value.source)
+                              for name, value in found.items()}
     if issubclass(cls, BatcherSettings):
         values["fallback_variables"] = read_fallback_variables(environ)
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        raise ConfigError(_by_source(str(exc), found)) from None
+
+
+def _by_source(message: str, found: Mapping[str, Given]) -> str:
+    """A settings error as the operator wrote the settings: 'client_weights: ...' given by
+    ``FERRY_CLIENT_WEIGHTS`` reads 'FERRY_CLIENT_WEIGHTS: ...'; a message about several
+    settings gets where those given came from."""
+    name, colon, rest = message.partition(": ")
+    if colon and name in found:
+        return f"{found[name].source}: {rest}"
+    named = [value.source for name, value in found.items()
+             if re.search(rf"\b{name}\b", message)]
+    return f"{message} ({', '.join(named)})" if named else message
 
 
 def _read_secret(path: str, name: str) -> str:

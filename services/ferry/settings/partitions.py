@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ferry.errors import ConfigError
-from ferry.settings.fields import naming
+from ferry.settings.fields import entries, naming, refuse_duplicates
 
 if TYPE_CHECKING:
     from ferry.settings.services import BatcherSettings
@@ -33,19 +33,24 @@ def follows_replicas(spec: str) -> bool:
 
 
 def parse_partitions(spec: str, total: int) -> tuple[int, ...]:
-    """Parse 'all' or a list of indices and ranges ('0-3,7') into sorted partition numbers."""
+    """Parse 'all' or a list of indices and ranges ('0-3,7') into sorted partition numbers;
+    a partition named twice ('0-3,2') is refused."""
     if spec.strip().lower() == "all":
         return tuple(range(total))
-    chosen: set[int] = set()
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        low, _, high = part.partition("-")
-        try:
-            first, last = int(low), int(high or low)
-        except ValueError:
-            raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
-        if not 0 <= first <= last < total:
-            raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
-        chosen.update(range(first, last + 1))
+    chosen = [number for part in entries("owned_partitions", spec)
+              for number in _numbers(spec, part, total)]
     if not chosen:
         raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
+    refuse_duplicates("owned_partitions", chosen, "partition {}")
     return tuple(sorted(chosen))
+
+
+def _numbers(spec: str, part: str, total: int) -> range:
+    low, _, high = part.partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        raise ConfigError(f"bad partition list {spec!r}: {part!r} is not N or N-M") from None
+    if not 0 <= first <= last < total:
+        raise ConfigError(f"partition list {spec!r} must name partitions in 0..{total - 1}")
+    return range(first, last + 1)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ferry.errors import ConfigError
 from ferry.resp.client import RedisAddress
 from ferry.resp.sentinel import sentinel_nodes
+from ferry.settings.fields import entries, refuse_duplicates
 
 if TYPE_CHECKING:
     from ferry.settings.services import CommonSettings
 
+HOST = re.compile(r"[A-Za-z0-9._:-]+")  # a name, an IPv4 or an IPv6 address (its brackets gone)
 CERTIFICATE_PAIRS = ("a client certificate and its key go together (redis_cert_file and "
                      "redis_key_file, triton_cert_file and triton_key_file)")
 
@@ -32,4 +35,15 @@ def redis_sentinel_nodes(settings: CommonSettings) -> tuple[tuple[str, int], ...
                           "Redis Cluster fails over by itself")
     if not settings.redis_sentinel_master:
         raise ConfigError("redis_sentinels needs redis_sentinel_master")
-    return tuple(sentinel_nodes(settings.redis_sentinels))
+    return sentinels(settings.redis_sentinels)
+
+
+def sentinels(spec: str) -> tuple[tuple[str, int], ...]:
+    """``host:port`` entries, comma-separated, each sentinel once."""
+    entries("redis_sentinels", spec)
+    nodes = tuple(sentinel_nodes(spec))
+    for host, _ in nodes:
+        if not HOST.fullmatch(host):
+            raise ConfigError(f"redis_sentinels: {host!r} is not a host name or address")
+    refuse_duplicates("redis_sentinels", (f"{h}:{p}" for h, p in nodes))
+    return nodes

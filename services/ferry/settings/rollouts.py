@@ -4,6 +4,8 @@ each parsed once, when the settings are built."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,19 +13,40 @@ from typing import Any
 from ferry.errors import ConfigError
 from ferry.rollouts.cascade import Cascade, parse_cascades
 from ferry.rollouts.rollout import parse_declared
-from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, naming
+from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, entries, naming, refuse_duplicates
 
 FALLBACK_ENV_PREFIX = ENV_PREFIX + "FALLBACK_"
+MODEL = re.compile(r"[^\s=,;]+")  # a model's name: no space, nor a list's separators
 
 
 def declared_rollouts(spec: str) -> Mapping[str, Mapping[str, Any]]:
     """The ``rollouts`` setting: model to its declared rollout's fields."""
-    return naming("rollouts", parse_declared, spec)
+    declared = naming("rollouts", parse_declared, spec)
+    refuse_duplicate_keys("rollouts", spec)
+    return declared
 
 
 def declared_cascades(spec: str) -> Mapping[str, Cascade]:
     """The ``cascades`` setting: model to the cascade that reviews its answers."""
-    return naming("cascades", parse_cascades, spec)
+    cascades = naming("cascades", parse_cascades, spec)
+    refuse_duplicate_keys("cascades", spec)
+    for cascade in cascades.values():
+        kind, _, labels = cascade.when.partition(":")
+        if kind == "labels":
+            setting = f"cascades: the labels of {cascade.model!r}"
+            refuse_duplicates(setting, entries(setting, labels))
+    return cascades
+
+
+def refuse_duplicate_keys(setting: str, spec: str) -> None:
+    """A JSON object's key given twice, at any depth, is a ``ConfigError`` naming ``setting``
+    (a JSON parser keeps the last one without a word); ``spec`` is valid JSON or blank."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        refuse_duplicates(setting, (key for key, _ in items))
+        return dict(items)
+
+    if spec.strip():
+        json.loads(spec, object_pairs_hook=pairs)
 
 
 def env_model_name(model: str) -> str:
@@ -65,12 +88,17 @@ def fallback_env(variables: Mapping[str, str]) -> dict[str, str]:
 
 
 def fallbacks_of(spec: str, variables: Mapping[str, str]) -> Fallbacks:
-    """``fallback_models`` ('a=b,c=d') and the ``FERRY_FALLBACK_<MODEL>`` values, by <MODEL>."""
-    named: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        model, sep, fallback = (x.strip() for x in part.partition("="))
-        if not sep or not model or not fallback or model == fallback:
-            raise ConfigError(f"fallback_models {spec!r}: {part!r} is not 'model=other_model'")
-        named[model] = fallback
-    return Fallbacks(named, {model: value.strip() for model, value in variables.items()
-                             if value.strip()})
+    """``fallback_models`` ('a=b,c=d': each model once) and the ``FERRY_FALLBACK_<MODEL>``
+    values, by <MODEL>."""
+    pairs = [_fallback(part) for part in entries("fallback_models", spec)]
+    refuse_duplicates("fallback_models", (model for model, _ in pairs))
+    return Fallbacks(dict(pairs), {model: value.strip() for model, value in variables.items()
+                                   if value.strip()})
+
+
+def _fallback(part: str) -> tuple[str, str]:
+    model, sep, fallback = (x.strip() for x in part.partition("="))
+    if not sep or not MODEL.fullmatch(model) or not MODEL.fullmatch(fallback) \
+            or model == fallback:
+        raise ConfigError(f"fallback_models: {part!r} is not 'model=other_model'")
+    return model, fallback

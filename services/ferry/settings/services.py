@@ -25,15 +25,15 @@ from ferry.settings.auth import (
     rate_limit_overrides,
 )
 from ferry.settings.fairness import parse_weights
-from ferry.settings.fields import fill, naming, setting
-from ferry.settings.jobs import job_windows
+from ferry.settings.fields import fill, setting
+from ferry.settings.jobs import check_job_sources, job_windows
+from ferry.settings.logs import log_levels
 from ferry.settings.partitions import follows_replicas, owned
 from ferry.settings.redis import redis_sentinel_nodes
 from ferry.settings.rollouts import Fallbacks, declared_cascades, declared_rollouts, fallbacks_of
 from ferry.settings.triton import check_triton
 from ferry.settings.webhooks import webhook_hosts
 from ferry.telemetry.logs import LogLevels
-from ferry.telemetry.logs import parse as parse_log_levels
 
 Declarations = Mapping[str, Mapping[str, Any]]  # model to its declared rollout's fields
 
@@ -57,12 +57,12 @@ class CommonSettings:
     webhook_allowed_hosts: str = setting("", "hosts webhooks may be sent to: 'host' (any port) "
                                          "or 'host:port', comma-separated; empty: webhooks off")
     webhook_secret: str = setting("", "key of the webhooks' HMAC-SHA256 signature (required "
-                                  "for webhooks)")
+                                  "for webhooks)", secret=True)
     redis_cluster: bool = setting(False, "redis_url is a seed node of a Redis Cluster: keys are "
                                   "routed by slot (every key of a partition shares one)")
     redis_username: str = setting("", "Redis ACL user (overrides the URL's)")
     redis_password: str = setting("", "Redis password (overrides the URL's; or "
-                                  "FERRY_REDIS_PASSWORD_FILE)")
+                                  "FERRY_REDIS_PASSWORD_FILE)", secret=True)
     redis_ca_file: str = setting("", "CA bundle that verifies a rediss:// server (default: the "
                                  "system's)")
     redis_cert_file: str = setting("", "client certificate for rediss:// (mutual TLS)")
@@ -73,7 +73,8 @@ class CommonSettings:
                                    "TLS)")
     redis_sentinel_master: str = setting("mymaster", "the master's name the sentinels monitor")
     redis_sentinel_password: str = setting("", "the sentinels' own password, if they have one "
-                                           "(or FERRY_REDIS_SENTINEL_PASSWORD_FILE)")
+                                           "(or FERRY_REDIS_SENTINEL_PASSWORD_FILE)",
+                                           secret=True)
     redis_min_replicas: int = setting(0, "replicas that must confirm an admission's writes "
                                       "(WAIT) before it is answered; unconfirmed tasks are "
                                       "withdrawn and answered 503 (docs/redis.md)")
@@ -109,7 +110,7 @@ class CommonSettings:
         if self.cache_ttl_s < 0:
             raise ConfigError("cache_ttl_s must be 0 (off) or more")
         check_triton(self)
-        fill(self, log_levels=naming("log_level", parse_log_levels, self.log_level),
+        fill(self, log_levels=log_levels(self.log_level),
              declared_rollouts=declared_rollouts(self.rollouts),
              webhook_hosts=webhook_hosts(self), redis_sentinel_nodes=redis_sentinel_nodes(self))
 
@@ -150,7 +151,8 @@ class GatewaySettings(CommonSettings):
                                       "inference")
     auth: str = setting("none", "who may use the API: 'none', 'api_key' or 'jwt'")
     api_keys: str = setting("", "API keys as '<client id>:<sha256 of the key>', comma- or "
-                            "line-separated (see 'ferry keys new'; or FERRY_API_KEYS_FILE)")
+                            "line-separated (see 'ferry keys new'; or FERRY_API_KEYS_FILE)",
+                            secret=True)
     jwt_algorithms: str = setting("RS256", "JWT algorithms accepted, comma-separated (HMAC and "
                                   "public-key ones cannot be mixed)")
     jwt_public_key: str = setting("", "PEM public key verifying JWTs (or FERRY_JWT_PUBLIC_KEY_"
@@ -158,7 +160,7 @@ class GatewaySettings(CommonSettings):
     jwt_jwks_url: str = setting("", "JWKS URL of the keys verifying JWTs, fetched and cached")
     jwt_jwks_refresh_s: float = setting(300.0, "seconds the fetched JWKS is trusted")
     jwt_secret: str = setting("", "HMAC secret of HS256 JWTs, 32+ characters (or "
-                              "FERRY_JWT_SECRET_FILE)")
+                              "FERRY_JWT_SECRET_FILE)", secret=True)
     jwt_issuer: str = setting("", "required 'iss' of JWTs (empty: not checked)")
     jwt_audience: str = setting("", "required 'aud' of JWTs (empty: not checked)")
     jwt_client_claim: str = setting("sub", "JWT claim that names the client")
@@ -189,8 +191,9 @@ class GatewaySettings(CommonSettings):
     s3_endpoint: str = setting("", "endpoint of an S3-compatible store other than AWS's, for "
                                "job_store_url and s3:// job sources (http:// allowed)")
     s3_access_key_id: str = setting("", "S3 access key (or FERRY_S3_ACCESS_KEY_ID_FILE); empty: "
-                                    "AWS_* variables or the pod's identity")
-    s3_secret_access_key: str = setting("", "its secret (or FERRY_S3_SECRET_ACCESS_KEY_FILE)")
+                                    "AWS_* variables or the pod's identity", secret=True)
+    s3_secret_access_key: str = setting("", "its secret (or FERRY_S3_SECRET_ACCESS_KEY_FILE)",
+                                        secret=True)
     job_sources: str = setting("", "roots a job's 'uri' items may name, comma-separated "
                                "(file:///mnt/images/, s3://bucket/prefix/); empty: no URIs")
     job_max_items: int = setting(100_000, "lines one job's manifest may have")
@@ -210,7 +213,7 @@ class GatewaySettings(CommonSettings):
                                     "(its files stay in job_store_dir)")
     admin_token: str = setting("", "bearer token of the admin API (/v1/admin/...: rollouts), "
                                "24+ characters (or FERRY_ADMIN_TOKEN_FILE); empty: the admin "
-                               "API answers 403")
+                               "API answers 403", secret=True)
 
     # Parsed when the settings are built, each from the setting it names:
     # api_keys: (client id, key digest) of each; none unless auth=api_key
@@ -229,6 +232,7 @@ class GatewaySettings(CommonSettings):
         super().__post_init__()
         self._check_serving()
         check_admin_token(self)
+        check_job_sources(self.job_sources)
         default_window_s, longest_window_s = job_windows(self)
         fill(self, api_key_entries=api_key_entries(self),
              jwt_algorithm_names=jwt_algorithm_names(self),
