@@ -234,7 +234,7 @@ async def test_an_identical_candidate_under_load_is_not_rolled_back(
                                               cache_ttl_s=0),
                              batcher_settings(redis_url, url, **GUARDED)) as stack:
         await declare(stack.client, stable="1", candidate="5", share=5, shadow=10, hold_s=1,
-                      min_requests=40, steps=[5, 50])
+                      min_requests=40, steps=[5, 50, 100])
         answers = await traffic(stack.client, 1200, parallel=64)
         await guard_looked(stack.client, time.time() + 1.0)  # a tally flush, then a look
         state = await rollout(stack.client)
@@ -461,3 +461,47 @@ async def test_the_rollout_command_sets_shows_compares_and_ends_a_rollout(
         decisions[1]
     assert listed == (0, f"{MODEL}: rolled_back, stable 1, candidate 2 at 0%, shadow 100% "
                          "(manual), generation 2\n")
+
+
+async def ferry_rollout(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ferry rollout`` as a person runs it, with the admin token in its environment."""
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "ferry", "rollout", *args, "--url", url],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FERRY_ADMIN_TOKEN": TOKEN})
+
+
+async def test_set_changes_only_what_it_is_given_and_bad_steps_are_refused(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    """Issue 43: ``set --steps`` kept the shadow share only when given again, and stored steps
+    sorted and without 100; now a set changes what it is given, and steps that do not rise to
+    100 are refused by the command and by the API alike, the rollout left as it was."""
+    gateway = gateway_settings(redis_url, triton_server.grpc_url, admin_token=TOKEN)
+    async with serving(gateway) as served:
+        first = await ferry_rollout(served.http, "set", MODEL, "--stable", "1", "--candidate",
+                                    "2", "--share", "10", "--shadow", "10", "--manual")
+        stepped = await ferry_rollout(served.http, "set", MODEL, "--steps", "10,50,100")
+        unordered = await ferry_rollout(served.http, "set", MODEL, "--steps", "50,25")
+        async with httpx.AsyncClient(base_url=served.http, timeout=30) as client:
+            put = await client.put(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN, json={
+                "stable": "1", "candidate": "2", "steps": [50, 25]})
+            patch = await client.patch(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN,
+                                       json={"steps": [25, 50]})
+            not_numbers = await client.patch(f"/v1/admin/rollouts/{MODEL}", headers=ADMIN,
+                                             json={"steps": ["5", "abc"]})
+        shown = await ferry_rollout(served.http, "status", MODEL, "--json")
+    assert (first.returncode, stepped.returncode) == (0, 0), first.stderr + stepped.stderr
+    assert stepped.stdout == (f"{MODEL}: canary, stable 1, candidate 2 at 10%, shadow 10%, "
+                              "steps 10/50/100% (manual), generation 2\n")
+    assert unordered.returncode == 2 and "steps must rise" in unordered.stderr
+    assert "Traceback" not in unordered.stderr
+    assert (put.status_code, put.json()["error"]["code"]) == (400, "invalid_rollout")
+    assert "steps must rise, each above the one before: 50, 25 do not" in put.text
+    assert patch.status_code == 400
+    assert "the last step must be 100 (reaching it promotes the candidate)" in patch.text
+    assert not_numbers.status_code == 400 and "steps must be a number" in not_numbers.text
+    stored = orjson.loads(shown.stdout)["rollout"]
+    assert (stored["shadow"], stored["share"], stored["auto"], stored["steps"]) == (
+        10, 10, False, [10, 50, 100])
+    assert (stored["state"], stored["generation"]) == ("canary", 2)  # no refused change stored

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import redis
 import tritonclient.grpc as triton_grpc
@@ -172,6 +173,7 @@ async def test_each_client_is_charged_its_tasks_rows_and_the_batches_triton_time
                                          headers=admin)
         table_code, table = await ferry_usage(served.http, "--since", "1h")
         csv_code, as_csv = await ferry_usage(served.http, "--since", "1h", "--csv")
+        ago_code, ago = await ferry_usage(served.http, "--since", "-1h", "--json")
         wrong_code, wrong = await ferry_usage(served.http, "--token", "nope")
         infer_s = batcher.metrics.registry.get_sample_value(
             "ferry_infer_seconds_sum", {"model": "sim", "version": "1"})
@@ -221,3 +223,6 @@ async def test_each_client_is_charged_its_tasks_rows_and_the_batches_triton_time
     assert [(r["client"], int(r["tasks"])) for r in parsed] == [(u.client, u.tasks) for u in rows]
     assert [round(float(r["gpu_seconds"]) * 1e6) for r in parsed] == [u.gpu_us for u in rows]
     assert wrong_code == 1 and "401 invalid_admin_token" in wrong
+    # --since -1h (issue 43: argparse took it for an option) is the hour back, as 1h is.
+    assert ago_code == 0, ago
+    assert (orjson.loads(ago)["since_s"], orjson.loads(ago)["usage"]) == (3600, doc["usage"])

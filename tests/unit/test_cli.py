@@ -1,8 +1,10 @@
-"""The ``ferry`` command as a terminal sees it: ``--help`` loads only what it prints, and Ctrl-C
-ends a sizing mid-search with exit code 130, one line on stderr and no traceback."""
+"""The ``ferry`` command as a terminal sees it: ``--help`` loads only what it prints, Ctrl-C
+ends a sizing mid-search with exit code 130, one line on stderr and no traceback, and the client
+commands take ``--json`` in one place (after the action) and a window such as ``--since -3h``."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import pty
@@ -13,6 +15,8 @@ import sys
 import time
 
 import pytest
+
+from ferry.cli import build_parser
 
 # What a light command must not load: the planner's simulation and Triton's client (numpy),
 # the services, their settings and the HTTP client.
@@ -83,3 +87,41 @@ def test_ctrl_c_ends_a_sizing_mid_search_with_130_and_one_line() -> None:
     after = shown.rsplit(b"best so far", 1)[1]
     assert after.endswith(b"\r\x1b[Kferry plan size: interrupted\r\n"), shown
     assert b"Traceback" not in shown
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    return build_parser(argv).parse_args(argv)
+
+
+@pytest.mark.parametrize("argv", [
+    ("rollout", "status", "m", "--json"), ("rollout", "--json", "status", "m"),
+    ("rollout", "set", "m", "--shadow", "5", "--json"), ("rollout", "decisions", "m", "--json"),
+    ("usage", "--json"), ("usage", "--since", "1h", "--json"), ("jobs", "list", "--json"),
+    ("jobs", "status", "j1", "--json"), ("plan", "size", "--qps", "10", "--p99-ms", "500",
+                                          "--t-fixed-ms", "4", "--t-per-ms", "1", "--json"),
+])
+def test_json_goes_after_the_command_and_its_action(argv: tuple[str, ...]) -> None:
+    assert parsed(*argv).json is True
+
+
+def test_the_rollout_commands_options_go_before_or_after_its_action() -> None:
+    before = parsed("rollout", "--url", "http://gw:1", "--token", "t", "status", "m")
+    after = parsed("rollout", "status", "m", "--url", "http://gw:1", "--token", "t")
+    assert (before.url, before.token, before.json) == (after.url, after.token, False) == (
+        "http://gw:1", "t", False)
+
+
+@pytest.mark.parametrize("argv", [("--since", "-3h"), ("--since=-3h",), ("--since", "3h"),
+                                  ("--since=3h",)])
+def test_usage_since_takes_a_window_with_or_without_its_minus(argv: tuple[str, ...]) -> None:
+    assert parsed("usage", *argv).since == "3h"  # as the route takes it
+
+
+@pytest.mark.parametrize("since", ["-3x", "3", "h", "--3h"])
+def test_usage_since_that_is_no_window_is_refused_naming_why(
+    since: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parsed("usage", f"--since={since}")
+    assert info.value.code == 2
+    assert "argument --since: " in capsys.readouterr().err

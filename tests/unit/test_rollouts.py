@@ -3,11 +3,14 @@ comparison and the cascade's conditions, without servers."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import io
 
 import orjson
 import pytest
 
+from ferry.cli import build_parser
 from ferry.errors import (
     BadRequestError,
     ConfigError,
@@ -19,10 +22,11 @@ from ferry.gateway.admin import RolloutAdmin
 from ferry.gateway.versions import Versions
 from ferry.rollouts import latency
 from ferry.rollouts.cascade import parse_cascades, pending_review
-from ferry.rollouts.client import render, when
+from ferry.rollouts.client import declaration, render, when
+from ferry.rollouts.client import run as client_run
 from ferry.rollouts.compare import Comparison, compare, kind_of
 from ferry.rollouts.guard import decide
-from ferry.rollouts.rollout import Pick, Rollout, Sticky, declared, parse_declared
+from ferry.rollouts.rollout import Pick, Rollout, Sticky, amended, declared, parse_declared
 from ferry.rollouts.store import Pair, comparison_report
 from ferry.rollouts.window import BUCKET_S, Figures, Tally, bin_of, figures, quantile, upper_edge
 
@@ -330,3 +334,97 @@ def test_the_rollout_command_shows_times_as_people_read_them() -> None:
     shown = render("status", doc)
     assert "1795739551" not in shown and "2026-11-27 00:32:31Z" in shown
     assert "share set 1970-01-01 00:16:40Z" in shown  # the CANARY's made-up clock
+
+
+# -- declared steps, kept fields, and `ferry rollout set` ------------------------------------------
+
+@pytest.mark.parametrize(("steps", "wrong"), [
+    ([50, 25], "steps must rise, each above the one before: 50, 25 do not"),
+    ([5, 5, 100], "steps must rise"),
+    ([25, 50], "the last step must be 100 (reaching it promotes the candidate), not 50"),
+    ([5, 150], "at most 100"),
+    ([], "one or more percentages"),
+])
+def test_declared_steps_rise_as_given_and_end_at_100(steps: list[float], wrong: str) -> None:
+    with pytest.raises(BadRequestError) as info:
+        declared("m", {"stable": "1", "candidate": "2", "steps": steps}, 0.0)
+    assert wrong in info.value.message
+    assert declared("m", {"stable": "1", "steps": [10, 60, 100]}, 0.0).steps == (10, 60, 100)
+
+
+def test_a_stored_rollout_is_read_whatever_steps_it_was_given_before() -> None:
+    """Steps stored before they were judged (sorted, no 100) still load: the guard promotes
+    past the last one, and the gateway must keep serving the rollout."""
+    stored = Rollout.from_json({"stable": "1", "candidate": "2", "steps": [25, 50]}, "m")
+    assert stored.steps == (25, 50) and dataclasses.replace(stored, share=50).next_share() == 100
+
+
+def test_a_change_keeps_every_field_it_does_not_send() -> None:
+    before = dataclasses.replace(
+        declared("m", {"stable": "1", "candidate": "2", "share": 25, "shadow": 10,
+                       "auto": False, "hold_s": 5}, now=1000.0), generation=3)
+    after = amended(before, {"steps": [25, 50, 100]}, 2000.0, "m")
+    assert (after.shadow, after.share, after.auto, after.hold_s) == (10, 25, False, 5)
+    assert (after.steps, after.state, after.since) == ((25, 50, 100), "canary", 1000.0)
+    rolled_back = before.rolled_back(1500.0)
+    quieter = amended(rolled_back, {"shadow": 0}, 2000.0, "m")
+    assert (quieter.state, quieter.shadow) == ("rolled_back", 0)  # no new trial from a shadow
+    anew = amended(rolled_back, {"share": 5}, 2000.0, "m")
+    assert (anew.state, anew.since, anew.shadow, anew.share) == ("canary", 2000.0, 10, 5)
+    first = amended(None, {"stable": "1"}, 2000.0, "m")
+    assert first == declared("m", {"stable": "1"}, 2000.0)
+    with pytest.raises(BadRequestError, match="the last step must be 100"):
+        amended(before, {"steps": [5, 50]}, 2000.0, "m")
+
+
+def test_kept_steps_are_not_judged_again_by_a_change_that_does_not_send_steps() -> None:
+    stored = Rollout.from_json({"stable": "1", "candidate": "2", "steps": [25, 50]}, "m")
+    assert amended(stored, {"shadow": 5}, 1.0, "m").steps == (25, 50)
+
+
+def set_args(*argv: str) -> argparse.Namespace:
+    return build_parser(["rollout", "set", "m", *argv]).parse_args(["rollout", "set", "m", *argv])
+
+
+@pytest.mark.parametrize(("steps", "wrong"), [
+    ("5,abc", "'abc' is not a number"),
+    ("50,25", "steps must rise"),
+    ("25,50", "the last step must be 100 (reaching it promotes the candidate)"),
+    ("5,,100", "an empty entry"),
+    ("5,50,100,", "an empty entry"),
+    ("0,100", "above 0"),
+    ("nan,100", "above 0"),
+])
+def test_set_refuses_steps_naming_why_without_a_traceback(
+    steps: str, wrong: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        set_args("--stable", "1", "--candidate", "2", "--share", "5", "--steps", steps)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "ferry rollout set: error: argument --steps: " in err and wrong in err, err
+    assert "Traceback" not in err
+
+
+def test_set_sends_only_the_options_given() -> None:
+    assert declaration(set_args("--steps", " 5, 50 ,100")) == {"steps": [5.0, 50.0, 100.0]}
+    assert declaration(set_args("--stable", "1", "--candidate", "2", "--share", "5",
+                                "--manual")) == {"stable": "1", "candidate": "2",
+                                                 "share": 5.0, "auto": False}
+    assert declaration(set_args("--auto", "--compare", '{"kind": "equal"}')) == {
+        "auto": True, "compare": {"kind": "equal"}}
+    assert declaration(set_args()) == {}
+
+
+def test_set_with_nothing_to_change_says_so_before_calling_the_gateway() -> None:
+    out = io.StringIO()
+    assert client_run(set_args("--url", "http://127.0.0.1:9"), out) == 2
+    assert "nothing to change" in out.getvalue()
+
+
+def test_set_shows_the_steps_stored_when_they_are_not_the_defaults() -> None:
+    stepped = declared("m", {"stable": "1", "candidate": "2", "share": 5, "shadow": 10,
+                             "steps": [5, 50, 100]}, 0.0)
+    assert render("set", stepped.to_json()) == ("m: canary, stable 1, candidate 2 at 5%, "
+                                                "shadow 10%, steps 5/50/100%, generation 0\n")
+    assert "steps" not in render("set", CANARY.to_json())

@@ -29,7 +29,7 @@ from ferry.errors import (
 )
 from ferry.gateway.service import Gateway
 from ferry.gateway.usage import add_usage_route
-from ferry.rollouts.rollout import Rollout, declared
+from ferry.rollouts.rollout import TRIAL, Rollout, amended, declared
 from ferry.rollouts.store import RolloutStore
 from ferry.usage.store import LedgerReader
 
@@ -80,20 +80,23 @@ class RolloutAdmin:
 
     async def put(self, model: str, body: bytes) -> dict[str, Any]:
         """Declare the model's rollout (fields not sent keep their defaults)."""
-        try:
-            doc = orjson.loads(body or b"{}")
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise BadRequestError("malformed_json", "the body must be a JSON object")
         now = time.time()
-        after = declared(model, doc, now)
+        after = declared(model, _object(body), now)
         await self._known_versions(model, after)
         before = await self.store.get(model)
-        if before is not None:  # the next generation of the stored one
-            after = dataclasses.replace(after, generation=before.generation)
-        after = after.changed(now)
-        return await self._change(before, after, "set", "set through the admin API")
+        return await self._change(before, _next(before, after, now), "set",
+                                  "set through the admin API")
+
+    async def patch(self, model: str, body: bytes) -> dict[str, Any]:
+        """Change the fields sent; the others keep their values (``rollout.amended``)."""
+        doc = _object(body)
+        now = time.time()
+        before = await self.store.get(model)
+        after = amended(before, doc, now, model)
+        if before is None or any(name in doc for name in TRIAL):  # versions it names anew
+            await self._known_versions(model, after)
+        return await self._change(before, _next(before, after, now), "set",
+                                  f"changed through the admin API: {', '.join(sorted(doc))}")
 
     async def promote(self, model: str) -> dict[str, Any]:
         rollout = await self._live(model)
@@ -184,6 +187,8 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
           lambda r, m: admin.status(m))
     route("PUT", "/{model}", "Set the rollout (JSON: stable, candidate, share, shadow, ...)",
           lambda r, m: _put(admin, r, m))
+    route("PATCH", "/{model}", "Change the fields sent, keep the others (ferry rollout set)",
+          lambda r, m: _patch(admin, r, m))
     route("DELETE", "/{model}", "Delete the rollout", lambda r, m: admin.delete(m))
     route("POST", "/{model}/promote", "Promote the candidate", lambda r, m: admin.promote(m))
     route("POST", "/{model}/rollback", "Rollback the candidate",
@@ -199,6 +204,28 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
 
 async def _put(admin: RolloutAdmin, request: Request, model: str) -> dict[str, Any]:
     return await admin.put(model, await request.body())
+
+
+async def _patch(admin: RolloutAdmin, request: Request, model: str) -> dict[str, Any]:
+    return await admin.patch(model, await request.body())
+
+
+def _next(before: Rollout | None, after: Rollout, now: float) -> Rollout:
+    """``after`` as the next generation of the stored ``before`` (None: the first)."""
+    if before is not None:
+        after = dataclasses.replace(after, generation=before.generation)
+    return after.changed(now)
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    """A request's JSON object, or a 400."""
+    try:
+        doc = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError("malformed_json", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequestError("malformed_json", "the body must be a JSON object")
+    return doc
 
 
 def _limit(raw: str | None) -> int:

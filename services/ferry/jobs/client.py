@@ -142,6 +142,14 @@ def progress_line(doc: dict[str, Any]) -> str:
             f"(failed {counts['failed']})")
 
 
+def listing(doc: dict[str, Any], as_json: bool = False) -> str:
+    """``ferry jobs list``: a line per job, or (``as_json``) the API's JSON."""
+    if as_json:
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+    return "".join(f"{job['job_id']}  {job['status']:<10} {progress_line(job)}\n"
+                   for job in doc["data"])
+
+
 def follow(client: JobClient, job_id: str, stream: TextIO) -> dict[str, Any]:
     """Show the job's progress until it ends; its last record."""
     while True:
@@ -198,12 +206,16 @@ def add_parser(commands: Any) -> None:
                         "of the files (the gateway must allowlist the directory)")
     for name, text in (("status", "a job's state and counts"), ("cancel", "cancel a job"),
                        ("retry", "re-run a finished job's failed items")):
-        actions.add_parser(name, help=text).add_argument("job_id")
+        action = actions.add_parser(name, help=text)
+        action.add_argument("job_id")
+        # Taken as every client command takes it (after the action); these print JSON anyway.
+        action.add_argument("--json", action="store_true", help="print the API's JSON (always)")
     results = actions.add_parser("results", help="write a job's result lines")
     results.add_argument("job_id")
     results.add_argument("--out", required=True)
     results.add_argument("--file", choices=("output", "errors"), default="")
-    actions.add_parser("list", help="your jobs, newest first")
+    actions.add_parser("list", help="your jobs, newest first").add_argument(
+        "--json", action="store_true", help="print the API's JSON")
 
 
 def run(args: argparse.Namespace, stream: TextIO = sys.stderr) -> int:
@@ -233,9 +245,7 @@ def _dispatch(client: JobClient, args: argparse.Namespace, stream: TextIO) -> in
         stream.write(f"{lines} result lines in {args.out}\n")
         return 0
     if args.action == "list":
-        doc = _json(client.call("GET", "/v1/jobs"), 200)
-        for job in doc["data"]:
-            sys.stdout.write(f"{job['job_id']}  {job['status']:<10} {progress_line(job)}\n")
+        sys.stdout.write(listing(_json(client.call("GET", "/v1/jobs"), 200), args.json))
         return 0
     method, path, expected = {
         "status": ("GET", "", 200), "cancel": ("DELETE", "", 202),

@@ -1,10 +1,12 @@
 """``ferry rollout``: a model's rollout through the gateway's admin API (``/v1/admin/rollouts``).
 
 ``status`` shows the rollout, each version's figures (since the share last changed, the last
-minute, the last ten) and the guard's last look; ``set`` declares a stable version and a
-candidate with its share; ``promote`` and ``rollback`` end the candidate's trial; ``compare``
-shows the shadow comparison (agreement, the disagreeing tasks' ids, each version's labels);
-``decisions`` lists what changed, by whom, why, and the figures it saw.
+minute, the last ten) and the guard's last look; ``set`` changes the options given (a stable
+version, a candidate with its share, shadows, steps, rules) and keeps the others; ``promote``
+and ``rollback`` end the candidate's trial; ``compare`` shows the shadow comparison (agreement,
+the disagreeing tasks' ids, each version's labels); ``decisions`` lists what changed, by whom,
+why, and the figures it saw. ``--url``, ``--token`` and ``--json`` go after ``rollout`` or
+after the action.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
+from ferry.rollouts.rollout import DEFAULT_STEPS, step_problems
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 BASE = "/v1/admin/rollouts"
 SET_FIELDS = {"stable": str, "candidate": str, "share": float, "shadow": float, "sticky": str,
@@ -30,35 +34,91 @@ SET_FIELDS = {"stable": str, "candidate": str, "share": float, "shadow": float, 
 def add_parser(commands: Any) -> None:
     rollout = commands.add_parser("rollout", help="model versions: status, set, promote, "
                                   "rollback, compare, decisions")
-    # ferry rollout is a one-shot client, not a service: its flags' defaults come from the
-    # environment when its command line is parsed, at start-up.
-    rollout.add_argument("--url", default=os.environ.get("FERRY_URL", DEFAULT_URL),
-                         help="the gateway (FERRY_URL)")
-    rollout.add_argument("--token", default=None, help="the admin token (FERRY_ADMIN_TOKEN; "
-                         "else the one `ferry up` keeps in .ferry/admin-token)")
-    rollout.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(rollout)
     actions = rollout.add_subparsers(dest="action", required=True)
-    actions.add_parser("status", help="a model's rollout and figures (none: every "
-                       "rollout)").add_argument("model", nargs="?", default="")
-    declare = actions.add_parser("set", help="declare a model's stable and candidate versions")
-    declare.add_argument("model")
-    for name, kind in SET_FIELDS.items():
-        declare.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
-    declare.add_argument("--steps", default=None, help="shares the guard steps through, e.g. "
-                         "5,25,50,100")
-    declare.add_argument("--manual", action="store_true", help="the guard only reports")
-    declare.add_argument("--compare", default=None, help="the shadow comparison, JSON, e.g. "
-                         '\'{"kind": "labels", "score": 0.5}\'')
+    _action(actions, "status", "a model's rollout and figures (none: every rollout)"
+            ).add_argument("model", nargs="?", default="")
+    _add_set(_action(actions, "set", "change a model's rollout: the options given, the others "
+                     "kept (none yet: their defaults)"))
     for name, text in (("promote", "make the candidate the stable version"),
                        ("rollback", "send every request to the stable version again"),
                        ("delete", "forget the model's rollout (Triton's policy picks again)")):
-        actions.add_parser(name, help=text).add_argument("model")
-    compare = actions.add_parser("compare", help="shadow answers against the primary's")
+        _action(actions, name, text).add_argument("model")
+    compare = _action(actions, "compare", "shadow answers against the primary's")
     compare.add_argument("model")
     compare.add_argument("--candidate", default="", help="a version (default: the rollout's)")
-    decisions = actions.add_parser("decisions", help="what changed, by whom and why")
+    decisions = _action(actions, "decisions", "what changed, by whom and why")
     decisions.add_argument("model")
     decisions.add_argument("--limit", type=int, default=20)
+
+
+def client_options(parser: argparse.ArgumentParser, again: bool = False) -> None:
+    """``--url``, ``--token`` and ``--json``, which a client command takes right after its name
+    and, ``again``, after its action too (``ferry rollout status m --json``)."""
+    # ferry rollout is a one-shot client, not a service: its flags' defaults come from the
+    # environment when its command line is parsed, at start-up. After the action a flag sets
+    # its value only when given, so that it does not hide the one given before the action.
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if again else value
+
+    parser.add_argument("--url", default=default(os.environ.get("FERRY_URL", DEFAULT_URL)),
+                        help=f"the gateway (FERRY_URL, default {DEFAULT_URL})")
+    parser.add_argument("--token", default=default(None), help="the admin token "
+                        "(FERRY_ADMIN_TOKEN; else the one `ferry up` keeps in "
+                        ".ferry/admin-token)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print the API's JSON")
+
+
+def _action(actions: Any, name: str, text: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = actions.add_parser(name, help=text, description=text)
+    client_options(parser, again=True)
+    return parser
+
+
+def _add_set(declare: argparse.ArgumentParser) -> None:
+    declare.add_argument("model")
+    for name, kind in SET_FIELDS.items():
+        declare.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
+    declare.add_argument("--steps", type=steps, default=None, help="the shares the guard "
+                         "steps through, rising, the last 100 (reaching it promotes the "
+                         "candidate), e.g. 5,25,50,100")
+    guard = declare.add_mutually_exclusive_group()
+    guard.add_argument("--manual", action="store_true", help="the guard only reports")
+    guard.add_argument("--auto", action="store_true", help="the guard steps the share up, "
+                       "promotes and rolls back (the default)")
+    declare.add_argument("--compare", type=json_object, default=None, help="the shadow "
+                         'comparison, JSON, e.g. \'{"kind": "labels", "score": 0.5}\'')
+
+
+def steps(text: str) -> list[float]:
+    """``--steps 5,25,50,100``: percentages, rising, the last 100; else an error naming why
+    (argparse's own message, no traceback)."""
+    shares = []
+    for entry in text.split(","):
+        if not entry.strip():
+            raise argparse.ArgumentTypeError(f"an empty entry in {text!r}: percentages "
+                                             "separated by commas, e.g. 5,25,50,100")
+        try:
+            shares.append(float(entry))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{entry.strip()!r} is not a number: percentages "
+                                             "separated by commas, e.g. 5,25,50,100") from None
+    problems = step_problems(shares)
+    if problems:
+        raise argparse.ArgumentTypeError("; ".join(problems))
+    return shares
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``--compare '{...}'``: a JSON object, else an error naming why."""
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise argparse.ArgumentTypeError("a JSON object, e.g. '{\"kind\": \"labels\"}'")
+    return doc
 
 
 def token(given: str | None) -> str:
@@ -74,6 +134,10 @@ def token(given: str | None) -> str:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    if args.action == "set" and not declaration(args):
+        out.write("ferry rollout set: nothing to change: give --stable, --candidate, --share, "
+                  "--shadow, --steps or another option (see --help)\n")
+        return 2
     admin = token(args.token)
     headers = {"Authorization": f"Bearer {admin}"} if admin else {}
     try:
@@ -97,8 +161,8 @@ def _request(http: httpx.Client, args: argparse.Namespace) -> httpx.Response:
     model = getattr(args, "model", "")
     if args.action == "status":
         return http.get(f"{BASE}/{model}" if model else BASE)
-    if args.action == "set":
-        return http.put(f"{BASE}/{model}", content=orjson.dumps(declaration(args)))
+    if args.action == "set":  # a PATCH: what is not given keeps its value
+        return http.patch(f"{BASE}/{model}", content=orjson.dumps(declaration(args)))
     if args.action in ("promote", "rollback"):
         return http.post(f"{BASE}/{model}/{args.action}")
     if args.action == "delete":
@@ -110,15 +174,12 @@ def _request(http: httpx.Client, args: argparse.Namespace) -> httpx.Response:
 
 
 def declaration(args: argparse.Namespace) -> dict[str, Any]:
-    """The rollout ``set`` declares: the options given."""
-    doc: dict[str, Any] = {name: getattr(args, name) for name in SET_FIELDS
+    """What ``set`` changes: the options given, no others."""
+    doc: dict[str, Any] = {name: getattr(args, name) for name in (*SET_FIELDS, "steps",
+                                                                   "compare")
                            if getattr(args, name) is not None}
-    if args.steps:
-        doc["steps"] = [float(step) for step in args.steps.split(",") if step.strip()]
-    if args.manual:
-        doc["auto"] = False
-    if args.compare:
-        doc["compare"] = orjson.loads(args.compare)
+    if args.manual or args.auto:
+        doc["auto"] = bool(args.auto)
     return doc
 
 
@@ -156,8 +217,10 @@ def _ago(seconds: float) -> str:
 
 
 def _rollout_line(r: dict[str, Any]) -> str:
-    shadow = f", shadow {r['shadow']:g}%" if r["shadow"] else ""
-    candidate = f", candidate {r['candidate']} at {r['share']:g}%{shadow}" if r["candidate"] \
+    trial = f", shadow {r['shadow']:g}%" if r["shadow"] else ""
+    if r.get("steps", list(DEFAULT_STEPS)) != list(DEFAULT_STEPS):  # the defaults go unsaid
+        trial += f", steps {'/'.join(f'{s:g}' for s in r['steps'])}%"
+    candidate = f", candidate {r['candidate']} at {r['share']:g}%{trial}" if r["candidate"] \
         else ""
     return (f"{r['model']}: {r['state']}, stable {r['stable'] or '(policy)'}{candidate}"
             f"{'' if r['auto'] else ' (manual)'}, generation {r['generation']}\n")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,6 +28,10 @@ STICKY = ("client", "key", "none")
 BUCKETS = 10_000
 DEFAULT_STEPS = (5.0, 25.0, 50.0, 100.0)
 MAX_VERSION_DIGITS = 18
+# What a declaration does not set (the rollout's own record of its trial), and the fields that
+# declare a trial anew.
+UNDECLARED = ("state", "since", "generation", "updated_at", "previous")
+TRIAL = ("stable", "candidate", "share")
 Role = Literal["stable", "candidate", "pinned", "policy"]
 
 
@@ -156,7 +161,7 @@ def _typed(values: dict[str, Any]) -> dict[str, Any]:
     if "steps" in values:
         if not isinstance(values["steps"], list | tuple):
             raise ValueError("steps must be a list of percentages")
-        values["steps"] = tuple(sorted(_number(s, "steps") for s in values["steps"]))
+        values["steps"] = tuple(_number(s, "steps") for s in values["steps"])
     if "compare" in values and not isinstance(values["compare"], dict):
         raise ValueError("compare must be an object")
     if "auto" in values and not isinstance(values["auto"], bool):
@@ -167,7 +172,10 @@ def _typed(values: dict[str, Any]) -> dict[str, Any]:
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{name} must be a number, not {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except ValueError:  # a string that is no number: named, not Python's own words
+        raise ValueError(f"{name} must be a number, not {str(value)[:40]!r}") from None
 
 
 def check(rollout: Rollout) -> None:
@@ -204,19 +212,67 @@ def _rule_problems(rollout: Rollout) -> list[str]:
     if rollout.state not in STATES:
         problems.append(f"state must be one of {', '.join(STATES)}")
     if not rollout.steps or any(not 0 < s <= 100 for s in rollout.steps):
-        problems.append("steps must be percentages above 0, at most 100")
+        problems.append("steps must be one or more percentages above 0, at most 100")
     if rollout.hold_s < 0 or rollout.min_requests < 1 or rollout.max_latency_ratio < 1:
         problems.append("hold_s must be >= 0, min_requests >= 1, max_latency_ratio >= 1")
     return problems
 
 
+def step_problems(steps: Sequence[float]) -> list[str]:
+    """What is wrong with declared steps: each a percentage above 0 and at most 100, each above
+    the one before (as given: an admin's order is never silently changed), the last 100."""
+    if not steps:
+        return ["steps must list at least one share; the last step must be 100 (reaching it "
+                "promotes the candidate)"]
+    listed = ", ".join(f"{s:g}" for s in steps)
+    problems = []
+    if any(not 0 < s <= 100 for s in steps):
+        problems.append(f"steps must be percentages above 0, at most 100: {listed} are not")
+    if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
+        problems.append(f"steps must rise, each above the one before: {listed} do not")
+    if steps[-1] != 100:
+        problems.append(f"the last step must be 100 (reaching it promotes the candidate), "
+                        f"not {steps[-1]:g}")
+    return problems
+
+
 def declared(model: str, doc: Mapping[str, Any], now: float) -> Rollout:
-    """A rollout as settings or the admin API declare it: a candidate makes it a canary."""
-    rollout = Rollout.from_json({k: v for k, v in doc.items()
-                                 if k not in ("state", "since", "generation", "updated_at",
-                                              "previous")}, model)
+    """A rollout as settings or the admin API declare it (a 400 naming what is wrong): a
+    candidate makes it a canary."""
+    rollout = _declared(model, doc, now)
+    if "steps" in doc:  # a stored rollout's steps are not judged again: only those sent
+        _check_steps(rollout)
+    return rollout
+
+
+def amended(before: Rollout | None, doc: Mapping[str, Any], now: float, model: str) -> Rollout:
+    """``before`` with the fields ``doc`` sends, the others kept (no rollout yet: the
+    defaults). Sending ``stable``, ``candidate`` or ``share`` declares the trial anew (a
+    candidate makes it a canary, the share held from now); otherwise the trial goes on as it
+    was: its state, since when its share holds, its previous stable version."""
+    if before is None:
+        return declared(model, doc, now)
+    kept = {k: v for k, v in before.to_json().items() if k not in UNDECLARED}
+    rollout = _declared(model, {**kept, **doc}, now)
+    if "steps" in doc:
+        _check_steps(rollout)
+    if any(name in doc for name in TRIAL):
+        return rollout
+    return dataclasses.replace(rollout, state=before.state, since=before.since,
+                               previous=before.previous)
+
+
+def _declared(model: str, doc: Mapping[str, Any], now: float) -> Rollout:
+    rollout = Rollout.from_json({k: v for k, v in doc.items() if k not in UNDECLARED}, model)
     state: State = "canary" if rollout.candidate else "stable"
     return dataclasses.replace(rollout, state=state, since=now, updated_at=now)
+
+
+def _check_steps(rollout: Rollout) -> None:
+    problems = step_problems(rollout.steps)
+    if problems:
+        raise BadRequestError("invalid_rollout", f"rollout of {rollout.model!r}: "
+                              + "; ".join(problems))
 
 
 def parse_declared(spec: str) -> dict[str, dict[str, Any]]:

@@ -1,12 +1,15 @@
 """``ferry usage``: what each client cost, through the gateway's admin API
 (``/v1/admin/usage``): a table (the most GPU time first, with each row's share and the totals),
-CSV (``--csv``) or the API's JSON (``--json``)."""
+CSV (``--csv``) or the API's JSON (``--json``), over a window back from now (``--since 24h``,
+or ``-24h``)."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import io
+import os
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -14,6 +17,7 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
+from ferry.durations import WINDOW
 from ferry.rollouts.client import DEFAULT_URL, token
 
 PATH = "/v1/admin/usage"
@@ -22,15 +26,29 @@ COLUMNS = ("client", "model", "tasks", "rows", "gpu_seconds")
 
 def add_parser(commands: Any) -> None:
     usage = commands.add_parser("usage", help="what each client cost: tasks, rows, GPU seconds")
-    usage.add_argument("--url", default=DEFAULT_URL, help=f"the gateway (default {DEFAULT_URL})")
+    # A value such as -3h is --since's, not an option: argparse takes only negative numbers
+    # for values, and this parser has no option that looks like one.
+    usage._negative_number_matcher = re.compile(r"^-\d")
+    usage.add_argument("--url", default=os.environ.get("FERRY_URL", DEFAULT_URL),
+                       help=f"the gateway (FERRY_URL, default {DEFAULT_URL})")
     usage.add_argument("--token", default=None, help="the admin token (FERRY_ADMIN_TOKEN; "
                        "else the one `ferry up` keeps in .ferry/admin-token)")
-    usage.add_argument("--since", default="24h", help="how far back: 1h, 24h, 7d... (whole "
-                       "hours, UTC; default 24h)")
+    usage.add_argument("--since", type=since, default="24h", help="how far back: 1h, 24h, "
+                       "7d... (-24h is the same; whole hours, UTC; default 24h)")
     usage.add_argument("--model", default="", help="only this model's usage")
     shape = usage.add_mutually_exclusive_group()
     shape.add_argument("--csv", action="store_true", help="print CSV (no totals row)")
     shape.add_argument("--json", action="store_true", help="print the API's JSON")
+
+
+def since(text: str) -> str:
+    """``--since``: a number and a unit, ``3h`` or ``-3h`` (both: three hours back), as the
+    route takes it (``3h``); else an error naming why."""
+    window = text.strip().removeprefix("-")
+    if not WINDOW.fullmatch(window):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a window: a number and a unit (s, "
+                                         "m, h, d), e.g. 24h or -24h")
+    return window
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
