@@ -8,6 +8,7 @@ import struct
 import zlib
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 from PIL import Image
 
@@ -447,6 +448,44 @@ def test_bad_priority_or_timeout_is_a_400_naming_it(body: bytes, query: dict[str
         parse_submission(body, JSON, None, query, header)
     assert (info.value.status, info.value.code) == (400, code)
     assert names in info.value.message
+
+
+# --- ?client_id= ----------------------------------------------------------------------------
+
+
+TENSOR_BODY = (b'{"inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1], '
+               b'"data": ["x"]}]}')
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    (b"abc", "application/octet-stream"), (b"abc", "text/plain"), (b'{"input": "x"}', JSON),
+    (TENSOR_BODY, JSON), (b'{"input": "x", "client_id": "c-1"}', JSON)])
+def test_the_query_names_the_client_for_any_body(body: bytes, content_type: str) -> None:
+    submission = parse_submission(body, content_type, "sim", {"client_id": "c-1"})
+    assert submission.client_id == "c-1"
+
+
+def test_no_client_named_is_anonymous() -> None:
+    assert parse_submission(b"abc", "application/octet-stream", "sim", {}).client_id == ""
+
+
+@pytest.mark.parametrize("value", ["", "x" * (MAX_ID_LENGTH + 1), "a\nb", "\x00"])
+def test_a_bad_client_id_in_the_query_is_refused_as_the_jsons_is(value: str) -> None:
+    with pytest.raises(ClientError) as info:
+        parse_submission(b"abc", "application/octet-stream", "sim", {"client_id": value})
+    assert (info.value.status, info.value.code) == (400, "invalid_parameter")
+    assert "query.client_id" in info.value.message
+    json_refusal = refused(orjson.dumps({"input": "x", "client_id": value}), JSON)
+    assert info.value.message.replace("query.client_id", "client_id") == json_refusal.message
+
+
+@pytest.mark.parametrize("body", [b'{"input": "x", "client_id": "alice"}',
+                                  TENSOR_BODY[:-1] + b', "client_id": "alice"}'])
+def test_two_different_clients_named_are_refused(body: bytes) -> None:
+    with pytest.raises(ClientError) as info:
+        parse_submission(body, JSON, "sim", {"client_id": "bob"})
+    assert (info.value.status, info.value.code) == (400, "invalid_parameter")
+    assert "'alice'" in info.value.message and "'bob'" in info.value.message
 
 
 @pytest.mark.parametrize("value", ["high", "HIGH", "High", "normal", "low"])

@@ -13,7 +13,6 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import FastAPI
@@ -26,7 +25,8 @@ from ferry.errors import (
     DependencyUnavailableError,
     RequestTimeoutError,
 )
-from ferry.gateway.intake import media_type, parse_submission, read_body
+from ferry.gateway.intake import QUERY_PARAMETERS, media_type, parse_submission, read_body
+from ferry.gateway.query import parse_query
 from ferry.gateway.service import Gateway
 from ferry.gateway.timeouts import TIMED_OUT
 from ferry.redis_conn import unavailable
@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 SUBMIT_PATH = "/v1/inference"
 RESULT_PREFIX = "/v1/result/"
 RESULT_ROUTE = "/v1/result/{task_id}"
+# Each route's query parameters (any other is a 400) and its name in that refusal.
+SUBMIT_QUERY = (QUERY_PARAMETERS, f"POST {SUBMIT_PATH}")
+RESULT_QUERY = (frozenset({"wait"}), f"GET {RESULT_ROUTE}")
+CANCEL_QUERY: tuple[frozenset[str], str] = (frozenset(), f"DELETE {RESULT_ROUTE}")
 
 Headers = list[tuple[bytes, bytes]]
 Answer = tuple[int, bytes, Headers]
@@ -210,7 +214,7 @@ class HotLane:
 
     async def _submit(self, scope: Scope, receive: Receive, headers: HeaderValues,
                       caller: Caller) -> Answer:
-        query = _query(scope)
+        query = parse_query(scope["query_string"], *SUBMIT_QUERY)
         body = await read_body(_chunks(scope, receive), _last(headers, b"content-length"),
                                self.settings.max_body_bytes)
         submission = parse_submission(body, media_type(_last(headers, b"content-type")),
@@ -245,12 +249,13 @@ class HotLane:
     async def _result(self, scope: Scope, receive: Receive, headers: HeaderValues,
                       caller: Caller) -> Answer:
         task_id = scope["path"][len(RESULT_PREFIX):]
-        query = _query(scope)
+        query = parse_query(scope["query_string"], *RESULT_QUERY)
         record = await self.gateway.result(task_id, parse_wait(query.get("wait")), caller)
         return 200, record.body, []
 
     async def _cancel(self, scope: Scope, receive: Receive, headers: HeaderValues,
                       caller: Caller) -> Answer:
+        parse_query(scope["query_string"], *CANCEL_QUERY)
         await _no_body(scope, receive)
         record = await self.gateway.cancel(scope["path"][len(RESULT_PREFIX):], caller)
         return 200, record.body, []
@@ -260,12 +265,6 @@ async def _no_body(scope: Scope, receive: Receive) -> None:
     """Drain a request body nobody reads (a DELETE with one)."""
     async for _ in _chunks(scope, receive):
         pass
-
-
-def _query(scope: Scope) -> dict[str, str]:
-    """The query parameters, the last of each name winning; an empty value is a value
-    (``?wait=`` is refused as not a number, not read as no wait)."""
-    return dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
 
 
 def _header_values(scope: Scope) -> HeaderValues:

@@ -34,6 +34,8 @@ from ferry.tensors import TensorError
 
 JSON_FIELDS = frozenset({"model", "input", "input_base64", "client_id", "priority", "timeout_s",
                          "callback_url", "model_version", "rollout_key"})
+# ``POST /v1/inference``'s query parameters, for any body; any other is refused (gateway.query).
+QUERY_PARAMETERS = frozenset({"model", "version", "priority", "client_id"})
 RAW_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/bmp", "image/tiff",
                        "application/octet-stream", "text/plain"})
 # Formats the bundled image model decodes (OpenCV): GIF, for one, it does not.
@@ -68,11 +70,13 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: i
 def parse_submission(body: bytes, content_type: str, model_param: str | None,
                      query: Mapping[str, str] | None = None,
                      timeout_header: str | None = None) -> Submission:
-    """A JSON document or a raw payload, by ``Content-Type``; the priority and timeout from the
-    JSON fields, or ``?priority=`` and the ``X-Request-Timeout`` header (any body kind)."""
+    """A JSON document or a raw payload, by ``Content-Type``; the priority, timeout and client
+    from the JSON fields, or ``?priority=``, the ``X-Request-Timeout`` header and
+    ``?client_id=`` (any body kind)."""
     query = query or {}
     timeout = parse_timeout(timeout_header, "header X-Request-Timeout")
     priority = Priority.parse(query.get("priority"), "query.priority")
+    asked_client = _clean_name(query.get("client_id"), "query.client_id", "invalid_parameter")
     if content_type == "application/json" or content_type.endswith("+json"):
         submission = _from_json(body, model_param, priority, query, timeout)
     elif content_type in RAW_TYPES:
@@ -80,8 +84,9 @@ def parse_submission(body: bytes, content_type: str, model_param: str | None,
     else:
         _refuse_media_type(content_type)
     version = _pinned(submission, query)
-    if version != submission.version:
-        submission = replace(submission, version=version)
+    client_id = _client(submission.client_id, asked_client)
+    if version != submission.version or client_id != submission.client_id:
+        submission = replace(submission, version=version, client_id=client_id)
     if timeout is not None:  # the tensor form has agreed its deadline with it already
         submission = replace(submission, timeout_s=timeout)
     return submission
@@ -99,6 +104,17 @@ def _pinned(submission: Submission, query: Mapping[str, str]) -> str:
                               f"'model_version' and {asked} by query.version; set one, or both "
                               "alike")
     return named or asked
+
+
+def _client(named: str, asked: str | None) -> str:
+    """The client a request names: its ``client_id`` field or ``?client_id=`` (one, or both
+    alike), '' for none (the credential's, with ``FERRY_AUTH`` on: ``Caller.client_for``)."""
+    if asked is None:
+        return named
+    if named and named != asked:
+        raise BadRequestError("invalid_parameter", f"the client is {named!r} by 'client_id' and "
+                              f"{asked!r} by query.client_id; set one, or both alike")
+    return asked
 
 
 def parse_timeout(raw: str | float | None, where: str) -> float | None:
@@ -291,12 +307,12 @@ def _optional_str(doc: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def _clean_name(value: str | None, what: str) -> str | None:
+def _clean_name(value: str | None, what: str, code: str = "invalid_field") -> str | None:
     if value is None:
         return None
     if not value or len(value) > MAX_ID_LENGTH or not value.isprintable():
-        raise BadRequestError("invalid_field", f"'{what}' must be 1 to {MAX_ID_LENGTH} "
-                              "printable characters")
+        raise BadRequestError(code, f"'{what}' must be 1 to {MAX_ID_LENGTH} printable "
+                              "characters")
     return value
 
 

@@ -187,6 +187,9 @@ SUBMIT_DOC: dict[str, Any] = {
         {"name": "priority", "in": "query", "required": False,
          "schema": {"type": "string", "enum": ["high", "normal", "low"]},
          "description": "priority (a JSON body's 'priority' wins)"},
+        {"name": "client_id", "in": "query", "required": False, "schema": NAME_SCHEMA,
+         "description": "who is asking, for any body (a JSON body's 'client_id' too: then both "
+                        "alike); with FERRY_AUTH on, only the credential's client"},
         {"name": "Prefer", "in": "header", "required": False, "schema": {"type": "string"},
          "description": "RFC 7240 `wait=N` (N ≤ 30 s): answer 200 with the finished result if "
                         "it is ready within N seconds, else 202 as usual"},
@@ -213,8 +216,9 @@ SUBMIT_DOC: dict[str, Any] = {
                 "content": _json("TaskResult"), "links": TASK_LINKS,
                 "headers": {"Location": _header("the task's status_url"),
                             "Preference-Applied": _header("wait=N")}},
-        **_errors({400: "bad input", 403: "client_id in the body names another client than "
-                   "the credential", 404: "unknown model", 405: "method not allowed",
+        **_errors({400: "bad input, or a query parameter that is unknown (unknown_parameter), "
+                        "repeated or invalid", 403: "client_id (body or query) names another "
+                   "client than the credential", 404: "unknown model", 405: "method not allowed",
                    413: "body or image too large", 415: "unsupported Content-Type",
                    422: "model does not follow Ferry's contract, or an Idempotency-Key reused "
                         "with another request",
@@ -237,7 +241,8 @@ CANCEL_DOC: dict[str, Any] = {
     ],
     "responses": {
         "200": {"description": "the record, CANCELLED", "content": _json("TaskResult")},
-        **_errors({404: "unknown or expired task (or another client's)",
+        **_errors({400: "a query parameter (the route takes none): unknown_parameter",
+                   404: "unknown or expired task (or another client's)",
                    405: "method not allowed", 409: "already finished, or being inferred",
                    500: "a bug in the gateway (logged)",
                    503: "Redis unavailable; retry later"}),
@@ -258,7 +263,8 @@ RESULT_DOC: dict[str, Any] = {
     ],
     "responses": {
         "200": {"description": "the task's record", "content": _json("TaskResult")},
-        **_errors({400: "'wait' out of range or not a number",
+        **_errors({400: "'wait' out of range or not a number, or another query parameter "
+                        "(unknown_parameter) or 'wait' twice",
                    404: "unknown or expired task (or another client's)",
                    405: "method not allowed", 500: "a bug in the gateway (logged)",
                    503: "Redis unavailable; retry later"}),

@@ -31,6 +31,7 @@ from ferry.errors import (
 )
 from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.intake import media_type, parse_timeout
+from ferry.gateway.query import checked_query
 from ferry.jobs.blobs import BlobStore
 from ferry.jobs.items import item_request
 from ferry.jobs.manifest import Item, Sources
@@ -48,6 +49,11 @@ MANIFEST_TYPES = frozenset({"application/x-ndjson", "application/jsonl", "applic
 MAX_LIST = 100
 MAX_KEY = 255
 CURSOR_HEADER = "Ferry-Next-Cursor"
+# The query parameters each route takes (any other is a 400, as in gateway.query); others none.
+SUBMIT_QUERY = frozenset({"model", "model_version", "priority", "completion_window",
+                          "callback_url", "timeout_s", "client_id"})
+LIST_QUERY = frozenset({"limit", "before", "client_id"})
+RESULTS_QUERY = frozenset({"after", "file"})
 Work = Callable[[Caller], Awaitable[Response]]
 
 
@@ -293,11 +299,14 @@ async def _in_line_order(blobs: BlobStore, names: list[str]) -> AsyncIterator[by
         yield line + b"\n"
 
 
-async def _guarded(access: Access, request: Request, work: Work) -> Response:
-    """``work``'s answer for the authenticated caller, or the error's, as ``/v1`` writes it."""
+async def _guarded(access: Access, request: Request, work: Work,
+                   accepted: frozenset[str] = frozenset()) -> Response:
+    """``work``'s answer for the authenticated caller, or the error's, as ``/v1`` writes it; a
+    query parameter not in ``accepted``, or one given twice, is refused before any work."""
     try:
         caller = await access.check(request.headers.get("authorization"),
                                     request.headers.get("x-api-key"))
+        checked_query(request.query_params.multi_items(), accepted, _route(request))
         answer = await work(caller)
     except ClientError as exc:
         return refusal(exc)
@@ -311,7 +320,13 @@ async def _guarded(access: Access, request: Request, work: Work) -> Response:
     return answer
 
 
-ERRORS = {400: "a parameter or the manifest is invalid (lines listed)",
+def _route(request: Request) -> str:
+    """``"GET /v1/jobs/{job_id}"``: the request's route, as a refusal names it."""
+    return f"{request.method} {getattr(request.scope.get('route'), 'path', request.url.path)}"
+
+
+ERRORS = {400: "a query parameter is unknown, repeated or invalid, or the manifest is "
+          "invalid (lines listed)",
           401: "FERRY_AUTH is on and the credential is missing or not accepted",
           404: "unknown job (or another client's), or unknown model",
           409: "the job is in a state that does not allow it",
@@ -346,26 +361,26 @@ def add_job_routes(api: FastAPI, jobs: JobsApi, access: Access) -> None:
               "callback_url, timeout_s)", openapi_extra=MANIFEST_BODY,
               responses=_documented(202, (400, 404, 413, 415, 429), "the job, queued"))
     async def submit(request: Request) -> Response:
-        return await _guarded(access, request, lambda c: jobs.submit(request, c))
+        return await _guarded(access, request, lambda c: jobs.submit(request, c), SUBMIT_QUERY)
 
     @api.get("/v1/jobs", tags=tags, summary="A client's jobs, newest first (limit, before)",
              responses=_documented(200, (400,), "a page of jobs"))
     async def listing(request: Request) -> Response:
-        return await _guarded(access, request, lambda c: jobs.listing(request, c))
+        return await _guarded(access, request, lambda c: jobs.listing(request, c), LIST_QUERY)
 
     @api.get("/v1/jobs/{job_id}", tags=tags, summary="A job's state, counts and progress",
-             responses=_documented(200, (404,), "the job"))
+             responses=_documented(200, (400, 404), "the job"))
     async def status(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.status(job_id, c))
 
     @api.delete("/v1/jobs/{job_id}", tags=tags, status_code=202, summary="Cancel a job",
-                responses=_documented(202, (404, 409), "the job, cancelling"))
+                responses=_documented(202, (400, 404, 409), "the job, cancelling"))
     async def cancel(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.cancel(job_id, c))
 
     @api.post("/v1/jobs/{job_id}/retry", tags=tags, status_code=202,
               summary="Re-run the failed items of a finished job",
-              responses=_documented(202, (404, 409), "the job, queued again"))
+              responses=_documented(202, (400, 404, 409), "the job, queued again"))
     async def retry(request: Request, job_id: str) -> Response:
         return await _guarded(access, request, lambda c: jobs.retry(job_id, c))
 
@@ -373,4 +388,5 @@ def add_job_routes(api: FastAPI, jobs: JobsApi, access: Access) -> None:
              "a cursor, while the job runs; file: output or errors, once it has ended)",
              responses=_documented(200, (400, 404), "result lines", ndjson=True))
     async def results(request: Request, job_id: str) -> Response:
-        return await _guarded(access, request, lambda c: jobs.results(request, job_id, c))
+        return await _guarded(access, request, lambda c: jobs.results(request, job_id, c),
+                              RESULTS_QUERY)
