@@ -1,10 +1,12 @@
-"""`ferry up` as a user runs it: one command, a working API, and Ctrl-C leaves nothing behind."""
+"""`ferry up` as a user runs it (`make up`): one command, a working API, a banner whose example
+answers, docs/jobs.md's examples running as written, and Ctrl-C leaves nothing behind."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,12 +21,18 @@ import httpx
 import pytest
 
 from ferry.stack.ports import free_port
-from ferry.stack.up import bundled_repository, sample_image
+from ferry.stack.up import bundled_repository, sample_image, samples_source
 from loadtest import generator
 from tests.conftest import TritonServer
+from tests.tensor_models import STANDIN, TENSOR_MODELS
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+JOBS_DOC = ROOT / "docs" / "jobs.md"
+SHELL_BLOCK = re.compile(r"^```(?:bash|sh)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# A doc line that is meant to fail says so: `command   # 409 nothing_to_retry: why`.
+REFUSED_LINE = re.compile(r"^(?P<command>[^#]*\S)\s+#\s*(?P<answer>4\d\d \w+)", re.MULTILINE)
+FAILED = "doc example failed: "
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -43,14 +51,27 @@ def processes_mentioning(text: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid()]
 
 
+def make_up(*args: str) -> tuple[list[str], dict[str, str]]:
+    """``make up ARGS="..."`` as a user types it (in its own session, as a terminal's
+    foreground group: Ctrl-C reaches make and ``ferry up`` both), with this venv's ``ferry``,
+    and without re-installing (``-o``: a stale stamp must not run pip in a test)."""
+    argv = ["make", "-C", str(ROOT), "--no-print-directory", "-o", ".venv/.installed", "up",
+            f"BIN={Path(sys.executable).parent}", f"ARGS={' '.join(args)}"]
+    # A make above this test (make test) leaves its flags and jobserver in the environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+    return argv, env
+
+
 @contextmanager
-def ferry_up(*args: str, state: Path) -> Iterator[tuple[subprocess.Popen[str], list[str], str]]:
+def ferry_up(*args: str, state: Path, via_make: bool = False,
+             ) -> Iterator[tuple[subprocess.Popen[str], list[str], str]]:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferry", "up", "--port", str(port), "--state-dir", str(state),
-         *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "FERRY_TEST_MARK": str(state)})
+    flags = ["--port", str(port), "--state-dir", str(state), *args]
+    argv, env = make_up(*flags) if via_make else \
+        ([sys.executable, "-m", "ferry", "up", *flags], dict(os.environ))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**env, "FERRY_TEST_MARK": str(state)},
+                            start_new_session=via_make)
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -66,7 +87,7 @@ def ferry_up(*args: str, state: Path) -> Iterator[tuple[subprocess.Popen[str], l
         yield proc, lines, f"http://127.0.0.1:{port}"
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            interrupt(proc, group=via_make)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -76,18 +97,44 @@ def ferry_up(*args: str, state: Path) -> Iterator[tuple[subprocess.Popen[str], l
             proc.stdout.close()
 
 
-def stop_and_check(proc: subprocess.Popen[str], state: Path) -> float:
-    """Ctrl-C: every process stopped, exit code 130 and one line said so (no traceback)."""
+def interrupt(proc: subprocess.Popen[str], group: bool) -> None:
+    """Ctrl-C: to ``proc`` alone, or (``group``) to its whole process group, as a terminal
+    sends it to its foreground job."""
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+
+
+def stop_and_check(proc: subprocess.Popen[str], state: Path, via_make: bool = False) -> float:
+    """Ctrl-C: every process stopped, one line said so (no traceback), and the stop counts as
+    the success it is: ``ferry up`` exits 0, so ``make up`` reports no error. (GNU make itself,
+    hit by the same Ctrl-C, then ends by that signal, after its recipe, as it always does.)"""
     started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(30) == 130
+    interrupt(proc, group=via_make)
+    code = proc.wait(30)
     took = time.monotonic() - started
     assert proc.stdout is not None
     said = proc.stdout.read()
     assert "ferry up: interrupted; stopping ...\n" in said and "Traceback" not in said, said
+    assert "make: ***" not in said, said  # no "make: *** [Makefile:…: up] Error 130"
+    assert code in ((0, -signal.SIGINT) if via_make else (0,)), (code, said)
     time.sleep(0.5)
     assert processes_mentioning(str(state)) == [], "ferry up left processes behind"
     return took
+
+
+def banner_request(lines: list[str], base: str) -> dict[str, Any]:
+    """Run the request the banner suggests, as printed, and wait for its task: its record."""
+    banner = "".join(lines)
+    curl = banner.split("then its result):\n", 1)[1].splitlines()[0].strip()
+    assert curl.startswith("curl ") and f"'{base}/v1/inference?model=" in curl, banner
+    done = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60,
+                          check=True)
+    accepted = json.loads(done.stdout)
+    record: dict[str, Any] = httpx.get(f"{base}{accepted['status_url']}",
+                                       params={"wait": 20}, timeout=30).json()
+    return record
 
 
 def readme_rollout(base: str, state: Path) -> tuple[str, str]:
@@ -104,12 +151,51 @@ def readme_rollout(base: str, state: Path) -> tuple[str, str]:
     return printed[0], printed[1]
 
 
-def test_ferry_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) -> None:
+def run_doc_examples(page: Path, base: str, cwd: Path) -> list[str]:
+    """Each shell block of ``page``, as a user pastes it (from the repository's root, with
+    ``ferry`` on the PATH) against the stack at ``base``: what each printed. Every command
+    succeeds but those the page says are refused (``# 409 code``), which are, with that code."""
+    (cwd / "services").symlink_to(ROOT / "services")  # the root's paths, the files written here
+    env = {**os.environ, "FERRY_URL": base,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    printed = []
+    for block in SHELL_BLOCK.findall(page.read_text()):
+        script = f"set -o pipefail\ntrap 'echo \"{FAILED}$BASH_COMMAND\" >&2' ERR\n" + \
+            block.replace("localhost:8000", base.removeprefix("http://"))
+        done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=90, check=False)
+        said = done.stdout + done.stderr
+        failed = [line.removeprefix(FAILED) for line in done.stderr.splitlines()
+                  if line.startswith(FAILED)]
+        refused = REFUSED_LINE.findall(block)
+        assert failed == [command for command, _ in refused], said
+        assert all(answer in said for _, answer in refused), said
+        printed.append(said)
+    return printed
+
+
+def check_jobs_doc(base: str, cwd: Path) -> None:
+    """docs/jobs.md as written: the manifest (its ``uri`` item read from the samples ``ferry
+    up`` allows) runs whole, by curl and by ``ferry jobs``, and so does a directory."""
+    by_curl = run_doc_examples(JOBS_DOC, base, cwd)[0]
+    assert '"status":"queued"' in by_curl and '"total":4' in by_curl, by_curl
+    assert "error" not in by_curl, by_curl
+    results = [json.loads(line) for line in (cwd / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["custom_id"], r["status"]) for r in results) == [
+        (c, "succeeded") for c in "abcd"]
+    photo, = [json.loads(line) for line in (cwd / "photos.jsonl").read_text().splitlines()]
+    assert photo["custom_id"] == "grace_hopper.jpg" and photo["status"] == "succeeded"
+    assert (cwd / "r.jsonl").read_text().count("\n") == 1  # the newest job: the photo's
+
+
+def test_make_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) -> None:
     state = tmp_path / "stack"
-    with ferry_up(state=state) as (proc, lines, base):
+    with ferry_up(state=state, via_make=True) as (proc, lines, base):
         banner = "".join(lines)
-        assert f"{base}/v1/inference" in banner and "curl" in banner
         assert "infer calls over HTTP 127.0.0.1:" in banner  # the Triton it started: cheaper
+        assert f"job sources    {samples_source()}\n" in banner
+        suggested = banner_request(lines, base)  # the photo, to moderation
+        assert suggested["status"] == "SUCCESS" and suggested["model"] == "moderation"
         with httpx.Client(base_url=base, timeout=30) as client:
             assert client.get("/readyz").status_code == 200
             accepted = client.post("/v1/inference", content=sample_image().read_bytes(),
@@ -125,8 +211,10 @@ def test_ferry_up_serves_the_moderation_model_and_stops_cleanly(tmp_path: Path) 
         assert declared == "moderation: canary, stable 1, candidate 2 at 5%, shadow 10%, " \
             "generation 1\n"
         assert "share set 20" in status and " ago)" in status, status
+        (tmp_path / "docs").mkdir()
+        check_jobs_doc(base, tmp_path / "docs")
         assert len(processes_mentioning(str(state))) >= 5  # ferry up, redis, triton, 2 services
-        took = stop_and_check(proc, state)
+        took = stop_and_check(proc, state, via_make=True)
     assert took < 20
 
 
@@ -137,6 +225,8 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
     with ferry_up("--redis-url", redis_url, "--triton-url", triton_server.grpc_url,
                   "--default-model", "sim", state=state) as (proc, lines, base):
         assert f"triton         gRPC {triton_server.grpc_url}\n" in "".join(lines)
+        suggested = banner_request(lines, base)  # its models' configs are elsewhere: a text
+        assert suggested["status"] == "SUCCESS" and suggested["model"] == "sim"
         with httpx.Client(base_url=base, timeout=30) as client:
             accepted = client.post("/v1/inference", json={"input": "hello"})
             result = client.get(accepted.json()["status_url"], params={"wait": 20}).json()
@@ -166,14 +256,24 @@ def run_locust(base: str, seconds: int) -> list[dict[str, Any]]:
 
 
 def test_ferry_up_serves_another_model_repository(tmp_path: Path) -> None:
+    """A repository without ``moderation``: its first model is the default, and the banner's
+    example is a request that model takes (here its tensors), never a 404."""
     repository = tmp_path / "models"
     shutil.copytree(bundled_repository() / "sim", repository / "sim",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    (repository / "mix" / "1").mkdir(parents=True)
+    shutil.copy(STANDIN / "mix.py", repository / "mix" / "1" / "model.py")
+    (repository / "mix" / "config.pbtxt").write_text(
+        f'name: "mix"\nbackend: "python"\n{TENSOR_MODELS["mix"]}')
     state = tmp_path / "stack"
     with ferry_up("--model-repository", str(repository), state=state) as (proc, lines, base):
-        assert "default model  sim" in "".join(lines)
+        banner = "".join(lines)
+        assert "default model  mix" in banner and "moderation" not in banner, banner
+        suggested = banner_request(lines, base)
+        assert suggested["status"] == "SUCCESS" and suggested["model"] == "mix", suggested
+        assert {o["name"] for o in suggested["output"]["outputs"]} == {"SCALED", "TOTAL"}
         with httpx.Client(base_url=base, timeout=30) as client:
-            accepted = client.post("/v1/inference", json={"input": "any model"})
+            accepted = client.post("/v1/inference", json={"model": "sim", "input": "any model"})
             assert accepted.status_code == 202
             result = client.get(accepted.json()["status_url"], params={"wait": 20}).json()
             assert result["status"] == "SUCCESS"

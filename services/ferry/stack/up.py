@@ -13,6 +13,7 @@ from types import FrameType
 
 from ferry.errors import StartupError
 from ferry.settings import BatcherSettings, GatewaySettings, UpSettings, to_env
+from ferry.stack.banner import banner, first_request, model_config_text
 from ferry.stack.ports import LOOPBACK, claim, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
@@ -30,12 +31,19 @@ def sample_image() -> Path:
     return Path(str(resources.files("ferry") / "samples" / "grace_hopper.jpg"))
 
 
+def samples_source() -> str:
+    """The job source ``ferry up`` allows when none is set: the samples shipped with Ferry (a
+    public-domain photo), so that docs/jobs.md's ``uri`` item runs as written. A gateway
+    deployed otherwise reads no URI until its operator allowlists a root."""
+    return sample_image().parent.as_uri() + "/"
+
+
 def repository_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
 
 
 ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105  # the file's name, not a token
-INTERRUPTED = 130  # the exit code after Ctrl-C: 128 + SIGINT, as a shell reports it
+FIRST_REQUEST_FILE = "first-request.json"  # a tensor-form body too long for the banner
 
 
 def admin_token(state: Path) -> str:
@@ -64,15 +72,15 @@ class LocalStack:
 
     def run(self) -> int:
         """Start everything, print how to use it, wait for Ctrl-C or a crash, stop everything.
-        Its exit code: 130 after Ctrl-C (as a shell reports a command it ended), 0 after
-        SIGTERM, 1 if a piece failed."""
+        Its exit code: 0 once stopped as asked (Ctrl-C or SIGTERM), 1 if a piece failed.
+        A stop that was asked for is no failure: as a service under systemd or Kubernetes
+        ends 0 after a graceful shutdown, and as ``make up`` must not report an error."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         try:
             code = self._serve()
             if self._interrupted and code == 0:
                 print("ferry up: interrupted; stopping ...", file=sys.stderr, flush=True)
-                return INTERRUPTED
             return code
         finally:
             self.stop()
@@ -80,7 +88,7 @@ class LocalStack:
     def _serve(self) -> int:
         try:
             settings = self._start_all()
-            print(self._banner(settings), flush=True)
+            print(self._banner(settings, self._repository()), flush=True)
             return self._watch()
         except StartupError as exc:
             if self._interrupted:  # a start cut short by Ctrl-C is no failure
@@ -100,7 +108,7 @@ class LocalStack:
                 raise StartupError(f"port {port} on {s.host} is in use; pick another with "
                                    f"{option}")
         claim(s.port, s.grpc_port, s.metrics_port)  # what starts below must not pick these
-        repository = Path(s.model_repository) if s.model_repository else bundled_repository()
+        repository = self._repository()
         redis_url = s.redis_url or self._start_redis()
         triton_url, triton_http_url = s.triton_url, s.triton_http_url
         if not triton_url:  # Triton started here: infer calls over its HTTP, the cheaper plane
@@ -111,6 +119,7 @@ class LocalStack:
             s, redis_url=redis_url, triton_url=triton_url, triton_http_url=triton_http_url,
             default_model=default_model, metrics_port=s.metrics_port or free_port(),
             admin_token=s.admin_token or admin_token(self.state),
+            job_sources=s.job_sources or samples_source(),
             job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
                            else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
@@ -118,6 +127,10 @@ class LocalStack:
         gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,
                            self._stop.is_set)
         return resolved
+
+    def _repository(self) -> Path:
+        s = self.settings
+        return Path(s.model_repository) if s.model_repository else bundled_repository()
 
     def _default_model(self, repository: Path) -> str:
         models = repository_models(repository) if repository.is_dir() else []
@@ -167,26 +180,13 @@ class LocalStack:
             proc = self.processes.pop()
             proc.stop(grace_s=grace)
 
-    def _banner(self, s: UpSettings) -> str:
-        base = f"http://{s.host}:{s.port}"
-        image = sample_image()
-        return "\n".join([
-            "",
-            f"Ferry is up: gateway {base}  (API docs {base}/docs, metrics {base}/metrics)",
-            f"  Triton's protocol  HTTP {base}/v2, gRPC "
-            f"{f'{s.host}:{s.grpc_port}' if s.grpc_port else 'off'}",
-            f"  default model  {s.default_model}",
-            f"  redis          {s.redis_url}",
-            f"  triton         gRPC {s.triton_url}"
-            + (f", infer calls over HTTP {s.triton_http_url}" if s.triton_http_url else ""),
-            f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",
-            f"  admin token    {self.state / ADMIN_TOKEN_FILE} (ferry rollout reads it)",
-            f"  logs           {self.logs}",
-            "",
-            "Try it (an image to the moderation model, then its result):",
-            f"  curl -s -H 'Content-Type: image/jpeg' --data-binary @{image} "
-            f"'{base}/v1/inference?model=moderation'",
-            f"  curl -s '{base}/v1/result/<task_id>?wait=10'",
-            "",
-            "Ctrl-C stops everything.",
-        ])
+    def _banner(self, s: UpSettings, repository: Path) -> str:
+        """The banner, with a first request for the default model as its config in the
+        repository asks (a Triton started elsewhere: its models' configs are not at hand)."""
+        config = None if self.settings.triton_url else model_config_text(repository,
+                                                                          s.default_model)
+        request = first_request(f"http://{s.host}:{s.port}", s.default_model, config,
+                                sample_image(), self.state / FIRST_REQUEST_FILE)
+        if request.body:
+            (self.state / FIRST_REQUEST_FILE).write_bytes(request.body)
+        return banner(s, self.logs, self.state / ADMIN_TOKEN_FILE, request)
