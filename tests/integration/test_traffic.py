@@ -80,6 +80,45 @@ async def test_the_backlog_limit_holds_under_concurrent_bursts_from_several_gate
             assert (await post(stack.client, "after", priority="low")).status_code == 202
 
 
+async def test_a_burst_while_tasks_finish_never_holds_more_than_the_limit(
+    redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
+) -> None:
+    """One client sends 600 tasks in waves to the slow backend (121 tasks/s) against a limit of
+    100 (normal priority: 90) while a batcher finishes some: more than 90 are admitted over the
+    burst (each task that finishes makes room for one), never more than 90 unfinished at once
+    (each partition's count, read while it runs, stays within its share, so any sum of them
+    does too), and no more than 90 plus those finished."""
+    url = triton_server.grpc_url
+    settings = gateway_settings(redis_url, url, max_backlog=100)
+    peak, done = 0, asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, backlog_counts(redis_client))
+            await asyncio.sleep(0.005)
+
+    async with running_stack(settings, batcher_settings(redis_url, url)) as stack:
+        watcher = asyncio.create_task(watch())
+        responses: list[httpx.Response] = []
+        for wave in range(12):  # 50 at once, twelve times over about three seconds
+            responses += await asyncio.gather(*(
+                stack.client.post("/v1/inference", json={
+                    "model": "sim_overload", "input": f"wave-{wave}-{i}", "client_id": "flood"})
+                for i in range(50)))
+            await asyncio.sleep(0.25)
+        done.set()
+        await watcher
+        admitted = accepted_ids(responses)
+        finished = sum(1 for r in await asyncio.gather(*(
+            stack.client.get(f"/v1/result/{t}") for t in admitted))
+            if r.json()["status"] != "PENDING")
+        assert {r.status_code for r in responses} == {202, 429}
+        assert 90 < len(admitted) <= 90 + finished  # a burst's admissions: the limit and more
+        assert peak <= 90  # its unfinished tasks: never more than the limit
+        await stack.results(admitted)
+
+
 @pytest.mark.cluster
 async def test_low_priority_cannot_fill_the_room_of_high_priority(
     redis_url: str, triton_server: TritonServer, redis_client: redis.Redis,
