@@ -155,3 +155,22 @@ async def test_the_protocol_and_the_probes_ignore_query_parameters(
                  "/healthz?x=1", "/readyz?x=1", "/metrics?name[]=x"):
         response = await gateway.get(path)
         assert response.status_code == 200, (path, response.text)
+
+
+async def test_the_admin_routes_refuse_an_unknown_parameter(
+    redis_url: str, triton_server: TritonServer,
+) -> None:
+    token = "t0ken-for-the-admin-routes"
+    admin = {"Authorization": f"Bearer {token}"}
+    settings = gateway_settings(redis_url, triton_server.grpc_url, admin_token=token)
+    async with running_gateway(settings) as client:
+        for path, names in (
+                ("/v1/admin/rollouts?bogus=1", "GET /v1/admin/rollouts takes no query"),
+                ("/v1/admin/rollouts/sim/decisions?limit=5&bogus=1", "takes 'limit'"),
+                ("/v1/admin/usage?since=1h&bogus=1", "takes 'model', 'since'")):
+            assert names in refusal(await client.get(path, headers=admin)), path
+        assert (await client.get("/v1/admin/usage?since=1h", headers=admin)).status_code == 200
+        decisions = await client.get("/v1/admin/rollouts/sim/decisions?limit=5", headers=admin)
+        assert decisions.status_code != 400, decisions.text
+        unauthorised = await client.get("/v1/admin/rollouts?bogus=1")
+        assert unauthorised.status_code == 401  # the token first: nothing told without it

@@ -27,6 +27,7 @@ from ferry.errors import (
     NotFoundError,
     UnauthorizedError,
 )
+from ferry.gateway.query import checked_query
 from ferry.gateway.service import Gateway
 from ferry.gateway.usage import add_usage_route
 from ferry.rollouts.rollout import TRIAL, Rollout, amended, declared
@@ -170,12 +171,15 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
     base = "/v1/admin/rollouts"
 
     def route(method: str, path: str, summary: str,
-              work: Callable[[Request, str], Awaitable[Any]]) -> None:
+              work: Callable[[Request, str], Awaitable[Any]],
+              takes: frozenset[str] = frozenset()) -> None:
+        named = f"{method} {base}{path}"  # how a refusal of its query names it
+
         async def of_model(request: Request, model: str = MODEL) -> Response:
-            return await _answer(admin, request, lambda: work(request, model))
+            return await _answer(admin, request, lambda: work(request, model), takes, named)
 
         async def of_all(request: Request) -> Response:
-            return await _answer(admin, request, lambda: work(request, ""))
+            return await _answer(admin, request, lambda: work(request, ""), takes, named)
 
         endpoint = of_model if "{model}" in path else of_all
         api.add_api_route(f"{base}{path}", endpoint, methods=[method], tags=tags,
@@ -194,9 +198,11 @@ def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
     route("POST", "/{model}/rollback", "Rollback the candidate",
           lambda r, m: admin.rollback(m))
     route("GET", "/{model}/compare", "Compare shadow answers with the primary's",
-          lambda r, m: admin.compare(m, r.query_params.get("candidate", "")))
+          lambda r, m: admin.compare(m, r.query_params.get("candidate", "")),
+          frozenset({"candidate"}))
     route("GET", "/{model}/decisions", "Decisions, newest first (limit)",
-          lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))))
+          lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))),
+          frozenset({"limit"}))
     gateway = admin.gateway
     add_usage_route(api, admin.check, LedgerReader(gateway.parts.hot,
                                                    gateway.settings.partitions))
@@ -236,9 +242,11 @@ def _limit(raw: str | None) -> int:
     return int(raw)
 
 
-async def _answer(admin: RolloutAdmin, request: Request, work: Work) -> Response:
+async def _answer(admin: RolloutAdmin, request: Request, work: Work,
+                  takes: frozenset[str] = frozenset(), route: str = "") -> Response:
     try:
         admin.check(request.headers.get("authorization"))
+        checked_query(request.query_params.multi_items(), takes, route)
         return JSONResponse(await work())
     except ClientError as exc:
         return JSONResponse({"error": {"code": exc.code, "message": exc.message}}, exc.status)

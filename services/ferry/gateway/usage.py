@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ferry import keys
 from ferry.errors import ClientError
+from ferry.gateway.query import checked_query
 from ferry.usage import ledger
 from ferry.usage.store import LedgerReader
 
@@ -22,6 +23,7 @@ SINCE = Query(None, description="how far back: a number and a unit (s, m, h, d),
               "(default), '7d'; counted in whole hours (UTC), the first from its start; at "
               "most the ledger's retention (35d)")
 MODEL = Query(None, description="only this model's usage")
+TAKES = frozenset({"since", "model"})
 
 
 def add_usage_route(api: FastAPI, check: Callable[[str | None], None],
@@ -32,6 +34,7 @@ def add_usage_route(api: FastAPI, check: Callable[[str | None], None],
                     model: str | None = MODEL) -> Response:
         try:
             check(request.headers.get("authorization"))
+            checked_query(request.query_params.multi_items(), TAKES, f"GET {PATH}")
             since_s = ledger.parse_since(since, DEFAULT_SINCE_S, keys.LEDGER_TTL_S)
             now = time.time()
             rows = await reader.usage(since_s, model or "", now)
