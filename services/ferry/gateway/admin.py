@@ -164,48 +164,61 @@ class RolloutAdmin:
                                         f"version {version} ready: {exc}") from None
 
 
+Route = tuple[str, str, str, Callable[[Request, str], Awaitable[Any]], frozenset[str]]
+NONE: frozenset[str] = frozenset()  # a route that takes no query parameters
+
+
 def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
     """The rollouts' routes under ``/v1/admin/rollouts``, and ``/v1/admin/usage``
     (``gateway.usage``), behind the same token."""
-    tags: list[str | Enum] = ["Admin: rollouts"]
-    base = "/v1/admin/rollouts"
-
-    def route(method: str, path: str, summary: str,
-              work: Callable[[Request, str], Awaitable[Any]],
-              takes: frozenset[str] = frozenset()) -> None:
-        named = f"{method} {base}{path}"  # how a refusal of its query names it
-
-        async def of_model(request: Request, model: str = MODEL) -> Response:
-            return await _answer(admin, request, lambda: work(request, model), takes, named)
-
-        async def of_all(request: Request) -> Response:
-            return await _answer(admin, request, lambda: work(request, ""), takes, named)
-
-        endpoint = of_model if "{model}" in path else of_all
-        api.add_api_route(f"{base}{path}", endpoint, methods=[method], tags=tags,
-                          summary=summary, responses=_documented(),
-                          operation_id=f"admin_{summary.split(maxsplit=1)[0].lower()}_{method.lower()}")
-
-    route("GET", "", "List every rollout", lambda r, m: admin.listing())
-    route("GET", "/{model}", "Status: the rollout, per-version figures, the guard's last look",
-          lambda r, m: admin.status(m))
-    route("PUT", "/{model}", "Set the rollout (JSON: stable, candidate, share, shadow, ...)",
-          lambda r, m: _put(admin, r, m))
-    route("PATCH", "/{model}", "Change the fields sent, keep the others (ferry rollout set)",
-          lambda r, m: _patch(admin, r, m))
-    route("DELETE", "/{model}", "Delete the rollout", lambda r, m: admin.delete(m))
-    route("POST", "/{model}/promote", "Promote the candidate", lambda r, m: admin.promote(m))
-    route("POST", "/{model}/rollback", "Rollback the candidate",
-          lambda r, m: admin.rollback(m))
-    route("GET", "/{model}/compare", "Compare shadow answers with the primary's",
-          lambda r, m: admin.compare(m, r.query_params.get("candidate", "")),
-          frozenset({"candidate"}))
-    route("GET", "/{model}/decisions", "Decisions, newest first (limit)",
-          lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))),
-          frozenset({"limit"}))
+    for route in _rollout_routes(admin):
+        _add_route(api, admin, route)
     gateway = admin.gateway
     add_usage_route(api, admin.check, LedgerReader(gateway.parts.hot,
                                                    gateway.settings.partitions))
+
+
+def _rollout_routes(admin: RolloutAdmin) -> list[Route]:
+    """Each rollout route: its method, its path under the base, its summary, its work and the
+    query parameters it takes."""
+    return [
+        ("GET", "", "List every rollout", lambda r, m: admin.listing(), NONE),
+        ("GET", "/{model}", "Status: the rollout, per-version figures, the guard's last look",
+         lambda r, m: admin.status(m), NONE),
+        ("PUT", "/{model}", "Set the rollout (JSON: stable, candidate, share, shadow, ...)",
+         lambda r, m: _put(admin, r, m), NONE),
+        ("PATCH", "/{model}", "Change the fields sent, keep the others (ferry rollout set)",
+         lambda r, m: _patch(admin, r, m), NONE),
+        ("DELETE", "/{model}", "Delete the rollout", lambda r, m: admin.delete(m), NONE),
+        ("POST", "/{model}/promote", "Promote the candidate", lambda r, m: admin.promote(m),
+         NONE),
+        ("POST", "/{model}/rollback", "Rollback the candidate", lambda r, m: admin.rollback(m),
+         NONE),
+        ("GET", "/{model}/compare", "Compare shadow answers with the primary's",
+         lambda r, m: admin.compare(m, r.query_params.get("candidate", "")),
+         frozenset({"candidate"})),
+        ("GET", "/{model}/decisions", "Decisions, newest first (limit)",
+         lambda r, m: admin.decisions(m, _limit(r.query_params.get("limit"))),
+         frozenset({"limit"})),
+    ]
+
+
+def _add_route(api: FastAPI, admin: RolloutAdmin, route: Route) -> None:
+    method, under, summary, work, takes = route
+    path = f"/v1/admin/rollouts{under}"
+    named = f"{method} {path}"  # how a refusal of its query names it
+
+    async def of_model(request: Request, model: str = MODEL) -> Response:
+        return await _answer(admin, request, lambda: work(request, model), takes, named)
+
+    async def of_all(request: Request) -> Response:
+        return await _answer(admin, request, lambda: work(request, ""), takes, named)
+
+    tags: list[str | Enum] = ["Admin: rollouts"]
+    api.add_api_route(path, of_model if "{model}" in path else of_all, methods=[method],
+                      tags=tags, summary=summary, responses=_documented(),
+                      operation_id=f"admin_{summary.split(maxsplit=1)[0].lower()}_"
+                                   f"{method.lower()}")
 
 
 async def _put(admin: RolloutAdmin, request: Request, model: str) -> dict[str, Any]:
