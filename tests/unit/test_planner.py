@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from ferry.cli import main
+from ferry.cli import build_parser, main
 from ferry.errors import ConfigError
 from ferry.planner import arrivals
+from ferry.planner.command import memory_rows, redis_loads, target_of
 from ferry.planner.costs import CostModel, fit, points_from_stats
+from ferry.planner.headroom import p99_bound
+from ferry.planner.memory import RedisSizes, byte_size, human, maxmemory, redis_memory
 from ferry.planner.search import Target, envelope, partitions_for, size
 from ferry.planner.simulate import Deployment, quantile, simulate
 
@@ -165,16 +168,21 @@ def test_a_trace_is_shifted_and_scaled(tmp_path: Path) -> None:
 # -- sizing -------------------------------------------------------------------------------------
 
 def test_the_search_answers_the_fewest_instances_that_meet_the_target() -> None:
+    """At the design load, on each of the headroom's three runs (seeds 0, 1, 2), with the p99
+    their spread promises within the target; one instance fewer does not hold that."""
     cost = CostModel(0.020, 0.001)  # t(32) = 52 ms: 615/s per instance
     target = Target(qps=1500, p99_s=0.15, headroom=0.2, batch_choices=(32,),
                     wait_choices_s=(0.02,), search_seconds=20, check_seconds=20)
     sizing = size(cost, target, arrivals.poisson)
     chosen = sizing.deployment
-    assert sizing.at_design.p99_s <= 0.15 * 1.1  # checked again on other arrivals
+    assert len(sizing.design_p99s) == 3 and max(sizing.design_p99s) == sizing.at_design.p99_s
+    assert sizing.at_design.p99_s <= sizing.design_bound_s <= 0.15
     fewer = Deployment(chosen.instances - 1, chosen.max_batch, chosen.max_wait_s,
                        batchers=chosen.batchers, overhead_s=chosen.overhead_s,
                        inflight=max(1, math.ceil((chosen.instances - 1) / chosen.batchers)))
-    assert simulate(cost, fewer, arrivals.poisson(target.design_qps, 20, 0)).p99_s > 0.15
+    p99s = [simulate(cost, fewer, arrivals.poisson(target.design_qps, 20, seed), seed=seed).p99_s
+            for seed in range(3)]
+    assert p99_bound(p99s) > 0.15
     assert chosen.instances >= envelope(cost, target.design_qps, 32)
     assert sizing.envelope_instances == envelope(cost, 1500, 64)
     # Ferry's own admission: what the instances serve in max_queue_wait_s, and nothing refused
@@ -187,9 +195,9 @@ def test_admission_that_refuses_too_much_needs_more_instances() -> None:
     instances until it refuses at most 0.1%."""
     cost = CostModel(0.020, 0.001)
     loose = Target(qps=1500, p99_s=0.5, batch_choices=(32,), wait_choices_s=(0.02,),
-                   search_seconds=20, check_seconds=20)
+                   search_seconds=10, check_seconds=10)
     tight = Target(qps=1500, p99_s=0.5, batch_choices=(32,), wait_choices_s=(0.02,),
-                   search_seconds=20, check_seconds=20, max_queue_wait_s=0.05)
+                   search_seconds=10, check_seconds=10, max_queue_wait_s=0.05)
     relaxed, strict = size(cost, loose, arrivals.poisson), size(cost, tight, arrivals.poisson)
     assert strict.deployment.instances > relaxed.deployment.instances
     assert strict.at_design.refused <= 0.001 * strict.at_design.offered
@@ -217,7 +225,7 @@ def test_the_command_prints_a_plan_and_json() -> None:
         assert main([*args, "--json"]) == 0
     plan = json.loads(out.getvalue())
     assert plan["deployment"]["gpu_instances"] >= 1
-    assert plan["at_design_load"]["p99_ms"] <= 200 * 1.1
+    assert plan["at_design_load"]["p99_ms"] <= plan["headroom"]["p99_bound_ms"] <= 200
 
 
 def test_the_command_refuses_missing_costs() -> None:
@@ -247,14 +255,32 @@ def test_at_78_percent_of_the_slow_backend_every_seeded_run_keeps_up_with_triton
     assert small.p99_s > 3 * cost.time(64)  # seconds behind: the test can tell
 
 
+SLO_EXAMPLE = ("plan size --qps 400 --p99-ms 200 --t-fixed-ms 50 --t-per-ms 2 --jitter-ms 3 "
+               "--no-cpu")
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
 def test_the_plan_tells_the_batcher_the_slo_when_that_saves_an_instance() -> None:
-    """400/s with p99 < 200 ms on the slow backend: told the SLO (FERRY_SLO_MS), two instances
-    hold it at the design load; the same deployment without it does not, so three were needed."""
+    """400/s with p99 < 200 ms on the slow backend (docs/cli.md's example, whose Redis rows
+    docs/redis.md shows): told the SLO (FERRY_SLO_MS), two instances hold it at the design load;
+    the same deployment without it does not, so three were needed."""
+    args = build_parser(SLO_EXAMPLE.split()).parse_args(SLO_EXAMPLE.split())
+    assert target_of(args) == Target(qps=400, p99_s=0.2)  # what the docs' command sizes
     cost = CostModel(0.050, 0.002, jitter_s=0.003)
     sizing = size(cost, Target(qps=400, p99_s=0.2), arrivals.poisson)
     chosen = sizing.deployment
     assert chosen.instances == 2
     assert chosen.slo_s == pytest.approx(0.197)
-    assert sizing.at_design.p99_s <= 0.2
+    assert sizing.at_design.p99_s <= sizing.design_bound_s <= 0.2
     load = arrivals.poisson(480, 60.0, seed=2)
     assert simulate(cost, replace(chosen, slo_s=0.0), load, seed=2).p99_s > 0.2
+    cli = " ".join((DOCS / "cli.md").read_text().split())
+    assert (f"`ferry {SLO_EXAMPLE}` answers {chosen.instances} instances with "
+            f"`FERRY_SLO_MS={chosen.slo_s * 1e3:.0f}`") in cli
+    redis = (DOCS / "redis.md").read_text()
+    for name, value in memory_rows(sizing, RedisSizes()):
+        assert f"    {name:<20}  {value}\n" in redis, "docs/redis.md's rows are stale"
+    big = RedisSizes(payload_bytes=byte_size("200K"))
+    load_at, design_at = redis_loads(sizing, big)
+    assert (f"With `--payload-bytes 200K` it prints {human(redis_memory(load_at).total)}, and "
+            f"maxmemory ≥ {human(maxmemory(design_at))}.") in " ".join(redis.split())

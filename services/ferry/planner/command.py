@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
@@ -27,11 +24,11 @@ from ferry.planner.memory import (
     maxmemory,
     redis_memory,
 )
+from ferry.planner.progress import ProgressLine, ms
 from ferry.planner.search import (
     BATCHER_TASKS_PER_S,
     GATEWAY_TASKS_PER_S,
     Arrivals,
-    Progress,
     Sizing,
     Target,
     size,
@@ -77,7 +74,8 @@ def add_parser(commands: Any) -> None:
 def _size_arguments(sizing: argparse.ArgumentParser) -> None:
     sizing.add_argument("--qps", type=float, required=True)
     sizing.add_argument("--p99-ms", type=float, required=True)
-    _cost_arguments(sizing)
+    _cost_arguments(sizing, seconds=20.0, seconds_help="simulated time of each run after the "
+                    "search: the headroom's at the design load and the figures' (default 20)")
     sizing.add_argument("--headroom", type=float, default=0.2,
                         help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
     sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
@@ -110,7 +108,8 @@ def _redis_arguments(sizing: argparse.ArgumentParser) -> None:
                         "no cache)")
 
 
-def _cost_arguments(parser: argparse.ArgumentParser) -> None:
+def _cost_arguments(parser: argparse.ArgumentParser, seconds: float = 60.0,
+                    seconds_help: str = "simulated time per run (default 60)") -> None:
     parser.add_argument("--fit", type=Path, help="a fit file from ferry plan fit --out")
     parser.add_argument("--t-fixed-ms", type=float, help="t(B)'s fixed part, ms")
     parser.add_argument("--t-per-ms", type=float, help="t(B)'s part per item, ms")
@@ -121,7 +120,7 @@ def _cost_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Ferry's own latency per task besides its processes' CPU (network "
                         "hops, wake-ups); default 1.5 ms, or 3 ms where its CPU is not "
                         "simulated (--no-cpu, curve)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="simulated time per run")
+    parser.add_argument("--seconds", type=float, default=seconds, help=seconds_help)
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -225,14 +224,19 @@ def overhead_of(args: argparse.Namespace, cpu: CpuCost | None) -> float:
     return OVERHEAD_WITH_CPU_S if cpu is not None else OVERHEAD_S
 
 
+def target_of(args: argparse.Namespace) -> Target:
+    """What ``ferry plan size`` sizes for, from its arguments."""
+    cpu = cpu_of(args)
+    return Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
+                  max_batch_limit=args.max_batch, overhead_s=overhead_of(args, cpu), cpu=cpu,
+                  max_queue_wait_s=args.max_queue_wait_s,
+                  gateway_tasks_per_s=args.gateway_tasks_per_s,
+                  batcher_tasks_per_s=args.batcher_tasks_per_s,
+                  check_seconds=args.seconds, seed=args.seed)
+
+
 def _size(args: argparse.Namespace) -> int:
-    cost, cpu = cost_of(args), cpu_of(args)
-    target = Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
-                    max_batch_limit=args.max_batch, overhead_s=overhead_of(args, cpu), cpu=cpu,
-                    max_queue_wait_s=args.max_queue_wait_s,
-                    gateway_tasks_per_s=args.gateway_tasks_per_s,
-                    batcher_tasks_per_s=args.batcher_tasks_per_s,
-                    check_seconds=args.seconds, seed=args.seed)
+    cost, target = cost_of(args), target_of(args)
     with ProgressLine() as progress:
         sizing = size(cost, target, arrivals_of(args), progress)
     redis = RedisSizes(args.payload_bytes, args.output_bytes, args.result_ttl_s,
@@ -242,53 +246,6 @@ def _size(args: argparse.Namespace) -> int:
     else:
         print(sizing_table(sizing, args.arrivals, redis))
     return 0
-
-
-class ProgressLine:
-    """The sizing's progress on one line of a terminal (stderr), rewritten in place as each
-    simulated run starts and cleared at the end; nothing where stderr is not a terminal (a pipe
-    or a file keeps only the answer)."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.shown = self.stream.isatty()
-        self.started = time.monotonic()
-
-    def __call__(self, progress: Progress) -> None:
-        if not self.shown:
-            return
-        text = progress_text(progress, time.monotonic() - self.started)
-        width = shutil.get_terminal_size().columns - 1  # a wrapped line is not rewritten
-        self.stream.write(f"\r\x1b[K{text[:width]}")
-        self.stream.flush()
-
-    def __enter__(self) -> ProgressLine:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        if self.shown:  # cleared on Ctrl-C too, for the message that follows
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
-def progress_text(progress: Progress, elapsed_s: float) -> str:
-    """``searching: 2 of ~7 configurations, best so far 38 instances (64 / 50 ms), 2 s``: the
-    run under way, about how many in all, the best so far (its max batch and max wait)."""
-    best = progress.best
-    if best is None:
-        found = "none meets the target yet"
-    elif progress.checking:
-        found = f"{best.instances} instances on longer runs"
-    else:
-        found = (f"best so far {best.instances} instances ({best.max_batch} / "
-                 f"{_ms(best.max_wait_s)}{', SLO' if best.slo_s else ''})")
-    return (f"{'checking' if progress.checking else 'searching'}: {progress.run} of "
-            f"~{progress.expected} configurations, {found}, {elapsed_s:.0f} s")
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.0095 else f"{seconds * 1e3:.1f} ms"
 
 
 def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None = None) -> str:
@@ -303,24 +260,26 @@ def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None 
         ("Redis", "one server" if s.redis_shards == 1
          else f"a Redis Cluster of {s.redis_shards} masters"),
         *(memory_rows(s, redis) if redis is not None else []),
-        ("max batch / max wait", f"{d.max_batch} / {_ms(d.max_wait_s)} (adaptive flush on)"
+        ("max batch / max wait", f"{d.max_batch} / {ms(d.max_wait_s)} (adaptive flush on)"
                                  + (f", FERRY_SLO_MS={d.slo_s * 1e3:.0f}" if d.slo_s else "")),
         (f"predicted at {t.qps:,.0f}/s", _outcome(s.at_target)),
-        (f"predicted at {t.design_qps:,.0f}/s (+{t.headroom:.0%})", _outcome(s.at_design)),
+        (f"predicted at {t.design_qps:,.0f}/s (+{t.headroom:.0%})",
+         f"{_outcome(s.at_design)} (the worst of {len(s.design_p99s)} runs)"),
         *([("CPU busy there (busiest process)", _cpu_busy(s.at_design))]
           if s.at_design.cpu_busy else []),
+        (f"p99 promised at {t.design_qps:,.0f}/s", _promise(s)),
         ("capacity at full batches", f"{s.capacity:,.0f}/s (the target is {load:.0%} of it)"),
         ("back of the envelope",
          f"{s.envelope_instances} instances ({t.max_batch_limit} / "
-         f"{_ms(cost.time(t.max_batch_limit))} = {cost.throughput(t.max_batch_limit):,.0f}/s "
-         f"each): {_outcome(s.envelope_at_target)} at {t.qps:,.0f}/s"),
+         f"{ms(cost.time(t.max_batch_limit))} = {cost.throughput(t.max_batch_limit):,.0f}/s "
+         f"each): {_envelope(s)} at {t.qps:,.0f}/s"),
     ]
     width = max(len(name) for name, _ in rows)
-    head = (f"Ferry plan: {t.qps:,.0f}/s with p99 < {_ms(t.p99_s)}, t(B) = "
+    head = (f"Ferry plan: {t.qps:,.0f}/s with p99 < {ms(t.p99_s)}, t(B) = "
             f"{cost.fixed_s * 1e3:g} + {cost.per_item_s * 1e3:g}·B ms, {arrivals} arrivals, "
-            f"Ferry overhead {_ms(t.overhead_s)}"
+            f"Ferry overhead {ms(t.overhead_s)}"
             + (" + its processes' CPU" if t.cpu is not None else "")
-            + f" ({s.candidates} simulated configurations)")
+            + f" ({s.candidates} simulated runs)")
     return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
                      + ["", why(s)])
 
@@ -358,14 +317,30 @@ def memory_rows(s: Sizing, sizes: RedisSizes) -> list[tuple[str, str]]:
     ]
 
 
+def _promise(s: Sizing) -> str:
+    """The headroom: the p99 one more run at the design load would stay under, and the runs'."""
+    t, bound = s.target, s.design_bound_s
+    runs = ", ".join(f"{p99 * 1e3:,.0f}" for p99 in s.design_p99s)
+    return (f"{ms(bound)}, {1 - bound / t.p99_s:.0%} under the target: one more run stays under "
+            f"it 19 times in 20 ({len(s.design_p99s)} runs of {t.check_seconds:g} s: {runs} "
+            "ms)")
+
+
 def _cpu_busy(o: Outcome) -> str:
     return ", ".join(f"{name} {share:.0%}" for name, share in o.cpu_busy.items())
 
 
 def _outcome(o: Outcome) -> str:
     refused = f", refused {o.refused / o.offered:.1%}" if o.refused and o.offered else ""
-    return (f"p50 {_ms(o.p50_s)}, p99 {_ms(o.p99_s)}, GPU busy {o.utilisation:.0%}, "
+    return (f"p50 {ms(o.p50_s)}, p99 {ms(o.p99_s)}, GPU busy {o.utilisation:.0%}, "
             f"mean batch {o.mean_batch:.1f}{refused}")
+
+
+def _envelope(s: Sizing) -> str:
+    """The envelope's figures, where it meets the target (a run that misses it stops early)."""
+    if s.envelope_at_target.stopped:
+        return f"misses p99 {ms(s.target.p99_s)}"
+    return _outcome(s.envelope_at_target)
 
 
 def why(s: Sizing) -> str:
@@ -375,12 +350,12 @@ def why(s: Sizing) -> str:
         return ("The envelope's count is enough here: the batches fill and the queue stays "
                 "short at this load.")
     load = t.qps / s.cost.throughput(t.max_batch_limit, s.envelope_instances)
-    verdict = ("meet the p99 but leave nothing to spare" if s.envelope_at_target.p99_s
-               <= t.p99_s else "miss the p99")
+    verdict = ("miss the target" if s.envelope_at_target.stopped else "meet the p99 but leave "
+               f"nothing to spare (p99 {ms(s.envelope_at_target.p99_s)})")
     return (f"Why {extra} more than the envelope: it counts full batches on fully busy GPUs "
             f"with no queue. At {t.qps:,.0f}/s its {s.envelope_instances} instances run at "
-            f"{load:.0%} of their full-batch capacity and {verdict} "
-            f"(p99 {_ms(s.envelope_at_target.p99_s)}): every burst queues. The p99 must also hold "
+            f"{load:.0%} of their full-batch capacity and {verdict}: every burst queues. The p99 "
+            "must also hold "
             f"at +{t.headroom:.0%} ({t.design_qps:,.0f}/s), and batches that leave on the timer "
             "or the adaptive flush run below full size, so they carry less per call.")
 
@@ -401,6 +376,9 @@ def sizing_json(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None =
                        "max_backlog": d.max_backlog},
         "at_target": outcome_json(s.at_target),
         "at_design_load": outcome_json(s.at_design),
+        "headroom": {"runs": len(s.design_p99s), "seconds": s.target.check_seconds,
+                     "p99_ms": [p99 * 1e3 for p99 in s.design_p99s],
+                     "p99_bound_ms": s.design_bound_s * 1e3},
         "capacity_per_s": s.capacity,
         "envelope": {"gpu_instances": s.envelope_instances,
                      "at_target": outcome_json(s.envelope_at_target)},
@@ -427,6 +405,7 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
     return {"p50_ms": o.p50_s * 1e3, "p90_ms": o.p90_s * 1e3, "p99_ms": o.p99_s * 1e3,
             "p999_ms": o.p999_s * 1e3, "mean_ms": o.mean_s * 1e3, "gpu_busy": o.utilisation,
             "mean_batch": o.mean_batch, "served": o.served, "refused": o.refused,
+            "stopped": o.stopped,
             "flushes": o.flushes, "cpu_busy": o.cpu_busy}
 
 

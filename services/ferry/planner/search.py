@@ -1,19 +1,26 @@
 """Sizing: the cheapest deployment (fewest GPU instances) whose simulated p99 meets the target at
-the target load plus headroom, over a small grid of batching settings.
+the target load plus headroom, over a small grid of batching settings, on several runs.
 
 Gateway processes, batchers and Redis shards are sized by CPU: with Ferry's measured CPU costs
 (``ferry.planner.cpu``, from ``make bench``) so that none is planned busier than 60% at the design
 load, and every candidate is simulated with them as servers; without, by a fixed number of
 tasks per second per process. Partitions so that every batcher owns at least one. Then, for each
 (max batch, max wait), a binary search over instance counts from the back-of-envelope bound
-upward (p99 falls as instances are added), each candidate simulated with Ferry's own policy.
+upward (p99 falls as instances are added), each candidate simulated with Ferry's own policy
+on one run. The answer is then run at the design load on ``headroom_runs`` arrivals (the
+search's run among them), and holds if the p99 they promise (``ferry.planner.headroom``: the
+bound one more run would stay under 19 times in 20) meets the target; else the first of its
+growths by 5% that holds does.
 
 What makes it quick without changing its answer (where, as the binary search takes it, more
 instances never break what fewer held): the grid is searched from its lowest capacity bound up,
 and no point is searched past the fewest instances found so far (nor at all when its bound is
-above them: it cannot win); the growths of an answer its check breaks are searched by doubling,
-then halving; and a run that can no longer meet the target (1% of its tasks late, or its
-refusals past the share allowed) stops there.
+above them: it cannot win); at the fewest found, a point's run stops once its p99 is past the
+best's (it can no longer win); a point told the SLO is not run where the same point without it
+found that the SLO would change none of the batchers' decisions (the runs would be the same);
+the growths are searched by doubling, then halving; and a run that can no longer meet the
+target (1% of its tasks late, or its refusals past the share allowed), or whose p99 is past
+what the headroom's bound allows, stops there.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
+from ferry.planner.headroom import check_runs, largest_next, p99_bound
 from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
 
 Arrivals = Callable[[float, float, int], list[float]]  # (qps, seconds, seed) -> times
@@ -50,7 +59,8 @@ class Target:
     max_queue_wait_s: float = 10.0  # Ferry's admission: backlog = capacity x this (0: none)
     max_refused: float = 0.001  # share of arrivals admission may refuse at the design load
     search_seconds: float = 20.0  # simulated time per candidate
-    check_seconds: float = 60.0  # simulated time for the answer's figures
+    check_seconds: float = 20.0  # ... per run after the search: the headroom's and the figures'
+    headroom_runs: int = 3  # runs at the design load, each on other arrivals, the answer holds
     seed: int = 0
     max_instances: int = 4096
     cpu: CpuCost | None = None  # Ferry's CPU costs (None: processes sized by tasks per second)
@@ -75,15 +85,21 @@ class Sizing:
     partitions: int
     redis_shards: int
     at_target: Outcome
-    at_design: Outcome
+    at_design: Outcome  # the headroom's run of the highest p99
+    design_p99s: tuple[float, ...]  # each headroom run's p99
     envelope_instances: int
-    envelope_at_target: Outcome
+    envelope_at_target: Outcome  # stopped early where the envelope misses the target
     candidates: int  # configurations simulated
 
     @property
     def capacity(self) -> float:
         """Tasks per second at full batches on every instance."""
         return self.cost.throughput(self.deployment.max_batch, self.deployment.instances)
+
+    @property
+    def design_bound_s(self) -> float:
+        """The p99 promised at the design load: one more run's, 19 times in 20."""
+        return p99_bound(self.design_p99s)
 
 
 def envelope(cost: CostModel, qps: float, max_batch: int) -> int:
@@ -100,38 +116,71 @@ def partitions_for(batchers: int) -> int:
     return max(MIN_PARTITIONS, 1 << max(0, batchers - 1).bit_length())
 
 
+Stage = Literal["searching", "checking", "figures"]  # the grid's search, the headroom's runs
+# at the design load, the answer's and the envelope's at the target load
+
+
 @dataclass(frozen=True)
 class Progress:
     """Where a sizing stands, told as each simulated run starts (for a progress line)."""
 
     run: int  # the configuration being simulated: 1 for the first
     expected: int  # an estimate of how many it will simulate in all
-    best: Deployment | None  # the fewest instances that met the target so far
-    checking: bool  # the search is over: the answer is being checked on longer runs
+    best: Deployment | None  # the fewest instances that met the target so far (checking: the
+    # count being checked; figures: the answer)
+    stage: Stage
 
 
 class _Runs:
     """Simulates for the sizing, counting the runs and telling ``progress`` as each starts."""
 
-    CHECKS = 3  # runs after the search: the answer at the design load and the target's, the
-    # envelope's at the target's
+    FIGURES = 2  # runs for the figures, after the headroom's: the answer's and the envelope's
+    # at the target load
 
-    def __init__(self, cost: CostModel, progress: Callable[[Progress], None]) -> None:
+    def __init__(self, cost: CostModel, target: Target,
+                 progress: Callable[[Progress], None]) -> None:
         self.cost = cost
         self.progress = progress
         self.count = 0
-        self.more = self.CHECKS  # runs still expected
+        self.after_search = target.headroom_runs - 1 + self.FIGURES  # runs after the search
+        self.more = self.after_search  # runs still expected
         self.best: Deployment | None = None
-        self.checking = False
+        self.stage: Stage = "searching"
+        # Runs that telling the batchers an SLO would not have changed: by the deployment told
+        # it, the seed and the arrivals' id (the list is kept, so that no other takes its id)
+        self.shadowed: dict[tuple[Deployment, int, int],
+                            tuple[Outcome, Bound, Sequence[float]]] = {}
 
     def simulate(self, deployment: Deployment, arrivals: Sequence[float], seed: int,
-                 bound: Bound | None = None) -> Outcome:
+                 bound: Bound | None = None, shadow_slo_s: float = 0.0) -> Outcome:
+        """The run, or the same one made already (see ``_same_run``). ``shadow_slo_s``: an SLO
+        whose run, if it would be this one, need not be made."""
+        bound = bound or Bound()
+        if (same := self._same_run(deployment, arrivals, seed, bound)) is not None:
+            return same
         self.count += 1
         self.more = max(1, self.more)  # this one at least
-        self.progress(Progress(self.count, self.count - 1 + self.more, self.best,
-                               self.checking))
+        self.progress(Progress(self.count, self.count - 1 + self.more, self.best, self.stage))
         self.more -= 1
-        return simulate(self.cost, deployment, arrivals, seed=seed, bound=bound)
+        outcome = simulate(self.cost, deployment, arrivals, seed=seed, bound=bound,
+                           shadow_slo_s=shadow_slo_s)
+        if shadow_slo_s and not outcome.slo_changes:
+            told = replace(deployment, slo_s=shadow_slo_s)
+            self.shadowed[(told, seed, id(arrivals))] = (outcome, bound, arrivals)
+        return outcome
+
+    def _same_run(self, deployment: Deployment, arrivals: Sequence[float], seed: int,
+                  bound: Bound) -> Outcome | None:
+        """The run made of ``deployment`` without its SLO, on the same arrivals, where that SLO
+        changed none of its batchers' decisions, and it tells this run's verdict under
+        ``bound``: it ran to the end (the verdict of a run stopped early is the whole run's), or
+        stopped under a bound no looser."""
+        if (key := (deployment, seed, id(arrivals))) not in self.shadowed:
+            return None
+        outcome, made, _ = self.shadowed[key]
+        if outcome.stopped and (bound.p99_s > made.p99_s or bound.refused > made.refused):
+            return None
+        return outcome
 
 
 def size(cost: CostModel, target: Target, arrivals: Arrivals,
@@ -141,23 +190,29 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     starts."""
     if target.qps <= 0 or target.p99_s <= 0:
         raise ConfigError("the target needs a positive QPS and p99")
+    check_runs(target.headroom_runs)
     batchers, gateways, shards = _processes(target)
     base = Deployment(instances=1, batchers=batchers, overhead_s=target.overhead_s,
                       cpu=target.cpu, gateways=gateways, redis_shards=shards)
-    runs = _Runs(cost, progress)
-    best = _search(cost, target, arrivals(target.design_qps, target.search_seconds,
-                                          target.seed), base, runs)
-    runs.checking, runs.more = True, _Runs.CHECKS
-    chosen, at_design = _confirmed(cost, best, target, arrivals, runs)
-    load = arrivals(target.qps, target.check_seconds, target.seed + 1)
-    at_target = runs.simulate(chosen, load, target.seed + 1)
+    runs = _Runs(cost, target, progress)
+    search_load = arrivals(target.design_qps, target.search_seconds, target.seed)
+    best = _search(cost, target, search_load, base, runs)
+    runs.stage, runs.more = "checking", runs.after_search
+    chosen, at_design = _headroom(cost, best, target, _DesignLoads(target, arrivals, search_load),
+                                  runs)
+    runs.stage, runs.best, runs.more = "figures", chosen, _Runs.FIGURES
+    seed = target.seed + target.headroom_runs  # arrivals none of the headroom's runs had
+    load = arrivals(target.qps, target.check_seconds, seed)
+    at_target = runs.simulate(chosen, load, seed)
     plain = envelope(cost, target.qps, target.max_batch_limit)
     naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain, cost,
                             target)
-    envelope_run = runs.simulate(naive, load, target.seed + 1)
+    envelope_run = runs.simulate(naive, load, seed, target.bound)  # to the end where it meets
+    # the target: how far it misses does not matter
     return Sizing(target=target, cost=cost, deployment=chosen, gateways=gateways,
                   partitions=partitions_for(batchers), redis_shards=shards, at_target=at_target,
-                  at_design=at_design, envelope_instances=plain,
+                  at_design=max(at_design, key=lambda o: o.p99_s),
+                  design_p99s=tuple(o.p99_s for o in at_design), envelope_instances=plain,
                   envelope_at_target=envelope_run, candidates=runs.count)
 
 
@@ -172,37 +227,60 @@ def _processes(target: Target) -> tuple[int, int, int]:
             cpu.processes("redis", qps, half))
 
 
+@dataclass(frozen=True)
+class _Found:
+    """A grid point's fewest instances, and its run there."""
+
+    deployment: Deployment
+    outcome: Outcome
+    index: int  # in the grid
+
+    @property
+    def key(self) -> tuple[int, float, int]:
+        """What the search keeps the least of: instances, then p99, then place in the grid."""
+        return self.deployment.instances, self.outcome.p99_s, self.index
+
+
 def _search(cost: CostModel, target: Target, search_arrivals: list[float], first: Deployment,
-            runs: _Runs) -> Deployment:
+            runs: _Runs) -> _Found:
     """Over the grid of (max batch, max wait): the deployment of fewest instances (then lowest
     p99, then first in the grid) that meets the target on the search's run.
 
     The grid is searched from its lowest capacity bound up, and each point only up to the
     fewest instances met so far: a point whose bound is above them cannot win, and is not
     simulated (with the design scenario's t(B), max batch 16 needs 60 instances at full
-    batches, where 64 met the target with 38)."""
+    batches, where 64 met the target with 38); on those fewest, a point's run stops once its
+    p99 is past the best's; and a point told the SLO is not run where the point before it,
+    the same without the SLO, found that the SLO changes none of its runs (``_Runs``)."""
     grid = _candidates(target, cost, first)
     bound = [envelope(cost, target.design_qps, point.max_batch) for point in grid]
     order = sorted(range(len(grid)), key=lambda i: (bound[i], i))
-    best: tuple[int, float, int, Deployment] | None = None
+    best: _Found | None = None
     for place, index in enumerate(order):
-        most = best[0] if best else target.max_instances
+        most = best.deployment.instances if best else target.max_instances
         if bound[index] > most:
             break  # and so are the bounds of the rest
         likely = min(most, bound[index])  # what this point finds, at best
-        runs.more = (_Runs.CHECKS + _expected_runs(bound[index], most)
+        runs.more = (runs.after_search + 1 + _expected_runs(bound[index], most)
                      + sum(1 for i in order[place + 1:] if bound[i] <= likely))
-        found = _fewest(cost, grid[index], target, search_arrivals, runs=runs, most=most)
-        if found is None:
-            continue
-        key = (found[0].instances, found[1].p99_s, index)
-        if best is None or key < best[:3]:
-            best = (*key, found[0])
-            runs.best = found[0]
+        found = _fewest(cost, grid[index], target, search_arrivals, runs=runs, most=most,
+                        beat=best.outcome.p99_s if best else None,
+                        shadow_slo_s=_told_next(grid, index))
+        if found is not None and (best is None or _Found(*found, index).key < best.key):
+            best = _Found(*found, index)
+            runs.best = best.deployment
     if best is None:
         raise ConfigError(f"no deployment of up to {target.max_instances} instances meets p99 "
                           f"{target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
-    return best[3]
+    return best
+
+
+def _told_next(grid: Sequence[Deployment], index: int) -> float:
+    """The SLO the grid's next point is told, where it is this one told it (0: none)."""
+    point, after = grid[index], grid[index + 1] if index + 1 < len(grid) else None
+    if point.slo_s or after is None or replace(after, slo_s=0.0) != point:
+        return 0.0
+    return after.slo_s
 
 
 def _expected_runs(low: int, most: int) -> int:
@@ -223,29 +301,50 @@ def _candidates(target: Target, cost: CostModel, first: Deployment) -> list[Depl
             for slo in ((0.0, slo_s) if slo_s > 0 else (0.0,))]
 
 
-def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Arrivals,
-               runs: _Runs) -> tuple[Deployment, Outcome]:
-    """The search's answer checked on a longer run with other arrivals (bursts the search's
-    shorter run did not meet show here), else the first of its growths by 5% at a time that
-    holds the check. Those are searched by doubling the step, then halving the gap (the run of
-    a growth a step at a time, but where no growth holds, as when bursts outrun Ferry's
-    processes, a dozen runs say so rather than a hundred)."""
-    design = arrivals(target.design_qps, target.check_seconds, target.seed + 2)
-    ladder = _growths(chosen.instances, target.max_instances)
+class _DesignLoads:
+    """The headroom's arrivals at the design load, one list a seed, each made once (the
+    search's own where as long)."""
 
-    def check(step: int) -> tuple[Deployment, Outcome] | None:
-        grown = _with_instances(chosen, ladder[step], cost, target) if step else chosen
+    def __init__(self, target: Target, arrivals: Arrivals, search: list[float]) -> None:
+        self.target = target
+        self.make = arrivals
+        self.searched = target.check_seconds == target.search_seconds  # the search's run is
+        # the first of the headroom's
+        self.loads = {target.seed: search} if self.searched else {}
+
+    def __getitem__(self, seed: int) -> list[float]:
+        if seed not in self.loads:
+            self.loads[seed] = self.make(self.target.design_qps, self.target.check_seconds, seed)
+        return self.loads[seed]
+
+
+def _headroom(cost: CostModel, chosen: _Found, target: Target, loads: _DesignLoads,
+              runs: _Runs) -> tuple[Deployment, list[Outcome]]:
+    """The search's answer run at the design load on ``headroom_runs`` arrivals (its search's
+    run counts where as long), else the first of its growths by 5% at a time whose runs do;
+    its runs. They hold when the p99 they promise (``headroom.p99_bound``) meets the target.
+    The growths are searched by doubling the step, then halving the gap (the run of a growth a
+    step at a time, but where no growth holds, as when bursts outrun Ferry's processes, a
+    dozen steps say so rather than a hundred)."""
+    ladder = _growths(chosen.deployment.instances, target.max_instances)
+    searched = [chosen.outcome] if loads.searched else []
+
+    def check(step: int) -> tuple[Deployment, list[Outcome]] | None:
+        grown = (_with_instances(chosen.deployment, ladder[step], cost, target) if step
+                 else chosen.deployment)
         runs.best = grown
-        outcome = runs.simulate(grown, design, target.seed + 2, target.bound)
-        return (grown, outcome) if _meets(outcome, target) else None
+        held = _holds(grown, target, loads, runs, searched if step == 0 else [])
+        return (grown, held) if held is not None else None
 
     failed, step = -1, 0
     while (found := check(step)) is None:
         if step == len(ladder) - 1:
             raise ConfigError(f"no deployment of up to {target.max_instances} instances meets "
-                              f"p99 {target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
+                              f"p99 {target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s "
+                              f"on {target.headroom_runs} runs")
         failed, step = step, min(len(ladder) - 1, 2 * step + 1)
-        runs.more = max(runs.more, 3 + (step - failed).bit_length())
+        runs.more = max(runs.more, target.headroom_runs * (1 + (step - failed).bit_length())
+                        + _Runs.FIGURES)
     while step - failed > 1:
         middle = (failed + step) // 2
         if (holds := check(middle)) is None:
@@ -253,6 +352,24 @@ def _confirmed(cost: CostModel, chosen: Deployment, target: Target, arrivals: Ar
         else:
             step, found = middle, holds
     return found
+
+
+def _holds(deployment: Deployment, target: Target, loads: _DesignLoads, runs: _Runs,
+           done: list[Outcome]) -> list[Outcome] | None:
+    """The headroom's runs of ``deployment`` (after those ``done``), if the p99 they promise
+    meets the target; None as soon as it cannot (each run stops once its p99 is past what the
+    promise allows)."""
+    held = list(done)
+    for seed in range(target.seed + len(held), target.seed + target.headroom_runs):
+        most = largest_next([o.p99_s for o in held], target.headroom_runs, target.p99_s)
+        if most is None:
+            return None
+        outcome = runs.simulate(deployment, loads[seed], seed,
+                                replace(target.bound, p99_s=most))
+        if not _meets(outcome, target, most):
+            return None
+        held.append(outcome)
+    return held if p99_bound([o.p99_s for o in held]) <= target.p99_s else None
 
 
 def _growths(instances: int, most: int) -> list[int]:
@@ -277,26 +394,32 @@ def _with_instances(base: Deployment, instances: int, cost: CostModel,
 
 
 def _fewest(cost: CostModel, base: Deployment, target: Target, arrivals: Sequence[float], *,
-            runs: _Runs, most: int) -> tuple[Deployment, Outcome] | None:
+            runs: _Runs, most: int, beat: float | None = None, shadow_slo_s: float = 0.0
+            ) -> tuple[Deployment, Outcome] | None:
     """The fewest instances, at most ``most``, meeting the p99 with these settings (binary
-    search upward from the capacity bound); None if ``most`` do not."""
+    search upward from the capacity bound); None if ``most`` do not. With ``beat`` (the p99 of
+    the best so far, on ``most``), a run on ``most`` where no fewer are left to try stops once
+    its p99 is past it: it cannot win. ``shadow_slo_s``: the SLO the grid's next point is
+    told, for ``runs`` to know whether its runs would be these."""
     low = envelope(cost, target.design_qps, base.max_batch)
 
-    def meets(instances: int) -> tuple[bool, Deployment, Outcome]:
+    def meets(instances: int, last: bool) -> tuple[bool, Deployment, Outcome]:
         deployment = _with_instances(base, instances, cost, target)
-        outcome = runs.simulate(deployment, arrivals, target.seed, target.bound)
-        return _meets(outcome, target), deployment, outcome
+        p99_s = beat if last and beat is not None else target.p99_s
+        outcome = runs.simulate(deployment, arrivals, target.seed,
+                                replace(target.bound, p99_s=p99_s), shadow_slo_s)
+        return _meets(outcome, target, p99_s), deployment, outcome
 
-    high, found = low, meets(low)
+    high, found = low, meets(low, low == most)
     while not found[0]:
         if high >= most:
             return None
         low, high = high + 1, min(most, high * 2)
-        found = meets(high)
+        found = meets(high, low == high == most)
     best = found
     while low < high:
         middle = (low + high) // 2
-        attempt = meets(middle)
+        attempt = meets(middle, False)
         if attempt[0]:
             high, best = middle, attempt
         else:
@@ -304,10 +427,11 @@ def _fewest(cost: CostModel, base: Deployment, target: Target, arrivals: Sequenc
     return best[1], best[2]
 
 
-def _meets(outcome: Outcome, target: Target) -> bool:
-    """The p99 holds, and admission refused (almost) nothing. (A deployment that cannot keep up
-    fails one or the other: its queue grows until the backlog limit refuses arrivals, or, with
-    no limit, its tail grows for the whole run.)"""
+def _meets(outcome: Outcome, target: Target, p99_s: float | None = None) -> bool:
+    """The p99 holds (the target's, or ``p99_s``), and admission refused (almost) nothing. (A
+    deployment that cannot keep up fails one or the other: its queue grows until the backlog
+    limit refuses arrivals, or, with no limit, its tail grows for the whole run.)"""
     refused = outcome.refused / outcome.offered if outcome.offered else 0.0
-    return (not outcome.stopped and outcome.served > 0 and outcome.p99_s <= target.p99_s
+    limit = target.p99_s if p99_s is None else min(p99_s, target.p99_s)
+    return (not outcome.stopped and outcome.served > 0 and outcome.p99_s <= limit
             and refused <= target.max_refused)

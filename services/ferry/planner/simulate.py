@@ -19,7 +19,10 @@ saturates by CPU as well as by GPU, and the batcher's work between two calls del
 Without one, that work is a fixed ``overhead_s`` per task.
 
 A run given a ``Bound`` (a sizing's p99 and refusals) stops as soon as it can no longer hold it:
-the search needs only its verdict, and a deployment that cannot keep up says so early.
+the search needs only its verdict, and a deployment that cannot keep up says so early. A run
+without an SLO may be given one to shadow (``shadow_slo_s``): it asks the policy each question
+with that SLO too, and says whether any answer differed. Where none did, the run told that SLO
+is the very same run, and need not be made.
 
 What it leaves out: other processes on the same cores, network jitter, and priorities (one
 lane). The batcher's read parking only delays reads until a batch could leave, which changes no
@@ -34,16 +37,17 @@ import math
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ferry.batching.estimators import ArrivalRate, BatchCost, Window
-from ferry.batching.policy import Backend, BatchPolicy, Lane, Waiting
+from ferry.batching.policy import Backend, BatchPolicy, Lane, Plan, Waiting
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
 
 LANE = Lane("model")
 _DONE, _WAKE, _BOARD, _REACH = 0, 1, 2, 3
+FORGET_EVERY = 256  # arrivals between two prunings of the servers' past work
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ class Outcome:
     finished_s: float = 0.0  # when the last task was answered (the simulated clock)
     cpu_busy: dict[str, float] = field(default_factory=dict)  # busiest server of each process
     stopped: bool = False  # stopped early, its bound broken: the figures cover only part of it
+    slo_changes: bool | None = None  # with a shadow SLO: whether it would have changed one of
+    # the batchers' decisions (None: no shadow asked)
 
     @property
     def throughput(self) -> float:
@@ -124,8 +130,6 @@ class _Server:
     knows of it, which may be ahead of when it can start (a task's later steps are booked when
     it arrives); each piece takes the first idle stretch at or after its start that holds it, so
     work booked early never holds up work that is ready sooner."""
-
-    PRUNE = 4096  # booked stretches kept before the oldest are dropped
 
     def __init__(self) -> None:
         self.starts: list[float] = []
@@ -143,11 +147,15 @@ class _Server:
                 return end
             starts.append(at)
             ends.append(end)
-        else:
-            end = self._book(bisect.bisect_right(ends, at), at, seconds)
-        if len(starts) > 2 * self.PRUNE:
-            del starts[:self.PRUNE], ends[:self.PRUNE]
-        return end
+            return end
+        return self._book(bisect.bisect_right(ends, at), at, seconds)
+
+    def forget(self, now: float) -> None:
+        """Drop the stretches that ended before ``now``: nothing is booked before the clock,
+        so they can no longer hold up any work (and the search for a gap stays short)."""
+        done = bisect.bisect_left(self.ends, now)
+        if done:
+            del self.starts[:done], self.ends[:done]
 
     def _book(self, index: int, start: float, seconds: float) -> float:
         """Book ``seconds`` in the first gap from stretch ``index`` on that holds them, joined
@@ -188,6 +196,10 @@ class _Batcher:
     cost: BatchCost = field(default_factory=BatchCost)
     in_flight: int = 0
     wake_at: float = math.inf
+    allowed: int = 0  # window.allowed, read once each time the window changes
+
+    def __post_init__(self) -> None:
+        self.allowed = self.window.allowed
 
 
 @dataclass(slots=True)
@@ -198,20 +210,22 @@ class _Batch:
     workers: list[int] = field(default_factory=list)  # each task's gateway worker (with CPU)
 
 
-@dataclass(slots=True)
-class _Boarding:
-    batcher: _Batcher
-    arrival: float
-    worker: int
+_Boarding = tuple[_Batcher, float, int]  # a task read by its batcher: when it arrived, and its
+# gateway worker (a tuple: one is made a task)
 
 
 class Simulation:
     """One run: ``Simulation(cost, deployment, seed).run(arrival_times)``."""
 
     def __init__(self, cost: CostModel, deployment: Deployment, seed: int = 0,
-                 warmup_s: float | None = None, *, bound: Bound | None = None) -> None:
+                 warmup_s: float | None = None, *, bound: Bound | None = None,
+                 shadow_slo_s: float = 0.0) -> None:
+        if shadow_slo_s and deployment.slo_s:
+            raise ConfigError("a shadow SLO is for a run without one")
         self.cost = cost
         self.bound = bound or Bound()
+        self.shadow_slo_s = shadow_slo_s
+        self.slo_changes = False  # the shadow SLO changed an answer of the policy
         self.over = 0  # measured tasks answered later than the bound's p99
         self.doomed = 0  # ... read by their batcher already too late to be answered in time
         self.over_limit = math.inf  # ... as many as prove the p99 past it
@@ -234,16 +248,15 @@ class Simulation:
         self._pick_batcher = _chooser(self.rng, len(self.batchers))
         self._pick_worker = _chooser(self.rng, max(1, len(self.gateways)))
         self._pick_shard = _chooser(self.rng, len(self.redis))
+        # What the run reads for every task, looked up once
+        self._warmup, self._late = warmup_s or 0.0, self.bound.p99_s
+        self._backlog_limit = deployment.max_backlog or math.inf
+        self._admit_s = _admission_work(self.cpu)
         self.seq = 0
         self.latencies: list[float] = []
         self.flushes: Counter[str] = Counter()
-        self.batch_sizes = 0
-        self.batches = 0
-        self.busy_s = 0.0
-        self.backlog = 0
-        self.refused = 0
-        self.offered = 0
-        self.last_answer = 0.0
+        self.batch_sizes = self.batches = self.backlog = self.refused = self.offered = 0
+        self.busy_s = self.last_answer = 0.0
 
     def run(self, arrivals: Sequence[float]) -> Outcome:
         """Simulate until every admitted task is answered; statistics skip the warm-up."""
@@ -251,19 +264,28 @@ class Simulation:
         warmup = self.warmup_s if self.warmup_s is not None else 0.1 * end
         self.warmup_s = warmup
         self._limit(arrivals)
+        self._warmup, self._late = warmup, self.bound.p99_s
         events, next_event, arrive = self.events, self._next_event, self._arrive
         unfinished = 0
         try:
-            for now in arrivals:
-                while events and events[0][0] <= now:
-                    next_event()
-                arrive(now)
+            for first in range(0, len(arrivals), FORGET_EVERY):
+                for now in arrivals[first:first + FORGET_EVERY]:
+                    while events and events[0][0] <= now:
+                        next_event()
+                    arrive(now)
+                self._forget(now)
             unfinished = self.backlog
             while self.events:
                 self._next_event()
         except _Broken:
             return self._outcome(max(0.0, end - warmup), self.backlog, stopped=True)
         return self._outcome(max(0.0, end - warmup), unfinished)
+
+    def _forget(self, now: float) -> None:
+        """Every server drops what it finished before ``now``, the clock (an arrival's: every
+        event still to come is later)."""
+        for server in (*self.gateways, *self.redis, *(b.server for b in self.batchers)):
+            server.forget(now)
 
     def _limit(self, arrivals: Sequence[float]) -> None:
         """How many late answers prove the p99 past the bound's, whatever the rest: the
@@ -277,44 +299,44 @@ class Simulation:
     # -- events ---------------------------------------------------------------------------------
 
     def _arrive(self, now: float) -> None:
-        measured = now >= (self.warmup_s or 0.0)
+        measured = now >= self._warmup
         self.offered += measured
-        limit = self.deployment.max_backlog
-        if limit and self.backlog >= limit:
+        if self.backlog >= self._backlog_limit:
             self.refused += measured
             if measured and self.refused / self.measured > self.bound.refused:
                 raise _Broken
             return
         self.backlog += 1
         batcher = self.batchers[self._pick_batcher()]
-        cpu = self.cpu
-        if cpu is None:
-            self._board(_Boarding(batcher, now, 0), now)
+        if self.cpu is None:
+            self._board((batcher, now, 0), now)
             return
+        gateway_s, redis_s, batcher_s = self._admit_s
         worker = self._pick_worker()  # connections spread over workers
-        read = self.redis[self._pick_shard()].run(
-            self.gateways[worker].run(now, cpu.gateway_task_s / 2), cpu.redis_task_s / 2)
-        boards = batcher.server.run(read, cpu.batcher_task_s / 3)
-        if measured and boards - now > self.bound.p99_s:
+        read = self.redis[self._pick_shard()].run(self.gateways[worker].run(now, gateway_s),
+                                                  redis_s)
+        boards = batcher.server.run(read, batcher_s)
+        if measured and boards - now > self._late:
             # Its processes cannot keep up: such a task's answer would be counted late only
             # once the arrivals are all simulated.
             self.doomed += 1
             if self.doomed >= self.over_limit:
                 raise _Broken
-        self._push(boards, _BOARD, _Boarding(batcher, now, worker))
+        self.seq += 1  # (self._push, without the call: once a task)
+        heapq.heappush(self.events, (boards, self.seq, _BOARD, (batcher, now, worker)))
 
     def _board(self, boarding: _Boarding, now: float) -> None:
         """A task read by its batcher joins its queue."""
-        batcher = boarding.batcher
-        batcher.queue.append(boarding.arrival)
-        batcher.workers.append(boarding.worker)
+        batcher, arrival, worker = boarding
+        batcher.queue.append(arrival)
+        batcher.workers.append(worker)
         batcher.rate.add(now)
         self._plan(batcher, now)
 
     def _next_event(self) -> None:
         now, _, kind, item = heapq.heappop(self.events)
         if kind == _BOARD:  # the most frequent: one a task
-            assert isinstance(item, _Boarding)
+            assert isinstance(item, tuple)
             self._board(item, now)
         elif kind == _DONE:
             assert isinstance(item, _Batch)
@@ -337,13 +359,15 @@ class Simulation:
         seconds = now - batch.sent_at  # what the batcher sees: Triton's queue included
         batcher.window.observe(seconds, batcher.cost.time_at(size) if batcher.cost.settled
                                else 0.0)
+        batcher.allowed = batcher.window.allowed
         batcher.cost.add(size, seconds)
         self.backlog -= size
-        warmup, late = self.warmup_s or 0.0, self.bound.p99_s
-        for arrival, answered in zip(batch.arrivals, self._answers(batch, now), strict=True):
-            self.last_answer = max(self.last_answer, answered)
+        warmup, late, latencies = self._warmup, self._late, self.latencies
+        answers = self._answers(batch, now)
+        self.last_answer = max(self.last_answer, *answers)
+        for arrival, answered in zip(batch.arrivals, answers, strict=True):
             if arrival >= warmup:
-                self.latencies.append(answered - arrival)
+                latencies.append(answered - arrival)
                 if answered - arrival > late:
                     self.over += 1
         if self.over >= self.over_limit:
@@ -373,10 +397,12 @@ class Simulation:
 
     def _plan(self, batcher: _Batcher, now: float) -> None:
         """Ask the policy, as the batcher's dispatcher does, while a batch may start."""
-        if batcher.batch_work_until > now:  # settling or sending a batch (one event loop):
-            self._wake(batcher, batcher.batch_work_until)  # it looks once that is done
+        until = batcher.batch_work_until
+        if until > now:  # settling or sending a batch (one event loop): it looks once done
+            if until < batcher.wake_at:  # (self._wake, without the call: once a task)
+                self._wake(batcher, until)
             return
-        free = batcher.window.allowed - batcher.in_flight
+        free = batcher.allowed - batcher.in_flight
         if free <= 0 or not batcher.queue:
             return  # nothing can leave: the next return or arrival asks again
         queue = batcher.queue
@@ -384,9 +410,13 @@ class Simulation:
         waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch,
                           due=queue[0] + slo if slo else None)
         backend = Backend(free=free, rate=batcher.rate.at(now), fixed_s=batcher.cost.fixed_s,
-                          per_item_s=batcher.cost.per_item_s, slots=batcher.window.allowed,
+                          per_item_s=batcher.cost.per_item_s, slots=batcher.allowed,
                           late_s=batcher.cost.late_s)
         plan = self.policy.plan([waiting], now, {LANE.model: backend})
+        if self.shadow_slo_s and not self.slo_changes:
+            told = replace(waiting, due=waiting.oldest + self.shadow_slo_s)
+            shadow = self.policy.plan([told], now, {LANE.model: backend})
+            self.slo_changes = _effect(shadow, batcher, now) != _effect(plan, batcher, now)
         for departure in plan.flush:
             riders = [queue.popleft() for _ in range(departure.size)]
             workers = [batcher.workers.popleft() for _ in range(departure.size)]
@@ -425,7 +455,7 @@ class Simulation:
     def _start(self, batch: _Batch, now: float) -> None:
         self.free -= 1
         seconds = self.cost.sample(len(batch.arrivals), self.rng)
-        if now >= (self.warmup_s or 0.0):
+        if now >= self._warmup:
             self.busy_s += seconds
         self._push(now + seconds, _DONE, batch)
 
@@ -446,7 +476,8 @@ class Simulation:
             utilisation=min(1.0, self.busy_s / (self.deployment.instances * span)),
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
             flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer,
-            cpu_busy=self._cpu_busy(span), stopped=stopped)
+            cpu_busy=self._cpu_busy(span), stopped=stopped,
+            slo_changes=self.slo_changes if self.shadow_slo_s else None)
 
     def _cpu_busy(self, span: float) -> dict[str, float]:
         """The busiest server of each process: the share of the run it worked (warm-up
@@ -457,6 +488,20 @@ class Simulation:
         return {"gateway": max(s.busy_s for s in self.gateways) / total,
                 "batcher": max(b.server.busy_s for b in self.batchers) / total,
                 "redis": max(s.busy_s for s in self.redis) / total}
+
+
+def _admission_work(cpu: CpuCost | None) -> tuple[float, float, float]:
+    """The CPU of a task's admission, before it boards: its gateway worker's, Redis' and its
+    batcher's (the rest of each is the answer's, and the batch's)."""
+    cpu = cpu or CpuCost()
+    return cpu.gateway_task_s / 2, cpu.redis_task_s / 2, cpu.batcher_task_s / 3
+
+
+def _effect(plan: Plan, batcher: _Batcher, now: float) -> tuple[object, ...]:
+    """What a plan makes the simulation do: the batches it sends, and when the batcher asks
+    again where that is sooner than it already would (a later wake-up changes nothing)."""
+    wake = now + plan.wake_in if plan.wake_in is not None and plan.wake_in > 0 else math.inf
+    return plan.flush, wake if wake < batcher.wake_at else None
 
 
 def _chooser(rng: random.Random, n: int) -> Callable[[], int]:
@@ -481,7 +526,9 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 
 
 def simulate(cost: CostModel, deployment: Deployment, arrivals: Sequence[float],
-             seed: int = 0, warmup_s: float | None = None, *, bound: Bound | None = None
-             ) -> Outcome:
-    """One run (``Simulation``); with a ``bound``, it stops as soon as the bound is broken."""
-    return Simulation(cost, deployment, seed, warmup_s, bound=bound).run(arrivals)
+             seed: int = 0, warmup_s: float | None = None, *, bound: Bound | None = None,
+             shadow_slo_s: float = 0.0) -> Outcome:
+    """One run (``Simulation``); with a ``bound``, it stops as soon as the bound is broken; with
+    a ``shadow_slo_s``, it says whether telling the batchers that SLO would change the run."""
+    return Simulation(cost, deployment, seed, warmup_s, bound=bound,
+                      shadow_slo_s=shadow_slo_s).run(arrivals)

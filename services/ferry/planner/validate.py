@@ -10,17 +10,19 @@ p50 without overhead), and then held fixed for every other rate: those are the p
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
+from ferry.cli import main as ferry
+from ferry.errors import ConfigError
 from ferry.planner import arrivals, validate_gpu, verdict
-from ferry.planner.command import OVERHEAD_WITH_CPU_S, sizing_table
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, PROCESSES, CpuCost, CpuSample, fit
-from ferry.planner.search import Target, size
 from ferry.planner.simulate import Deployment, Outcome, simulate
 from ferry.planner.verdict import SATURATED, unsaturated
 
@@ -29,6 +31,8 @@ FLOW = "Ferry, 1 request (Prefer: wait)"
 BENCH_CORES = 2  # make bench's machine: Ferry, Triton and the load generator on two cores
 BENCH_GATEWAY_WORKERS = 2  # make bench's gateway: a worker per core
 CPU_CELL = re.compile(r"^(\d+) \((\d+) \+ (\d+) \+ (\d+)\)")
+DESIGN_SCENARIO = ("ferry", "plan", "size", "--qps", "10000", "--p99-ms", "500", "--t-fixed-ms",
+                   "40", "--t-per-ms", "2.5")  # as docs/cli.md runs it
 
 
 @dataclass(frozen=True)
@@ -163,12 +167,14 @@ def _section(group: list[Measured], seconds: float, seed: int) -> tuple[list[str
 
 
 def design_scenario(seed: int = 0) -> str:
-    """10,000/s, p99 < 500 ms, a batch of 64 in 200 ms (taken as 40 + 2.5·B ms)."""
-    sizing = size(CostModel(0.040, 0.0025), Target(qps=10_000, p99_s=0.5, seed=seed,
-                                                   cpu=BENCH_CPU,
-                                                   overhead_s=OVERHEAD_WITH_CPU_S),
-                  arrivals.poisson)
-    return sizing_table(sizing)
+    """What ``ferry plan size`` prints for the design scenario (10,000/s, p99 < 500 ms, a batch
+    of 64 in 200 ms, taken as 40 + 2.5·B ms), word for word: docs/cli.md shows it too."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = ferry([*DESIGN_SCENARIO[1:], "--seed", str(seed)])
+    if code:
+        raise ConfigError(f"{' '.join(DESIGN_SCENARIO)} failed ({code}): see above")
+    return out.getvalue().rstrip("\n")
 
 
 def _intro(bench: str, within: int, counted: int, took: float) -> list[str]:
@@ -214,7 +220,7 @@ def report(bench: Path, seconds: float, seed: int, gpu_runs: Sequence[Path] = ()
         "## The design scenario",
         "",
         "10,000 requests/s with p99 < 500 ms, a batch of 64 taking 200 ms (t(B) = 40 + 2.5·B ms):",
-        "`ferry plan size --qps 10000 --p99-ms 500 --t-fixed-ms 40 --t-per-ms 2.5` (Ferry's",
+        f"`{' '.join(DESIGN_SCENARIO)}` (Ferry's",
         "processes with `BENCH_CPU`'s costs, 1.5 ms of latency besides):",
         "",
         "```",
