@@ -32,6 +32,7 @@ QUICK = ["--budget-s", "70", "--instances", "1", "--interval-ms", "500"]
 # The plain dry run stops after the warm-up (its budget holds start-up, the check, the fit and a
 # run through each system): the rehearsal below runs every step.
 SHORT = ["--budget-s", "45", "--instances", "1", "--interval-ms", "400"]
+BACKLOG_FULL = "unfinished tasks, the limit for normal priority is"  # a 429's message
 
 
 def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> str:
@@ -70,7 +71,10 @@ def test_the_dry_run_measures_both_systems(tmp_path: Path) -> None:
     warm = {run["system"]: run for run in result["warm_up"]}
     assert set(warm) == {"triton", "ferry"}
     for system, run in warm.items():  # each system served its run, counted by Triton
-        assert not run["measured"]["errors"] and run["inferences"] > 0, run
+        # Ferry refusing past its backlog limit (sized from a fit this shared machine may have
+        # made slow) is Ferry doing its job; any other error is the kit's
+        assert all(BACKLOG_FULL in error for error in run["measured"]["errors"]), run
+        assert run["inferences"] > 0, run
         assert run["cpu_s"][system] > 0  # and the CPU of the system that served it was counted
     assert result["engines"]["tiny"]["engine"] == "tiny"
     assert result["machine"]["python"] == platform.python_version()

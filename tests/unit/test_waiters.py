@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 
@@ -148,3 +150,31 @@ async def test_a_wait_on_another_channel_reads_once_it_is_confirmed() -> None:
 
 async def _pending() -> StoredRecord | None:
     return StoredRecord(Status.PENDING, b"{}")
+
+
+class EarlyWatch:
+    """A watch whose wait ends at once with the task still pending, as a loop's timer may end
+    it a hair before the wall clock reaches the deadline."""
+
+    task_id = A
+
+    async def final(self, timeout_s: float, known: StoredRecord | None = None, *,
+                    read_first: bool = True) -> StoredRecord | None:
+        return StoredRecord(Status.PENDING, b"{}")
+
+
+async def test_a_hold_the_deadline_ends_expires_the_task_once_the_deadline_has_passed() -> None:
+    called: list[float] = []
+
+    async def expire(task_id: str) -> StoredRecord | None:
+        called.append(time.time())
+        return StoredRecord(Status.EXPIRED, b"{}")
+
+    watch: Any = EarlyWatch()
+    due = time.time() + 0.05
+    record = await waiters_module.final_by(watch, 10.0, due, expire)
+    assert record is not None and record.status is Status.EXPIRED
+    assert len(called) == 1 and called[0] >= due  # never before its deadline
+    plain = await waiters_module.final_by(watch, 0.01, time.time() + 60, expire)
+    assert plain is not None and plain.status is Status.PENDING  # the wait's end, not the due
+    assert len(called) == 1

@@ -104,11 +104,15 @@ async def final_by(watch: Watch, timeout_s: float, due: float | None, expire: Ex
     has none): a task still unfinished then ends EXPIRED (``expire``, the store's step), so that
     what the caller is answered at the deadline is what the record says for good, whatever
     comes of the task's call after it."""
-    if due is not None:
-        timeout_s = min(timeout_s, max(0.0, due - time.time()))
+    until_due = None if due is None else due - time.time()
+    bounded = until_due is not None and until_due <= timeout_s  # the deadline ends the hold
+    if until_due is not None:
+        timeout_s = min(timeout_s, max(0.0, until_due))
     record = await watch.final(timeout_s, known, read_first=read_first)
-    if due is None or record is None or record.status.final or time.time() < due:
+    if not bounded or due is None or record is None or record.status.final:
         return record
+    if (early := due - time.time()) > 0:  # the loop's timers may fire a hair before the clock
+        await asyncio.sleep(early)
     return await expire(watch.task_id) or record
 
 
