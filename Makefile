@@ -83,12 +83,16 @@ setup:
 	$(MAKE) --no-print-directory -j4 install tools
 
 # mypy, the chart's tests, the unit tests and the chaos soak's minute (its own servers; it checks
-# answers, not times) run two at a time (two cores); then the other integration tests, alone,
-# then again on a Redis Cluster.
+# answers, not times) run two at a time (two cores); then the other integration tests, then
+# again on a Redis Cluster. The integration tests mostly wait (on servers, on time: the cores
+# were idle half of their 21 minutes), so they run in two workers, a module at a time each, each
+# worker with its own Redis and Triton.
+INTEGRATION_WORKERS ?= 2
+XDIST := -n $(INTEGRATION_WORKERS) --dist loadfile
 test: setup
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory -j2 -O typecheck chart unit soak
-	$(BIN)/pytest --ignore=tests/unit --ignore=tests/deploy \
+	$(BIN)/pytest $(XDIST) --ignore=tests/unit --ignore=tests/deploy \
 		--ignore=tests/integration/test_soak.py $(PYTEST_ARGS)
 	$(MAKE) test-cluster
 
@@ -99,7 +103,8 @@ soak: install
 
 # The integration tests marked `cluster`, again, against a 3-master Redis Cluster on loopback.
 test-cluster: install
-	FERRY_TEST_REDIS_CLUSTER=1 $(BIN)/pytest tests/integration -m "cluster and not single_redis" $(PYTEST_ARGS)
+	FERRY_TEST_REDIS_CLUSTER=1 $(BIN)/pytest $(XDIST) tests/integration \
+		-m "cluster and not single_redis" $(PYTEST_ARGS)
 
 chart: install tools
 	$(BIN)/pytest tests/deploy $(PYTEST_ARGS)
