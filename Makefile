@@ -29,16 +29,15 @@ help:
 	@echo "make chart      helm lint, render, schema-validate and policy-scan deploy/helm/ferry"
 	@echo "make k8s        re-render the plain manifests in deploy/k8s/ from the chart"
 
-$(STAMP): pyproject.toml requirements.lock scripts/install-redis.sh
+$(STAMP): pyproject.toml requirements.lock scripts/install-redis.sh scripts/venv-install.sh
 	scripts/install-redis.sh
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	PYTHON=$(PYTHON) scripts/venv-install.sh $(VENV) -r requirements.lock
+	scripts/venv-install.sh $(VENV) --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
 
-$(TOOLS)/.installed: scripts/install-chart-tools.sh
+$(TOOLS)/.installed: scripts/install-chart-tools.sh scripts/venv-install.sh
 	scripts/install-chart-tools.sh
 	touch $@
 
@@ -63,7 +62,7 @@ peers: $(PEERS)
 
 # An S3-compatible server (moto's, in its own venv) for the job store's tests.
 S3_SERVER := $(TOOLS)/s3/.installed
-$(S3_SERVER): scripts/install-s3-server.sh
+$(S3_SERVER): scripts/install-s3-server.sh scripts/venv-install.sh
 	scripts/install-s3-server.sh
 	touch $@
 
@@ -139,7 +138,7 @@ peers-lock: $(PEERS)
 
 lock: install
 	{ echo "# Exact versions for 'make up' / 'make test' (Python 3.11, Linux x86-64). Regenerate: make lock"; \
-	  $(BIN)/python -m pip freeze --exclude-editable; } > requirements.lock
+	  $(BIN)/python -m pip freeze --exclude-editable --exclude uv; } > requirements.lock
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .ferry .pytest_cache .mypy_cache .ruff_cache

@@ -22,8 +22,6 @@ if [ ! -x "$TOOLS/bin/helm" ]; then
   rm -rf "$work"
 fi
 if [ ! -x "$TOOLS/venv/bin/checkov" ]; then
-  "$PYTHON" -m venv "$TOOLS/venv"
-  "$TOOLS/venv/bin/pip" install -q --disable-pip-version-check \
-    kubernetes-validate==1.37.0 checkov==3.3.30
+  PYTHON=$PYTHON scripts/venv-install.sh "$TOOLS/venv" kubernetes-validate==1.37.0 checkov==3.3.30
 fi
 "$TOOLS/bin/helm" version --short >/dev/null

@@ -7,8 +7,6 @@ cd "$(dirname "$0")/.."
 VENV=.tools/s3/venv
 PYTHON=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/moto_server" ]; then
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check \
-    "moto[s3]==5.2.5" "flask==3.1.3" "flask-cors==6.0.5"
+  PYTHON=$PYTHON scripts/venv-install.sh "$VENV" "moto[s3]==5.2.5" "flask==3.1.3" "flask-cors==6.0.5"
 fi
 "$VENV/bin/moto_server" --help >/dev/null
