@@ -95,6 +95,15 @@ def python_312() -> Path | None:
     return None
 
 
+def installer(venv: Path) -> list[str]:
+    """What installs packages into ``venv``: the uv that make install put in Ferry's venv (a
+    tenth of pip's time: 39 s for these), else the venv's own pip."""
+    uv = ROOT / ".venv" / "bin" / "uv"
+    if uv.exists():
+        return [str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python")]
+    return [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
+
+
 @pytest.mark.timeout(600)  # the build is mostly xz (about 75 s); the run about 70 s
 def test_the_kit_builds_and_its_gpu_run_rehearses_here(tmp_path: Path) -> None:
     python = python_312()
@@ -107,9 +116,8 @@ def test_the_kit_builds_and_its_gpu_run_rehearses_here(tmp_path: Path) -> None:
         "requirements.txt", "site.tar.xz", "tools.tar.xz", "triton.tar.xz"]
     machine = tmp_path / "machine"  # the GPU machine's python3: 3.12, numpy 2, its image's set
     subprocess.run([str(python), "-m", "venv", str(machine)], check=True, timeout=120)
-    subprocess.run([str(machine / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-                    "numpy>=2.2", *sorted(wheels.PRESENT - {"numpy"})], check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run([*installer(machine), "numpy>=2.2", *sorted(wheels.PRESENT - {"numpy"})],
+                   check=True, timeout=300, capture_output=True)
     out = tmp_path / "out"
     kit("run", "--cpu", "--from-kit", "--out", str(out), *QUICK, "--redis-masters", "3",
         env={"FERRY_KIT_DIR": str(packed), "FERRY_KIT_WORK": str(tmp_path / "work"),
