@@ -5,6 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Every Python process make starts writes the bytecode it compiles (gitignored __pycache__):
+# where PYTHONDONTWRITEBYTECODE is set (this machine sets it), each of the hundreds of gateway,
+# batcher and CLI processes a test run starts would compile all it imports again, and uv, which
+# installs the venvs, leaves the compiling to first use.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help setup install tools chromium peers peers-lock up test test-cluster unit soak bench plan-check lint typecheck proto lock chart k8s clean
 TOOLS := .tools
