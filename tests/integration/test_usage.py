@@ -201,17 +201,17 @@ async def test_each_client_is_charged_its_tasks_rows_and_the_batches_triton_time
     assert infer_s is not None and calls == count_after - count_before > 0
     assert abs(gpu_us - infer_s * 1e6) <= calls
 
-    # ... and Triton's own time for those calls: a call as the batcher times it encloses the
-    # request as Triton times it (from receipt to response), so the ledger is never below
-    # Triton's (a fifth of slack: Triton's figures can hold the end of a call of an earlier
-    # test). Above it, each call adds its trip over loopback and the turns of the event loop
-    # it shares with the gateway and the clients: 0-2.2 ms a call on a quiet machine, but up
-    # to 20 ms a call in the Redis Cluster pass with the whole suite's processes beside it
-    # (a ratio of 2.3 once, on a single call of 15 ms). So the bound above is per call, not a
-    # ratio; the exact check is the one above (a batch counted twice would be a whole call
-    # over it).
+    # ... and Triton's own time for those calls, per call within a bound rather than as a
+    # ratio: the two clocks time nearly the same span, but neither encloses the other on a
+    # loaded machine. Above Triton's, each call adds its trip over loopback and the turns of
+    # the event loop it shares with the gateway and the clients: 0-2.2 ms a call on a quiet
+    # machine, up to 20 ms a call in the Redis Cluster pass with the whole suite's processes
+    # beside it. Below it: Triton's clock stops when it releases the request, which on a
+    # starved machine trails the answer reaching the batcher (23.0 ms against Triton's
+    # 33.5 ms for 2 calls, once, in a fresh clone's CI with two test workers). The exact check
+    # is the one above (a batch counted twice would be a whole call over it).
     triton_us = (ns_after - ns_before) / 1000
-    assert 0.8 * triton_us <= gpu_us <= triton_us + calls * 50_000, (gpu_us, triton_us, calls)
+    assert abs(gpu_us - triton_us) <= calls * 50_000, (gpu_us, triton_us, calls)
 
     # ferry usage prints the same figures, as a table and as CSV; a wrong token is an error.
     assert table_code == 0 and csv_code == 0, table + as_csv
