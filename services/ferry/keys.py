@@ -312,3 +312,13 @@ def served_last_key(model: str) -> str:
     """When each version of the model last ended a batch (ms; a sorted set, same slot as
     ``served_key``)."""
     return f"{PREFIX}:served:{{{model}}}:last"
+
+
+BUDGET_CHANNEL = f"{PREFIX}:budget"  # a model's name, when one of its shared slots frees
+
+
+def budget_key(model: str, part: str) -> str:
+    """A model's shared in-flight budget (``batcher.budget``), in one slot: ``slots`` (a sorted
+    set of the slots taken, by when each lapses), ``queue`` (batchers waiting for one, by when
+    each began to wait), ``seen`` (those batchers, by when each last asked)."""
+    return f"{PREFIX}:budget:{{{model}}}:{part}"

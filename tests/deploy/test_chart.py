@@ -179,6 +179,10 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     ("auth.mode=api_key", "auth.existingSecret"),
     ("auth.mode=basic", "value must be one of"),
     ("redis.builtin=false", "redis.externalUrl is required"),
+    ("triton.enabled=false", "triton.externalUrl is required"),
+    ("batcher.tritonResolveS=0", "/batcher/tritonResolveS"),
+    ("batcher.tritonResolveS=-1", "/batcher/tritonResolveS"),
+    ("batcher.tritonResolveS=often", "/batcher/tritonResolveS"),
     ("redis.cluster=true", "redis.cluster needs an external Redis Cluster"),
     ("gateway.grpcPort=8000", "gateway.grpcPort must differ from gateway.port"),
     ("gateway.grpcPort=70000", "/gateway/grpcPort"),
@@ -315,7 +319,7 @@ def _batcher_env(manifest: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("extra", "expected"), [
-    ((), "ferry-triton:8000"),
+    ((), "ferry-triton-headless:8000"),
     (("--set", "batcher.inferOverHttp=false"), ""),
     (("--set", "triton.enabled=false", "--set", "triton.externalUrl=t.example:8001",
       "--set", "triton.externalHttpUrl=t.example:8000"), "t.example:8000"),
@@ -331,6 +335,71 @@ def test_the_batchers_infer_calls_go_to_tritons_http_port_where_the_chart_knows_
         policy = by_kind(manifest)[("NetworkPolicy", "ferry-triton")]
         ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
         assert {"grpc", "http"} <= ports
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, matchExpressions In/NotIn) selects."""
+    if any(labels.get(key) != value for key, value in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] in ("In", "NotIn"), expression
+        inside = labels.get(expression["key"]) in expression["values"]
+        if inside != (expression["operator"] == "In"):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["values.yaml", "values-gpu.yaml"])
+def test_the_batchers_reach_every_ready_triton_pod_through_a_headless_service(
+        rendered: dict[str, Path], name: str) -> None:
+    items = by_kind(rendered[name].read_text())
+    triton = items[("Deployment", "ferry-triton")]["spec"]
+    service, headless = (items[("Service", n)] for n in ("ferry-triton", "ferry-triton-headless"))
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is False  # starting, draining: left out
+    assert headless["spec"]["selector"] == triton["selector"]["matchLabels"]
+    assert headless["spec"]["ports"] == service["spec"]["ports"] == [
+        {"name": port, "port": number, "targetPort": port, "protocol": "TCP"}
+        for port, number in (("http", 8000), ("grpc", 8001), ("metrics", 8002))]
+    assert {p["name"] for p in triton["template"]["spec"]["containers"][0]["ports"]} == {
+        "http", "grpc", "metrics"}
+    assert "clusterIP" not in service["spec"]  # the gateways' one virtual address stays
+    batcher = items[("StatefulSet", "ferry-batcher")]["spec"]["template"]["spec"]
+    env = _container_env(batcher)
+    assert (env["FERRY_TRITON_URL"], env["FERRY_TRITON_HTTP_URL"]) == (
+        "ferry-triton-headless:8001", "ferry-triton-headless:8000")
+    assert env["FERRY_TRITON_RESOLVE_S"] == "2"
+    gateway = items[("Deployment", "ferry-gateway")]["spec"]["template"]["spec"]
+    assert _container_env(gateway)["FERRY_TRITON_URL"] == "ferry-triton:8001"
+    assert "FERRY_TRITON_RESOLVE_S" not in _container_env(gateway)
+    for pod in (batcher, gateway):  # named once: of two entries, the last would win unseen
+        names = [e["name"] for e in pod["containers"][0]["env"]]
+        assert names.count("FERRY_TRITON_URL") == 1
+
+
+def test_prometheus_scrapes_triton_through_one_service_only(rendered: dict[str, Path]) -> None:
+    items = by_kind(rendered["values-gpu.yaml"].read_text())
+    selector = items[("ServiceMonitor", "ferry")]["spec"]["selector"]
+    scraped = {name for (kind, name), item in items.items()
+               if kind == "Service" and _matches(selector, item["metadata"]["labels"])}
+    assert "ferry-triton" in scraped and "ferry-batcher" in scraped
+    assert "ferry-triton-headless" not in scraped  # the same pods: every series twice
+
+
+EXTERNAL_TRITON = "triton-a.example:8001,triton-b.example:8001"
+
+
+def test_an_external_triton_is_every_processs_triton(rendered: dict[str, Path]) -> None:
+    manifest = render("values.yaml", "--set", "triton.enabled=false",
+                      "--set-json", f'triton.externalUrl="{EXTERNAL_TRITON}"',
+                      "--set-json", "batcher.tritonResolveS=0.5")
+    items = by_kind(manifest)
+    assert not [name for kind, name in items if "triton" in name]  # no Triton, no Service
+    env, gateway = _batcher_env(manifest), _container_env(gateway_pod(manifest))
+    assert env["FERRY_TRITON_URL"] == gateway["FERRY_TRITON_URL"] == EXTERNAL_TRITON
+    assert (env["FERRY_TRITON_RESOLVE_S"], env["FERRY_TRITON_HTTP_URL"]) == ("0.5", "")
+    file = _batcher_env(rendered["values-external-redis.yaml"].read_text())
+    assert file["FERRY_TRITON_URL"] == "triton.inference.svc:8001"
 
 
 def gateway_pod(manifest: str) -> dict[str, Any]:

@@ -1,26 +1,31 @@
 """Dispatching: plan with the pure batching policy, send each batch as its own task, keep count
 of the batches at Triton, and end boarded tasks that a client cancelled.
 
-A model gets as many batches at Triton at once as Triton runs instances of it (or
-``max_inflight_batches``), so a batch never queues behind another at Triton nor waits while an
-instance idles. The dispatcher is the executor's ``BatchContext``: it answers for the models
-(through the model book) and for the cancellations it has heard of.
+A model gets as many batches at Triton at once as Triton runs instances of it over every server
+of the pool (or ``max_inflight_batches``), so a batch never queues behind another at Triton nor
+waits while an instance idles. With more than one batcher alive, those slots are the whole
+fleet's (``budget``): a batch leaves with a slot taken from the shared budget, on the server the
+slot names, and a batch that finds none waits, boarding more, for the next. The dispatcher is
+the executor's ``BatchContext``: it answers for the models (through the model book) and for the
+cancellations it has heard of.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 
+from ferry.batcher.budget import Budget, Slot
 from ferry.batcher.executor import BatchExecutor, Outcome, Timing
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.shared import Shared, wait
 from ferry.batching import fate, readahead
 from ferry.batching.breaker import CircuitBreaker
-from ferry.batching.policy import BatchPolicy, Lane, Reason
+from ferry.batching.policy import BatchPolicy, Departure, Lane, Reason
 from ferry.queue.base import Delivery
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
@@ -28,6 +33,7 @@ from ferry.tasks.record import Status
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import CURRENT_BATCH, BatchTrace, Tracing, batch_trace
 from ferry.triton.base import InferenceBackend
+from ferry.triton.pool import ON_ENDPOINT
 
 log = logging.getLogger(__name__)
 batches_log = logging.getLogger("ferry.batches")  # a line per batch and call, at DEBUG
@@ -40,8 +46,9 @@ class Dispatcher:
     def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
                  gate: BackendGate, policy: BatchPolicy, tracing: Tracing,
-                 timing: Timing) -> None:
+                 timing: Timing, budget: Budget) -> None:
         self.settings = settings
+        self.budget = budget
         self.metrics = metrics
         self.shared = shared
         self.models = models
@@ -60,6 +67,7 @@ class Dispatcher:
         self._states = models.states
         self._gap_since: dict[str, float] = {}  # model: when a call of it ended, work waiting
         self._settling: set[asyncio.Task[None]] = set()  # done at Triton, writing results
+        self._slots: dict[asyncio.Task[None], Slot] = {}  # each batch's slot in the budget
 
     async def loop(self) -> None:
         """Plan, launch what is due, and sleep until something changes or a batch is due."""
@@ -69,10 +77,9 @@ class Dispatcher:
             now = self.clock()
             holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
             plan = self.policy.plan(self._buffer.views(self.models.lane_capacity), now,
-                                    self.models.backends(now, holding), draining=draining)
-            for departure in plan.flush:
-                self.launch(departure.lane, self._buffer.take(departure.lane, departure.size),
-                            departure.reason)
+                                    self.models.backends(now, holding, self.budget),
+                                    draining=draining)
+            self._depart(plan.flush)
             self.metrics.buffered.set(len(self._buffer))
             if draining and (not self._buffer or holding) and self.shared.feeders_done():
                 return  # what is still held when Triton is down is handed back by stop()
@@ -82,15 +89,34 @@ class Dispatcher:
                 timeout = self.settings.read_block_ms / 1000.0  # look again for Triton's return
             await wait(self._changed, timeout)
 
-    def launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason) -> None:
+    def _depart(self, flush: tuple[Departure, ...]) -> None:
+        """Launch each departure that has a slot; ask the shared budget for one for the rest
+        (they stay aboard, and board more, until it comes). A slot taken for a model whose
+        work did not leave goes back at once: an idle slot held is an instance idle."""
+        for departure in flush:
+            model = departure.lane.model
+            slot = self.budget.slot(model)
+            if slot is None:
+                self.budget.ask(model, functools.partial(self._buffer.holds, model))
+                continue
+            self.launch(departure.lane, self._buffer.take(departure.lane, departure.size),
+                        departure.reason, slot)
+        if self.budget.granted:
+            self.budget.unused([m for m, taken in self.budget.granted.items() if taken])
+
+    def launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason,
+               slot: Slot | None = None) -> None:
         """Send a batch as its own task, counted in flight until it is done."""
         recorder = None
         if self.tracing.enabled:
             recorder = batch_trace(lane.model, reason.value, [
                 (d.task.trace_context, d.task.enqueued_at_ms) for d in deliveries if d.task])
-        task = asyncio.create_task(self._run_batch(lane.model, deliveries, recorder),
+        task = asyncio.create_task(self._run_batch(lane.model, deliveries, recorder,
+                                                   slot.endpoint if slot else ""),
                                    name=f"ferry-batch-{lane.model}")
         self._batches[task] = (lane, deliveries)
+        if slot is not None:
+            self._slots[task] = slot
         since = self._gap_since.pop(lane.model, None)
         now = self.clock()
         if since is not None:
@@ -132,7 +158,9 @@ class Dispatcher:
         return min(dues) - time.time() * 1000 if dues else math.nan
 
     async def _run_batch(self, model: str, deliveries: list[Delivery],
-                         recorder: BatchTrace | None = None) -> None:
+                         recorder: BatchTrace | None = None, endpoint: str = "") -> None:
+        if endpoint:
+            ON_ENDPOINT.set(endpoint)  # this task's own context: the pool sends it there
         if recorder is not None:
             CURRENT_BATCH.set(recorder)  # this task's own context: the executor records in it
         try:
@@ -161,7 +189,7 @@ class Dispatcher:
         if state is not None and settling >= state.window.limit:
             return False  # its slot frees when its results are written
         self._settling.add(task)
-        self._release(lane)
+        self._release(lane, task)
         return self._buffer.holds(lane.model)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
@@ -171,10 +199,14 @@ class Dispatcher:
             self._settling.discard(task)
             self.metrics.inflight.set(len(self._batches) - len(self._settling))
         else:
-            self._release(lane)
+            self._release(lane, task)
 
-    def _release(self, lane: Lane) -> None:
-        """A slot of the lane's model is free: count it, and wake whoever waits for one."""
+    def _release(self, lane: Lane, task: asyncio.Task[None]) -> None:
+        """A slot of the lane's model is free: count it (give it back to the shared budget),
+        and wake whoever waits for one."""
+        slot = self._slots.pop(task, None)
+        if slot is not None:
+            self.budget.give(slot)
         state = self._states.get(lane.model)
         if state is not None:
             state.freed = state.inflight >= state.slots  # what waited for it leaves at once

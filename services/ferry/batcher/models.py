@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ferry.batching.breaker import CircuitBreaker
 from ferry.batching.estimators import ArrivalRate, BatchCost, Window
@@ -20,6 +21,10 @@ from ferry.oip.spec import ModelInterface
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend, instance_count
+from ferry.triton.pool import TritonPool
+
+if TYPE_CHECKING:
+    from ferry.batcher.budget import Budget
 
 INTERFACE_TTL_S = 30.0  # as long as the backend caches a model's spec
 
@@ -82,17 +87,27 @@ class ModelState:
             breaker = self.breakers[version] = self.new_breaker()
         return breaker
 
-    def backend(self, now: float, holding: bool) -> Backend:
+    def backend(self, now: float, holding: bool, shared: tuple[int, bool] | None = None
+                ) -> Backend:
+        """What the policy plans the model with. With a shared budget (``shared``: the slots
+        taken for its next batches, and whether an ask for one is under way), a slot taken
+        is free and freed (what waited for it leaves at once: the pool is busy); with none
+        taken and none asked for, one may be asked for (the policy's departure asks)."""
         free = 0 if holding else max(0, self.slots - self.inflight)
+        freed = self.freed
+        if shared is not None and not holding:
+            granted, asking = shared
+            free = granted if granted or asking else min(free, 1)
+            freed = freed or granted > 0
         return Backend(free=free, rate=self.rate.at(now), fixed_s=self.cost.fixed_s,
                        per_item_s=self.cost.per_item_s, slots=self.slots,
-                       late_s=self.cost.late_s, freed=self.freed)
+                       late_s=self.cost.late_s, freed=freed)
 
 
 class ModelBook:
     """Every model's state, made on first sight with the settings' limits and breaker."""
 
-    def __init__(self, settings: BatcherSettings, backend: InferenceBackend,
+    def __init__(self, settings: BatcherSettings, backend: TritonPool,
                  metrics: BatcherMetrics) -> None:
         self.settings = settings
         self.backend = backend
@@ -129,9 +144,10 @@ class ModelBook:
         within it in rows."""
         state = self.state(model)
         try:
-            if tensors:
+            if tensors:  # its instances over every server of the pool
                 found = await self.interfaces.get(model)
-                capacity, instances = found.interface.max_batch_size, found.instances
+                capacity = found.interface.max_batch_size
+                instances = sum((await self.backend.count(model)).values()) or found.instances
             else:
                 spec = await self.backend.model_spec(model)
                 capacity, instances = spec.max_batch_size, spec.instances
@@ -160,9 +176,14 @@ class ModelBook:
         """Every model this batcher knows has all its slots taken."""
         return bool(self.states) and all(m.inflight >= m.slots for m in self.states.values())
 
-    def backends(self, now: float, holding: bool) -> dict[str, Backend]:
-        """What the policy plans with: each model's free slots, arrival rate and fixed cost."""
-        return {name: m.backend(now, holding) for name, m in self.states.items()}
+    def backends(self, now: float, holding: bool, budget: Budget | None = None
+                 ) -> dict[str, Backend]:
+        """What the policy plans with: each model's free slots (from the shared budget while
+        it is shared), arrival rate and fixed cost."""
+        if budget is None or not budget.shared:
+            return {name: m.backend(now, holding) for name, m in self.states.items()}
+        return {name: m.backend(now, holding, (budget.free(name), budget.asking(name)))
+                for name, m in self.states.items()}
 
     def lane_capacity(self, lane: Lane) -> int:
         """Suspects go one at a time; a model's lane takes what the model takes."""

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from ferry.backoff import backoff_delay
+from ferry.batcher.budget import Budget, SharedBudget
 from ferry.batcher.dispatcher import Dispatcher
 from ferry.batcher.executor import REAL_TIME, Timing
 from ferry.batcher.gate import BackendGate
@@ -60,10 +61,11 @@ class Batcher:
         self._models = ModelBook(settings, parts.backend, parts.metrics)
         policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
                              adaptive=settings.adaptive_flush, aging_s=settings.priority_aging_s)
+        self._budget = self._make_budget(parts, timing)
         self._dispatcher = Dispatcher(
             settings, parts.backend, parts.store, parts.metrics, shared=self._shared,
             models=self._models, gate=self._gate, policy=policy, tracing=parts.tracing,
-            timing=timing)
+            timing=timing, budget=self._budget)
         self._reader = Reader(
             settings, parts.queue, parts.store, parts.metrics, shared=self._shared,
             models=self._models, gate=self._gate, executor=self._dispatcher.executor,
@@ -73,6 +75,7 @@ class Batcher:
             models=self._models, policy=policy, stopping=self._shared.stopping,
             clock=timing.clock)
         parts.cancels.on_message = self._dispatcher.on_cancel
+        parts.bells.on_message = self._budget.ring
         self._webhooks = (WebhookSender(settings, parts.redis, self.partitions, parts.consumer,
                                         parts.metrics) if settings.webhook_hosts else None)
         self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
@@ -81,8 +84,44 @@ class Batcher:
         self._dispatcher.executor.desk = self._statistics
         self._loops: list[asyncio.Task[None]] = []
         self._lease: asyncio.Task[None] | None = None  # its heartbeat: outlives the loops
+        self._renewal: asyncio.Task[None] | None = None  # its slots' too
         self._metrics_server: StatusServer | None = None
         self._stopped = False
+
+    def _make_budget(self, parts: BatcherParts, timing: Timing) -> Budget:
+        """Each model's in-flight budget: its instances over the pool, shared with the other
+        batchers through Redis while there are others (``batcher.budget``)."""
+        settings, models, pool = parts.settings, self._models, parts.backend
+        shared = None if settings.inflight_budget == "local" else SharedBudget(
+            parts.hot, parts.consumer, lease_ms=settings.lease_ms)
+
+        def limits(model: str) -> dict[str, int]:
+            found = pool.limits(model)
+            cap = settings.max_inflight_batches
+            if cap:  # the operator's cap on the model's batches: on the whole pool
+                found = _capped(found, cap)
+            return found or {"": models.state(model).window.limit}  # not counted: the pool picks
+
+        def waited(model: str, seconds: float) -> None:
+            self.metrics.budget_wait.labels(model).observe(seconds)
+
+        return Budget(shared, mode=settings.inflight_budget, limits=limits,
+                      wake=self._shared.changed.set, clock=timing.clock, waited=waited)
+
+    async def renew_loop(self) -> None:
+        """Five times a lease: how many batchers are alive (the budget is shared while more
+        than one is), and another lease for the slots this batcher holds."""
+        interval = self.settings.lease_ms / 5000.0
+        queue, budget = self.parts.queue, self._budget
+        while True:
+            try:
+                budget.saw(await queue.live_batchers(self.settings.lease_ms),
+                           hold_s=2 * self.settings.lease_ms / 1000.0)
+                self.metrics.budget_shared.set(1 if budget.shared else 0)
+                await budget.renew()
+            except RedisUnavailableError as exc:
+                log.warning("renewing the in-flight budget's slots failed: %s", exc)
+            await asyncio.sleep(interval)
 
     @classmethod
     def from_settings(cls, settings: BatcherSettings, *, backend: InferenceBackend | None = None,
@@ -103,6 +142,11 @@ class Batcher:
     def buffered(self) -> int:
         """Tasks boarded and waiting for their batch to leave."""
         return len(self._shared.buffer)
+
+    @property
+    def budget(self) -> Budget:
+        """Its side of each model's in-flight budget (whether shared, slots taken and held)."""
+        return self._budget
 
     @property
     def backend_reachable(self) -> bool:
@@ -131,6 +175,8 @@ class Batcher:
             self.metrics.partition_pending.labels(str(partition))
         await self._until_redis_answers(self._prepare_queue)
         await self.parts.cancels.start()
+        if self._budget.mode != "local":
+            await self.parts.bells.start()
         if self._webhooks is not None:
             await self._webhooks.start()
         await self._versions.start()
@@ -139,11 +185,16 @@ class Batcher:
         self._loops = self._start_loops()
         self._lease = asyncio.create_task(self._reader.lease_loop(), name="ferry-lease")
         self._lease.add_done_callback(self._loop_done)
+        self._renewal = asyncio.create_task(self.renew_loop(), name="ferry-budget")
+        self._renewal.add_done_callback(self._loop_done)
         s = self.settings
         log.info("batcher %s owns partitions %s; batches of %d or after %.0f ms; infer calls "
                  "over %s", self.parts.consumer, ",".join(map(str, self.partitions)), s.max_batch,
                  s.max_wait_ms, f"HTTP {s.triton_http_url}" if s.triton_http_url
                  else f"gRPC {s.triton_url}")
+        log.info("Triton servers: %s; in-flight budget %s", ", ".join(
+            f"{e.name} {e.state.value}" for e in self.parts.backend.endpoints.values()),
+            s.inflight_budget)
 
     def _start_loops(self) -> list[asyncio.Task[None]]:
         """Every loop as a referenced task; those that may board work are the feeders."""
@@ -240,7 +291,11 @@ class Batcher:
 
     async def _close(self) -> None:
         parts = self.parts
+        await self._budget.close()
+        if self._renewal is not None:
+            await _cancel([self._renewal], timeout_s=1.0)
         await parts.cancels.stop()
+        await parts.bells.stop()
         await self._versions.stop()
         await self._statistics.stop()
         if self._webhooks is not None:
@@ -277,6 +332,15 @@ class Batcher:
             log.info("batcher stopping")
             await self.stop()
         return 1 if self.failed.is_set() else 0
+
+
+def _capped(limits: dict[str, int], cap: int) -> dict[str, int]:
+    """``limits`` with at most ``cap`` slots in all, the largest servers' cut first."""
+    capped = dict(limits)
+    while sum(capped.values()) > cap:
+        largest = max(capped, key=lambda name: capped[name])
+        capped[largest] -= 1
+    return {name: n for name, n in capped.items() if n > 0}
 
 
 async def _cancel(tasks: Iterable[asyncio.Task[None]], timeout_s: float) -> None:

@@ -20,13 +20,14 @@ from ferry.tasks.redis_store import RedisTaskStore
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.telemetry.tracing import Tracing
 from ferry.triton.base import InferenceBackend
+from ferry.triton.pool import Endpoint, PoolHooks, State, TritonPool
 
 
 @dataclass
 class BatcherParts:
     settings: BatcherSettings
     consumer: str
-    backend: InferenceBackend
+    backend: TritonPool  # every Triton server (a test's one backend, as a pool of one)
     hot: Commands  # completion
     redis: SlowRedis  # groups, webhooks, cluster-mode check
     queue: TaskQueue  # reads through a blocking lean connection of its own
@@ -34,6 +35,7 @@ class BatcherParts:
     # reviews' admission and records' reads (``batcher.versions``)
     metrics: BatcherMetrics
     cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
+    bells: Subscriber  # models one of whose shared slots freed (``batcher.budget``)
     tracing: Tracing  # OTLP traces, when OTEL_* asks for them
 
 
@@ -65,9 +67,39 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
     cancels = Subscriber(address(settings), keys.CANCEL_CHANNEL, lambda message: None,
                          lambda: None, timeout_s=settings.redis_socket_timeout_s,
                          locate=locator(settings))
+    bells = Subscriber(address(settings), keys.BUDGET_CHANNEL, lambda message: None,
+                       lambda: None, timeout_s=settings.redis_socket_timeout_s,
+                       locate=locator(settings), name="ferry-budget-bells")
+    metrics = metrics or BatcherMetrics()
+    hooks = pool_hooks(metrics)
     return BatcherParts(
-        settings=settings, consumer=consumer, cancels=cancels,
-        backend=backend or triton_backend(settings, infer_timeout_s=settings.infer_timeout_s,
-                                          http_url=settings.triton_http_url),
-        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics or BatcherMetrics(),
+        settings=settings, consumer=consumer, cancels=cancels, bells=bells,
+        backend=_as_pool(backend, settings, hooks) if backend is not None else triton_backend(
+            settings, infer_timeout_s=settings.infer_timeout_s,
+            http_url=settings.triton_http_url, hooks=hooks),
+        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics,
         tracing=Tracing("ferry-batcher"))
+
+
+def _as_pool(backend: InferenceBackend, settings: BatcherSettings, hooks: PoolHooks) -> TritonPool:
+    """A test's backend as the batcher's pool (a pool as itself)."""
+    if isinstance(backend, TritonPool):
+        backend.hooks = hooks
+        return backend
+    return TritonPool.of(backend, settings.triton_grpc_target.split(",")[0], hooks=hooks)
+
+
+def pool_hooks(metrics: BatcherMetrics) -> PoolHooks:
+    """The pool's servers, shown in the batcher's metrics: each one's calls and state, and the
+    rows of each call it takes."""
+    def on_call(endpoint: str, rows: int) -> None:
+        metrics.endpoint_batch.labels(endpoint).observe(rows)
+
+    def on_change(endpoints: list[Endpoint]) -> None:
+        for endpoint in endpoints:
+            metrics.endpoint_inflight.labels(endpoint.name).set(endpoint.inflight)
+            for state in State:
+                metrics.endpoint_state.labels(endpoint.name, state.value).set(
+                    1 if endpoint.state is state else 0)
+
+    return PoolHooks(on_call, on_change)

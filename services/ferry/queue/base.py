@@ -67,6 +67,10 @@ class TaskQueue(Protocol):
         only); and whether it still holds any."""
         ...
 
+    async def live_batchers(self, lease_ms: int) -> int:
+        """How many consumers hold a lease renewed within ``lease_ms`` of the last beat."""
+        ...
+
     async def bury(self, dead: str) -> None:
         """Forget the lease of a dead consumer that holds nothing any more."""
         ...

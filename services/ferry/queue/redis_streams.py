@@ -511,6 +511,15 @@ class RedisStreamQueue:
                 return rescued, True
         return rescued, False
 
+    async def live_batchers(self, lease_ms: int) -> int:
+        """How many consumers hold a live lease: renewed within ``lease_ms`` of the latest beat
+        (both Redis's clock: no two machines' clocks are compared)."""
+        found = await self.redis.hgetall(keys.BATCHERS_KEY)
+        beats = {text(name): int(at) for name, at in found.items()}
+        heard = beats.pop("~heard", 0)
+        return sum(1 for name, at in beats.items()
+                   if not name.startswith("~") and heard - at <= lease_ms)
+
     async def bury(self, dead: str) -> None:
         """Forget a dead consumer's lease once it holds nothing (a consumer that comes back
         beats again: absent is not dead)."""

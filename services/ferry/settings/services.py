@@ -46,7 +46,12 @@ class CommonSettings:
     partitions: int = setting(16, "number of partition streams tasks are spread over")
     result_ttl_s: int = setting(600, "seconds a finished task's result is kept")
     pending_ttl_s: int = setting(86400, "seconds an accepted task's PENDING record is kept")
-    triton_url: str = setting("127.0.0.1:8001", "Triton gRPC address, host:port")
+    triton_url: str = setting("127.0.0.1:8001", "Triton's gRPC addresses, host:port, "
+                              "comma-separated: every server of the pool; a name that resolves "
+                              "to several addresses (a headless Service) is one server each")
+    triton_resolve_s: float = setting(2.0, "how often triton_url's names are looked up again "
+                                      "(a Triton pod added takes work within this and a "
+                                      "second)")
     log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR; then optionally "
                              "name=LEVEL per logger, e.g. INFO,ferry.batches=DEBUG (a line per "
                              "batch)")
@@ -274,8 +279,13 @@ class BatcherSettings(CommonSettings):
     statefulset: str = setting("", "'auto': the batchers' StatefulSet (in this pod's namespace)")
     replicas_check_s: float = setting(15.0, "'auto': how often the StatefulSet's replica count "
                                       "is read")
-    max_inflight_batches: int = setting(0, "batches of one model at Triton at once; 0: as many "
-                                        "as Triton runs instances of the model")
+    max_inflight_batches: int = setting(0, "batches of one model at Triton at once, over every "
+                                        "server (and, with a shared budget, every batcher); 0: "
+                                        "as many as Triton runs instances of the model")
+    inflight_budget: str = setting("auto", "whose the in-flight budget (each model's instances "
+                                   "over every Triton server) is: 'shared' by every batcher "
+                                   "through Redis, 'local' to each batcher, or 'auto': shared "
+                                   "while more than one batcher holds a live lease")
     adaptive_flush: bool = setting(True, "send a batch early when Triton has a free instance "
                                    "and no other request is expected soon")
     slo_ms: float = setting(0.0, "latency objective of every task, from its submission to its "
@@ -288,10 +298,11 @@ class BatcherSettings(CommonSettings):
     backoff_base_ms: float = setting(100.0, "first retry delay; doubles on each attempt")
     backoff_max_ms: float = setting(2000.0, "longest retry delay")
     infer_timeout_s: float = setting(30.0, "deadline of one Triton infer call")
-    triton_http_url: str = setting("", "Triton's HTTP address, host:port: when set, infer calls "
-                                   "go there (HTTP/1.1, binary tensors, about a quarter of "
-                                   "gRPC's CPU per call) and the rest stays on gRPC; over TLS "
-                                   "with triton_ssl; empty: every call over gRPC")
+    triton_http_url: str = setting("", "Triton's HTTP addresses, host:port, one per triton_url "
+                                   "address in the same order: when set, infer calls go there "
+                                   "(HTTP/1.1, binary tensors, about a quarter of gRPC's CPU per "
+                                   "call) and the rest stays on gRPC; over TLS with triton_ssl; "
+                                   "empty: every call over gRPC")
     lease_ms: int = setting(2000, "a batcher renews its lease (a heartbeat in Redis) five "
                             "times in this: one that has not for this long is dead, and the "
                             "others take its tasks over at once (docs/redis.md: recovery)")
@@ -350,6 +361,9 @@ class BatcherSettings(CommonSettings):
         super().__post_init__()
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.slo_ms < 0:
             raise ConfigError("max_batch must be >= 1, max_wait_ms and slo_ms >= 0")
+        if self.inflight_budget not in ("auto", "shared", "local"):
+            raise ConfigError(f"inflight_budget must be auto, shared or local, not "
+                              f"{self.inflight_budget!r}")
         if self.max_attempts < 1 or self.max_inflight_batches < 0:
             raise ConfigError("max_attempts must be >= 1 and max_inflight_batches >= 0")
         if self.read_block_ms / 1000.0 >= self.redis_socket_timeout_s:

@@ -59,6 +59,8 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
+        (self.endpoint_inflight, self.endpoint_batch, self.endpoint_state,
+         self.budget_wait, self.budget_shared) = _pool_metrics(r)
         self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
                                 "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
         self.circuit, self.window = _model_gauges(r)
@@ -247,6 +249,24 @@ def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter]:
                   "candidate answers", ["model", "candidate"], registry=registry),
             Counter("ferry_rollout_decisions_total", "Rollout changes the guard made: step, "
                     "promote, rollback", ["model", "action"], registry=registry))
+
+
+def _pool_metrics(registry: CollectorRegistry
+                  ) -> tuple[Gauge, Histogram, Gauge, Histogram, Gauge]:
+    """The Triton servers of the pool, and the fleet's shared in-flight budget."""
+    return (Gauge("ferry_endpoint_inflight", "This batcher's calls at each Triton server now",
+                  ["endpoint"], registry=registry),
+            Histogram("ferry_endpoint_batch_size", "Rows of each call, by the Triton server it "
+                      "went to", ["endpoint"], buckets=BATCH_BUCKETS, registry=registry),
+            Gauge("ferry_endpoint_state", "Each Triton server's state as this batcher sees it: "
+                  "1 for its state (ready, down, draining), 0 for the others",
+                  ["endpoint", "state"], registry=registry),
+            Histogram("ferry_budget_wait_seconds", "A batch's wait for a slot of its model's "
+                      "shared in-flight budget (the fleet's instances all busy)", ["model"],
+                      buckets=GAP_BUCKETS, registry=registry),
+            Gauge("ferry_budget_shared", "1 while this batcher's in-flight budget is shared "
+                  "with other batchers through Redis, 0 while counted here alone",
+                  registry=registry))
 
 
 GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

@@ -27,7 +27,12 @@ from ferry.triton.oip import InferredTensors, infer_tensors, model_infer_request
 from ferry.triton.tensors import Rows, output_rows
 
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1),
-                    ("grpc.max_receive_message_length", -1)]
+                    ("grpc.max_receive_message_length", -1),
+                    # A server that was down (starting, restarted, added to the pool) is tried
+                    # again within a second, not after gRPC's backoff of up to two minutes.
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.min_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000)]
 
 
 def as_dict(message: Message) -> dict[str, Any]:
@@ -101,8 +106,10 @@ class TritonGrpcBackend:
 
     def __init__(self, url: str, *, infer_timeout_s: float = 30.0, control_timeout_s: float = 5.0,
                  spec_ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 tls: TlsFiles | None = None, http: HttpInferClient | None = None) -> None:
+                 tls: TlsFiles | None = None, http: HttpInferClient | None = None,
+                 server_name: str = "") -> None:
         self.http = http
+        self.server_name = server_name  # TLS: the name its certificate is for, when url is an IP
         self.url = url
         self.tls = tls
         self.infer_timeout_s = infer_timeout_s
@@ -124,8 +131,10 @@ class TritonGrpcBackend:
             if self.tls is None:
                 self._channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
             else:
+                options = _CHANNEL_OPTIONS + ([("grpc.ssl_target_name_override",
+                                                self.server_name)] if self.server_name else [])
                 self._channel = grpc.aio.secure_channel(self.url, self.tls.credentials(),
-                                                        options=_CHANNEL_OPTIONS)
+                                                        options=options)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def close(self) -> None:

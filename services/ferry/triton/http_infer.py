@@ -152,7 +152,7 @@ class HttpInferClient:
     flight; idle ones kept for the next)."""
 
     def __init__(self, url: str, *, timeout_s: float,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, server_name: str = "") -> None:
         hostport = url.removeprefix("http://").removeprefix("https://").rstrip("/")
         host, _, port = hostport.rpartition(":")
         if not host or not port.isdigit():
@@ -160,6 +160,7 @@ class HttpInferClient:
         self.host, self.port = host.strip("[]"), int(port)
         self.timeout_s = timeout_s
         self.ssl_context = ssl_context
+        self.server_name = server_name or None  # TLS: the name to verify (an address's own)
         self._idle: list[_Conn] = []
         self._head_host = f"Host: {hostport}\r\n".encode()
 
@@ -213,7 +214,8 @@ class HttpInferClient:
 
     async def _open(self) -> _Conn:
         reader, writer = await asyncio.open_connection(
-            self.host, self.port, ssl=self.ssl_context, limit=_HEAD_LIMIT)
+            self.host, self.port, ssl=self.ssl_context, limit=_HEAD_LIMIT,
+            server_hostname=self.server_name if self.ssl_context is not None else None)
         return _Conn(reader, writer)
 
     async def _send(self, conn: _Conn, path: str,

@@ -193,15 +193,29 @@ podAntiAffinity:
 {{- .Values.redis.existingPasswordSecret | default (printf "%s-redis" (include "ferry.fullname" .)) -}}
 {{- end -}}
 
+{{- /* Triton's gRPC address for the gateways: the chart's Service (one virtual address), or the
+external one. */ -}}
 {{- define "ferry.tritonUrl" -}}
 {{- if .Values.triton.enabled -}}{{ include "ferry.fullname" . }}-triton:8001
-{{- else -}}{{ required "triton.externalUrl is required when triton.enabled is false" .Values.triton.externalUrl }}{{- end -}}
+{{- else -}}{{ include "ferry.externalTritonUrl" . }}{{- end -}}
 {{- end -}}
 
-{{- /* Triton's HTTP address for the batcher's infer calls; empty: over gRPC */ -}}
+{{- /* ... for the batchers: the headless Service, a name that resolves to every ready Triton pod
+(each pod an endpoint with its own instances), or the external one(s). */ -}}
+{{- define "ferry.batcherTritonUrl" -}}
+{{- if .Values.triton.enabled -}}{{ include "ferry.fullname" . }}-triton-headless:8001
+{{- else -}}{{ include "ferry.externalTritonUrl" . }}{{- end -}}
+{{- end -}}
+
+{{- define "ferry.externalTritonUrl" -}}
+{{- required "triton.externalUrl is required when triton.enabled is false" .Values.triton.externalUrl -}}
+{{- end -}}
+
+{{- /* Triton's HTTP address for the batcher's infer calls, the same pods as its gRPC address;
+empty: over gRPC */ -}}
 {{- define "ferry.tritonHttpUrl" -}}
 {{- if .Values.batcher.inferOverHttp -}}
-{{- if .Values.triton.enabled -}}{{ include "ferry.fullname" . }}-triton:8000
+{{- if .Values.triton.enabled -}}{{ include "ferry.fullname" . }}-triton-headless:8000
 {{- else -}}{{ .Values.triton.externalHttpUrl }}{{- end -}}
 {{- end -}}
 {{- end -}}
@@ -230,7 +244,7 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* The FERRY_* variables gateway and batchers share. */}}
+{{/* The FERRY_* variables gateway and batchers share (not Triton's address: each has its own). */}}
 {{- define "ferry.commonEnv" -}}
 - name: FERRY_REDIS_URL
   value: {{ include "ferry.redisUrl" . | quote }}
@@ -261,8 +275,6 @@ seccompProfile:
 - name: FERRY_REDIS_WAIT_MS
   value: {{ $.Values.redis.waitMs | quote }}
 {{- end }}
-- name: FERRY_TRITON_URL
-  value: {{ include "ferry.tritonUrl" . | quote }}
 - name: FERRY_PARTITIONS
   value: {{ .Values.partitions | quote }}
 {{- if .Values.rollouts.models }}

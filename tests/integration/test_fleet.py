@@ -1,0 +1,344 @@
+"""The fleet on real servers (docs/architecture.md, "The fleet"): a model's in-flight budget is
+its instances over every Triton server, shared by every batcher through Redis; batches go to
+the servers with a free instance; a server killed, added or stopped under load loses nothing.
+
+Three tritonservers on loopback serve ``fleet`` (the simulator, t(B) = 50 + 2·B ms, batches of
+at most 16, one instance each): ``a`` and ``b`` from the start, ``c`` named in every
+configuration but started only when a test adds it. The tests run in this order and share the
+servers: the last ones stop ``c`` (SIGTERM) and kill ``a`` (SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import tritonclient.grpc as triton_grpc
+
+from ferry import keys
+from ferry.batcher.budget import SharedBudget
+from ferry.batcher.worker import Batcher
+from ferry.redis_conn import lean
+from ferry.resp.client import Commands
+from ferry.settings import CommonSettings
+from ferry.stack.process import ManagedProcess
+from ferry.stack.triton_server import (
+    TritonPorts,
+    http_ready,
+    prepare_backends,
+    triton_argv,
+    triton_env,
+)
+from ferry.stack.up import bundled_repository
+from ferry.triton.pool import State
+from tests.conftest import REDIS_CLUSTER
+from tests.integration.helpers import (
+    Stack,
+    batcher_settings,
+    gateway_settings,
+    running_stack,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+MODEL = "fleet"
+SPANS = {1: ["all"], 2: ["0-7", "8-15"], 4: ["0-3", "4-7", "8-11", "12-15"]}
+
+
+@dataclass
+class Server:
+    """One tritonserver of the fleet (``proc`` None while not started)."""
+
+    name: str
+    ports: TritonPorts
+    state: Path
+    proc: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+
+def fleet_repository(target: Path) -> Path:
+    """``fleet``: the simulator at t(B) = 50 + 2·B ms, batches of at most 16, one instance."""
+    model = target / MODEL
+    shutil.copytree(bundled_repository() / "sim", model,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    config = (model / "config.pbtxt").read_text().replace('name: "sim"', f'name: "{MODEL}"')
+    config = config.replace("max_batch_size: 64", "max_batch_size: 16")
+    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
+                    'key: "fixed_ms" value: { string_value: "50" }', config)
+    config = re.sub(r'key: "per_item_ms" value: \{ string_value: "[0-9.]+" \}',
+                    'key: "per_item_ms" value: { string_value: "2" }', config)
+    (model / "config.pbtxt").write_text(config)
+    return target
+
+
+def launch(server: Server, repository: Path) -> ManagedProcess:
+    """Start ``server``'s tritonserver, not waiting for it: from this thread, whose end would
+    end the process (its parent-death signal follows the thread that started it)."""
+    server.proc = ManagedProcess(
+        "tritonserver", triton_argv(repository, prepare_backends(server.state), server.ports),
+        env=triton_env(), log_path=server.state / "triton.log")
+    server.proc.start()
+    return server.proc
+
+
+def ready(server: Server) -> None:
+    assert server.proc is not None
+    server.proc.wait_ready(lambda: http_ready(server.ports.http), 180)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[Server]]]:
+    root = tmp_path_factory.mktemp("fleet")
+    repository = fleet_repository(root / "models")
+    servers = [Server(name, TritonPorts.free(), root / name) for name in "abc"]
+    for server in servers[:2]:  # both start at once
+        launch(server, repository)
+    try:
+        for server in servers[:2]:
+            ready(server)
+        yield repository, servers
+    finally:
+        for server in servers:
+            if server.proc is not None:
+                server.proc.stop(grace_s=10)
+
+
+def urls(servers: Sequence[Server]) -> str:
+    return ",".join(s.url for s in servers)
+
+
+def executions(server: Server) -> tuple[int, int, int]:
+    """Triton's own count of ``fleet``'s executions, and its requests' queue and compute time
+    (ns), on ``server``."""
+    with triton_grpc.InferenceServerClient(server.url) as client:
+        stats = client.get_inference_statistics(MODEL, as_json=True)
+    model = stats["model_stats"][0]
+    inference = model["inference_stats"]
+    return (int(model.get("execution_count", 0)), int(inference["queue"].get("ns", 0)),
+            int(inference["compute_infer"].get("ns", 0)))
+
+
+class Concurrency:
+    """The most of Ferry's calls at once on each server, over every batcher of the test (they
+    share this event loop): read at each call's start from every batcher's pool."""
+
+    def __init__(self) -> None:
+        self.batchers: list[Batcher] = []
+        self.most: dict[str, int] = {}
+
+    def watch(self, batchers: Sequence[Batcher]) -> None:
+        self.batchers = list(batchers)
+        for batcher in batchers:
+            pool = batcher.parts.backend
+            before = pool.hooks.on_call
+
+            def on_call(endpoint: str, rows: int, before: Any = before) -> None:
+                before(endpoint, rows)
+                now = sum(b.parts.backend.endpoints[endpoint].inflight
+                          for b in self.batchers if endpoint in b.parts.backend.endpoints)
+                self.most[endpoint] = max(self.most.get(endpoint, 0), now)
+
+            pool.hooks.on_call = on_call
+
+
+@contextlib.asynccontextmanager
+async def fleet_stack(redis_url: str, servers: Sequence[Server], batchers: int,
+                      **overrides: Any) -> AsyncIterator[tuple[Stack, Concurrency]]:
+    """A gateway and ``batchers`` batchers on every server of ``servers``, each batcher's
+    budget shared from its first batch on (as it is once the others' leases are seen)."""
+    url = urls(servers)
+    settings = [batcher_settings(redis_url, url, owned_partitions=span, max_wait_ms=20,
+                                 **overrides)
+                for span in SPANS[batchers]]
+    concurrency = Concurrency()
+    async with running_stack(gateway_settings(redis_url, url), *settings) as stack:
+        concurrency.watch(stack.batchers)
+        assert await wait_until(lambda: all(b.budget.live >= batchers
+                                            for b in stack.batchers), 10)
+        yield stack, concurrency
+
+
+async def load(stack: Stack, count: int, rate: float, tag: str) -> list[str]:
+    """``count`` requests of ``fleet`` at ``rate`` a second; their task ids."""
+    ids: list[str] = []
+    started = time.monotonic()
+    for i in range(count):
+        ahead = started + i / rate - time.monotonic()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        ids.append(await stack.submit(f"{tag}-{i}", model=MODEL))
+    return ids
+
+
+def statuses(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many ended in each status (and, for those not SUCCESS, each error)."""
+    found: dict[str, int] = {}
+    for result in results:
+        status = result["status"] if result["status"] == "SUCCESS" else \
+            f"{result['status']}: {result.get('error')}"
+        found[status] = found.get(status, 0) + 1
+    return found
+
+
+# -- the shared budget's scripts, alone ---------------------------------------------------------
+
+
+@pytest.fixture
+async def hot(redis_url: str) -> AsyncIterator[Commands]:
+    client = lean(CommonSettings(redis_url=redis_url, redis_cluster=REDIS_CLUSTER), "test")
+    yield client
+    await client.close()
+
+
+async def test_a_freed_slot_goes_to_the_batcher_that_waited_longest(hot: Commands) -> None:
+    model = f"budget-{time.monotonic_ns()}"
+    limits = {"a": 1, "b": 1}
+    x, y, z, w = (SharedBudget(hot, name, lease_ms=10_000) for name in "xyzw")
+    first, second = await x.take(model, limits), await y.take(model, limits)
+    assert first is not None and second is not None
+    assert {first.endpoint, second.endpoint} == {"a", "b"}  # one batch on each server
+    assert await z.take(model, limits) is None  # every instance busy: z waits, first
+    await x.give(model, [first])
+    assert await w.take(model, limits) is None  # w came later: the slot is z's
+    taken = await z.take(model, limits)
+    assert taken is not None and taken.endpoint == first.endpoint
+    await y.give(model, [second])
+    found = await w.take(model, limits)
+    assert found is not None and found.endpoint == second.endpoint
+    # A server's own instances bound it: with a's two, both go to a while b is full.
+    more = await x.take(model, {"a": 2, "b": 1})
+    assert more is not None and more.endpoint == "a"
+    assert await y.take(model, {"a": 2, "b": 1}) is None
+
+
+async def test_a_slot_lapses_unless_renewed_and_a_silent_waiter_leaves(
+    hot: Commands, redis_client: redis.Redis,
+) -> None:
+    model = f"budget-{time.monotonic_ns()}"
+    dying = SharedBudget(hot, "dying", lease_ms=300)
+    living = SharedBudget(hot, "living", lease_ms=300)
+    lost = await dying.take(model, {"a": 1})
+    kept = await living.take(model, {"b": 1})
+    assert lost is not None and kept is not None
+    other = SharedBudget(hot, "other", lease_ms=300, patience_ms=300)
+    assert await other.take(model, {"a": 1}) is None  # a is taken: other waits
+    for _ in range(4):  # the living renew; the dying do not
+        await asyncio.sleep(0.15)
+        assert await living.renew(model, [kept]) == 1
+    assert redis_client.zscore(keys.budget_key(model, "slots"), kept.member) is not None
+    taken = await other.take(model, {"a": 1})  # the dead batcher's slot lapsed
+    assert taken is not None and taken.endpoint == "a"
+    quiet = SharedBudget(hot, "quiet", lease_ms=300, patience_ms=300)
+    assert await quiet.take(model, {"a": 1}) is None  # waits, then asks no more
+    await asyncio.sleep(0.4)
+    await other.give(model, [taken])
+    late = SharedBudget(hot, "late", lease_ms=300, patience_ms=300)
+    assert await late.take(model, {"a": 1}) is not None  # quiet left the queue: late's turn
+
+
+# -- the fleet on real servers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batchers", [2, 4])
+async def test_batchers_share_the_servers_instances_and_never_exceed_them(
+    redis_url: str, fleet: tuple[Path, list[Server]], batchers: int,
+) -> None:
+    """Two servers of one instance each, 2 or 4 batchers: never more of Ferry's batches on a
+    server than its instances (counted over every batcher, and by Triton's own queue time),
+    both servers take work, every task succeeds."""
+    _, servers = fleet
+    a, b, _ = servers
+    before = {s.name: executions(s) for s in (a, b)}
+    async with fleet_stack(redis_url, [a, b], batchers) as (stack, concurrency):
+        ids = await load(stack, 240, 120.0, f"share{batchers}")
+        results = await stack.results(ids, wait=30)
+    assert statuses(results) == {"SUCCESS": len(ids)}
+    assert concurrency.most == {a.url: 1, b.url: 1}  # one batch at a time on each instance
+    after = {s.name: executions(s) for s in (a, b)}
+    for name in ("a", "b"):
+        calls = after[name][0] - before[name][0]
+        queued_ns = after[name][1] - before[name][1]
+        compute_ns = after[name][2] - before[name][2]
+        assert calls > 0, f"server {name} took no work"
+        # A batch behind another at Triton waits a whole call (50 ms or more); none did.
+        assert queued_ns < 0.1 * compute_ns, (name, calls, queued_ns, compute_ns)
+
+
+async def test_a_server_added_under_load_takes_work_within_seconds(
+    redis_url: str, fleet: tuple[Path, list[Server]],
+) -> None:
+    """``c`` is named from the start but down; started under load, it takes batches within
+    5 s of answering (a probe a second), and nothing is lost meanwhile."""
+    repository, servers = fleet
+    c = servers[2]
+    async with fleet_stack(redis_url, servers, 2) as (stack, _):
+        pools = [batcher.parts.backend for batcher in stack.batchers]
+        assert all(pool.endpoints[c.url].state is State.DOWN for pool in pools)
+        sending = asyncio.ensure_future(load(stack, 500, 100.0, "added"))
+        launch(c, repository)
+        await asyncio.to_thread(ready, c)
+        up = time.monotonic()
+        took = await wait_until(lambda: executions(c)[0] > 0, 10, interval_s=0.1)
+        waited = time.monotonic() - up
+        ids = await sending
+        results = await stack.results(ids, wait=30)
+    assert took and waited < 5.0, waited
+    assert statuses(results) == {"SUCCESS": len(ids)}
+
+
+async def test_a_server_stopped_with_sigterm_finishes_its_calls_and_gets_no_more(
+    redis_url: str, fleet: tuple[Path, list[Server]],
+) -> None:
+    """Triton on SIGTERM refuses new calls and finishes those it has: Ferry's batches there
+    end, the next go to the others, nothing fails."""
+    _, servers = fleet
+    c = servers[2]
+    assert c.proc is not None, "the test before starts c"
+    async with fleet_stack(redis_url, servers, 2) as (stack, _):
+        sending = asyncio.ensure_future(load(stack, 300, 100.0, "drained"))
+        assert await wait_until(lambda: executions(c)[0] > 0, 10)
+        await asyncio.sleep(0.5)
+        stopping = asyncio.ensure_future(asyncio.to_thread(c.proc.stop, 20, signal.SIGTERM))
+        ids = await sending
+        results = await stack.results(ids, wait=30)
+        assert await stopping == 0  # it exited by itself, its calls done
+        pools = [batcher.parts.backend for batcher in stack.batchers]
+        assert all(pool.endpoints[c.url].state is State.DOWN for pool in pools)
+    c.proc = None
+    assert statuses(results) == {"SUCCESS": len(ids)}
+
+
+async def test_a_server_killed_under_load_loses_nothing(
+    redis_url: str, fleet: tuple[Path, list[Server]], redis_client: redis.Redis,
+) -> None:
+    """kill -9 of ``a`` under load: its calls fail, their tasks go to ``b`` at once, every
+    accepted task succeeds, nothing is dead-lettered."""
+    _, servers = fleet
+    a, b, _ = servers
+    assert a.proc is not None
+    async with fleet_stack(redis_url, [a, b], 2) as (stack, _):
+        sending = asyncio.ensure_future(load(stack, 300, 100.0, "killed"))
+        assert await wait_until(lambda: executions(a)[0] > 0, 10)
+        await asyncio.sleep(0.5)
+        before_b = executions(b)[0]
+        a.proc.stop(grace_s=5, sig=signal.SIGKILL)
+        ids = await sending
+        results = await stack.results(ids, wait=30)
+    a.proc = None
+    assert statuses(results) == {"SUCCESS": len(ids)}
+    assert executions(b)[0] > before_b
+    for partition in range(16):
+        assert redis_client.xlen(keys.dead_letter_stream(partition)) == 0
