@@ -47,4 +47,6 @@ def test_priming_makes_every_series_with_labels_exist() -> None:
     for metrics in (GatewayMetrics(), BatcherMetrics()):
         metrics.prime(["m"])
         empty = [f.name for f in metrics.registry.collect() if not f.samples]
-        assert empty == [] or set(empty) <= {"ferry_partition_depth", "ferry_partition_pending"}
+        assert empty == [] or set(empty) <= {  # labelled by what a batcher finds as it runs
+            "ferry_partition_depth", "ferry_partition_pending", "ferry_endpoint_inflight",
+            "ferry_endpoint_batch_size", "ferry_endpoint_state"}

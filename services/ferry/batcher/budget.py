@@ -287,10 +287,13 @@ class Budget:
                             "for a lease?)", len(slots) - held, model)
 
     async def close(self) -> None:
-        """Stop asking; give back every slot taken and not used."""
-        for ask in self._asking.values():
-            if ask.task is not None:
+        """Stop asking (leaving the queues: a waiter gone would keep others waiting for up to
+        ``PATIENCE_MS``); give back every slot taken and not used."""
+        for model, ask in self._asking.items():
+            if ask.task is not None and not ask.task.done():
                 ask.task.cancel()
+                if self.shared_budget is not None:
+                    self._spawn(self.shared_budget.give(model, (), leave=True))
         self.unused(list(self.granted))
         if self._giving:
             await asyncio.wait(list(self._giving), timeout=1.0)

@@ -59,8 +59,7 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
                               registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
-        (self.endpoint_inflight, self.endpoint_batch, self.endpoint_state,
-         self.budget_wait, self.budget_shared) = _pool_metrics(r)
+        self._pool_metrics(r)
         self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
                                 "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
         self.circuit, self.window = _model_gauges(r)
@@ -76,11 +75,16 @@ class BatcherMetrics:
             lambda model, version: (self.infer_seconds.labels(model, version),
                                     self.batch_size.labels(model, version)))
 
+    def _pool_metrics(self, registry: CollectorRegistry) -> None:
+        (self.endpoint_inflight, self.endpoint_batch, self.endpoint_state, self.budget_wait,
+         self.budget_shared) = _pool_metrics(registry)
+
     def prime(self, models: Iterable[str]) -> None:
         """Make each model's series of known label values exist at 0 (a series that appears
         only when it first counts breaks absent-series alerts and rate() over its start)."""
         for model in models:
             self.batch_size.labels(model, "")
+            self.budget_wait.labels(model)
             self.infer_seconds.labels(model, "")
             self.queue_wait.labels(model, "")
             self.dispatch_gap.labels(model)
@@ -253,7 +257,8 @@ def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter]:
 
 def _pool_metrics(registry: CollectorRegistry
                   ) -> tuple[Gauge, Histogram, Gauge, Histogram, Gauge]:
-    """The Triton servers of the pool, and the fleet's shared in-flight budget."""
+    """The Triton servers of the pool (their series exist once the pool has found its
+    servers), and the fleet's shared in-flight budget."""
     return (Gauge("ferry_endpoint_inflight", "This batcher's calls at each Triton server now",
                   ["endpoint"], registry=registry),
             Histogram("ferry_endpoint_batch_size", "Rows of each call, by the Triton server it "
