@@ -9,6 +9,7 @@
     .venv/bin/python -m loadtest.bench --only durability  # the cost of WAIT, of fsync always
     .venv/bin/python -m loadtest.bench --only recovery  # each fault under load, its recovery
     .venv/bin/python -m loadtest.bench --only fairness  # a flood beside a light client
+    .venv/bin/python -m loadtest.bench --only pool      # 1-2 Tritons, 1-4 batchers
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -32,7 +33,17 @@ from pathlib import Path
 
 import uvloop
 
-from loadtest.bench import durability, fairness, goals, jobs, keepup, peers, recovery, versus
+from loadtest.bench import (
+    durability,
+    fairness,
+    goals,
+    jobs,
+    keepup,
+    peers,
+    pool,
+    recovery,
+    versus,
+)
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.floor import (
     EXCHANGE_RATES,
@@ -209,7 +220,7 @@ async def keep_up(args: argparse.Namespace, state: Path) -> None:
 
 async def section_alone(args: argparse.Namespace, state: Path) -> bool:
     """A part that writes its section of --out alone (``--only`` keepup, jobs, durability,
-    recovery, fairness, peers-report); False for the others."""
+    recovery, fairness, pool, peers-report); False for the others."""
     out = Path(args.out)
     if args.only == "keepup":
         await keep_up(args, state)
@@ -224,6 +235,8 @@ async def section_alone(args: argparse.Namespace, state: Path) -> bool:
         await recovery.write_section(out, state, args.quick, args.command, machine_brief())
     elif args.only == "fairness":
         await fair_share(args, state)
+    elif args.only == "pool":
+        await pool.write_section(out, state, args.quick, args.command, machine_brief())
     elif args.only == "kill-row":
         await kill_row(args, state)
     else:
@@ -278,6 +291,7 @@ async def bench(args: argparse.Namespace) -> int:
     await recovery.write_section(out, state, args.quick, args.command, machine_brief())
     if not args.quick:  # its smoke run is a test of its own (test_bench_fairness.py)
         await fair_share(args, state)
+        await pool.write_section(out, state, args.quick, args.command, machine_brief())
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -334,7 +348,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--only", default="all",
                         choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
-                                 "recovery", "fairness", "kill-row", "peers-report"),
+                                 "recovery", "fairness", "pool", "kill-row",
+                                 "peers-report"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
                              "section of --out and leaves the rest of it as it was; keepup: "
@@ -343,6 +358,8 @@ def main() -> int:
                              "load and its recovery time, that section alone; fairness: a "
                              "flood at twice the slow backend's capacity beside a light client "
                              "(FIFO, fair share, the light client alone), that section alone; "
+                             "pool: 1 and 2 Tritons, 1, 2 and 4 batchers, against Triton "
+                             "alone round robin, that section alone; "
                              "kill-row: the "
                              "peers' kill -9 table again, alone; peers-report: "
                              "the peers' section again from --state's raw results, nothing "

@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                      "each its own connection (default: two per gateway process)")
     run.add_argument("--gateways", type=int, default=0, help="Ferry's gateway processes "
                      "(default: 3 per 8 cores)")
-    run.add_argument("--batchers", type=int, default=0, help="Ferry's batchers (default: 2 "
-                     "from 8 cores)")
+    run.add_argument("--batchers", type=int, default=0, help="Ferry's batchers (default: 2, "
+                     "sharing the model's instances)")
     run.add_argument("--redis-masters", type=int, default=1, help="Ferry's Redis: one server "
                      "(1), or a Redis Cluster of this many masters, the partitions spread "
                      "over them")

@@ -13,7 +13,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"# Ferry and Triton alone on {_card(result)}", "",
              f"Run {result['started']}, {result.get('elapsed_s', 0):.0f} s. "
              f"{_machine(result)}", ""]
-    lines += _goals(result) + _engine(result) + _fit(result) + _goodput(result) + _loads(result)
+    lines += (_goals(result) + _engine(result) + _fit(result) + _goodput(result)
+              + _loads(result) + _batches(result))
     if result.get("skipped"):
         lines += ["## Skipped", "", *[f"- {s}" for s in result["skipped"]], ""]
     if result.get("errors"):
@@ -61,20 +62,23 @@ def _check(result: dict[str, Any]) -> str:
 
 GOODPUT_GOAL = 0.9  # Ferry's goodput at the SLO against Triton alone's (issue 37)
 P99_GOAL = 1.1  # Ferry's p99 at 80% load against Triton alone's
+BATCH_GOAL = 0.9  # the mean batch Ferry sent at 80% load against Triton alone's (issue 44)
 
 
 def _goals(result: dict[str, Any]) -> list[str]:
-    """The kit's two goals, per instance count: met or missed, with the figures."""
+    """The kit's three goals, per instance count: met or missed, with the figures."""
     rows, pairs = [], _pairs(result)
     for instances in sorted({str(r["instances"]) for r in result.get("loads", [])}):
         pair = pairs.get((instances, "slo"), {})
         load = next((r for r in result.get("loads", [])
                      if str(r["instances"]) == instances and r["share"] == 0.8), None)
-        rows.append(f"| {instances} | {_goodput_goal(pair)} | {_p99_goal(load)} |")
+        rows.append(f"| {instances} | {_goodput_goal(pair)} | {_p99_goal(load)} | "
+                    f"{_batch_goal(load)} |")
     if not rows:
         return []
     return ["## Goals", "", f"| instances | goodput at the SLO ≥ {GOODPUT_GOAL} times Triton "
-            f"alone's | p99 at 80% load ≤ {P99_GOAL} times Triton alone's |", "|---|---|---|",
+            f"alone's | p99 at 80% load ≤ {P99_GOAL} times Triton alone's | mean batch Ferry "
+            f"sent at 80% load ≥ {BATCH_GOAL} times Triton alone's |", "|---|---|---|---|",
             *rows, ""]
 
 
@@ -95,6 +99,49 @@ def _p99_goal(load: dict[str, Any] | None) -> str:
     ratio = ferry["p99_ms"] / triton["p99_ms"]
     return (f"{ferry['p99_ms']:,.1f} against {triton['p99_ms']:,.1f} ms: {ratio:.2f} "
             f"({'met' if ratio <= P99_GOAL else '**missed**'})")
+
+
+def batch_ratio(load: dict[str, Any] | None) -> float | None:
+    """The mean batch Ferry sent over the one Triton alone ran, at one load (None: either
+    was not run, or ran nothing)."""
+    if load is None or "triton" not in load or "ferry" not in load:
+        return None
+    triton, ferry = load["triton"]["mean_batch"], load["ferry"]["mean_batch"]
+    return ferry / triton if triton and ferry else None
+
+
+def _batch_goal(load: dict[str, Any] | None) -> str:
+    ratio = batch_ratio(load)
+    if load is None or ratio is None:
+        return "not measured"
+    return (f"{load['ferry']['mean_batch']:.1f} against {load['triton']['mean_batch']:.1f}: "
+            f"{ratio:.2f} ({'met' if ratio >= BATCH_GOAL else '**missed**'})")
+
+
+def _batches(result: dict[str, Any]) -> list[str]:
+    """The mean batch each system's model ran at each fixed load, side by side."""
+    rows = [r for r in result.get("loads") or [] if "triton" in r or "ferry" in r]
+    if not rows:
+        return []
+    batchers = result.get("sizing", {}).get("batchers", "?")
+    lines = ["## Batch sizes at the fixed loads", "",
+             "| instances | load | asked/s | Triton alone ran | Ferry sent | "
+             "Ferry / Triton alone |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        ratio = batch_ratio(row)
+        lines.append(f"| {row['instances']} | {row['share']:.0%} | {row['rate']:,.0f} | "
+                     f"{_batch(row.get('triton'))} | {_batch(row.get('ferry'))} | "
+                     f"{'' if ratio is None else f'{ratio:.2f}'} |")
+    return [*lines, "", "The mean batch: the inferences Triton counted for the model over the "
+                    "run divided by its executions. Triton alone's model batches with Triton's "
+                    "dynamic batcher (delay 0); Ferry's has no Triton batching, so its batches "
+                    f"are those Ferry's {batchers} batchers sent, sharing the model's instances "
+                    "through Redis (a batch at a time on each instance).", ""]
+
+
+def _batch(probe: dict[str, Any] | None) -> str:
+    return "not run" if probe is None else f"{probe['mean_batch']:.1f}"
 
 
 def _engine(result: dict[str, Any]) -> list[str]:
@@ -242,7 +289,7 @@ def section(results: list[dict[str, Any]], sources: list[str]) -> list[str]:
                   f"{sizing.get('gateways')} gateway processes, {sizing.get('batchers')} "
                   f"batchers{_variant(result)}", "", _machine(result), ""]
         for part in (_goals(result), _engine(result), _fit(result), _goodput(result),
-                     _loads(result)):
+                     _loads(result), _batches(result)):
             lines += [f"##{line}" if line.startswith("## ") else line for line in part]
         lines += [f"Skipped: {'; '.join(result['skipped'])}.", ""] if result.get("skipped") \
             else []

@@ -22,6 +22,7 @@ from ferry.stack.triton_server import TritonPorts, start_triton
 from loadtest.bench.cpu import family
 
 PARTITIONS = 16
+BATCHERS = 2  # by default, on any machine
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,13 @@ class Sizing:
 
     @classmethod
     def for_cores(cls, cores: int) -> Sizing:
-        """On 16 cores: 6 gateway processes and 2 batchers, leaving Redis, Triton's model
-        processes and the load generator cores of their own; on 2 cores, one of each."""
+        """On 16 cores 6 gateway processes, leaving Redis, Triton's model processes and the
+        load generator cores of their own; on 2 cores one. Always 2 batchers: they share the
+        model's instances through Redis (the fleet's shared budget), and the kit measures the
+        batches they send beside Triton alone's."""
         if cores <= 4:
-            return cls(gateways=1, batchers=1)
-        return cls(gateways=max(1, (cores * 3) // 8), batchers=2 if cores >= 8 else 1)
+            return cls(gateways=1, batchers=BATCHERS)
+        return cls(gateways=max(1, (cores * 3) // 8), batchers=BATCHERS)
 
 
 def partition_ranges(batchers: int, partitions: int = PARTITIONS) -> list[str]:

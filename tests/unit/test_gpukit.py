@@ -84,7 +84,7 @@ def test_the_batchers_own_every_partition_once(batchers: int) -> None:
 
 
 def test_ferry_is_sized_for_the_cores() -> None:
-    assert Sizing.for_cores(2) == Sizing(gateways=1, batchers=1)
+    assert Sizing.for_cores(2) == Sizing(gateways=1, batchers=2)
     assert Sizing.for_cores(16) == Sizing(gateways=6, batchers=2)
 
 
@@ -128,6 +128,29 @@ def test_the_report_pairs_the_systems_and_says_what_failed() -> None:
     assert "| 1 | 80% | 3,600 | 3,528, 10.0 / 20.0, 10.0, 50% | error: CANCELLED |" in text
     assert "- goodput tight: no time left" in text
     assert "t(64) = 14.8 ms" in text
+
+
+def test_the_report_sets_the_batches_ferry_sent_beside_triton_alones() -> None:
+    def at(share: float, ferry_batch: float) -> dict[str, Any]:
+        return {"instances": 2, "share": share, "rate": 1000.0,
+                "triton": probe("triton", 1000, 20.0),
+                "ferry": {**probe("ferry", 1000, 21.0), "mean_batch": ferry_batch}}
+
+    result = {"started": "2026-11-28T00:00:00+00:00", "machine": {"cards": [], "cores": 16},
+              "sizing": {"gateways": 6, "batchers": 2}, "goodput": [],
+              "loads": [at(0.5, 9.5), at(0.8, 8.0), {"instances": 2, "share": 0.95,
+                                                      "rate": 1200.0}],
+              "probes": [], "skipped": [], "errors": []}
+    text = report.markdown(result)
+    assert "| 2 | 50% | 1,000 | 10.0 | 9.5 | 0.95 |" in text
+    assert "| 2 | 80% | 1,000 | 10.0 | 8.0 | 0.80 |" in text
+    assert "| 2 | 95% | 1,200 | not run | not run |  |" in text
+    assert "those Ferry's 2 batchers sent" in text
+    # the goal, at 80% load
+    assert "| 2 | not measured | 21.0 against 20.0 ms: 1.05 (met) | 8.0 against 10.0: 0.80 " \
+        "(**missed**) |" in text
+    assert "#### Batch sizes at the fixed loads" in report.section([result], ["run.json"])
+    assert report.batch_ratio(None) is None
 
 
 def test_the_report_names_ferrys_redis_and_a_run_with_a_cluster_in_its_heading() -> None:
