@@ -80,14 +80,17 @@ def test_admission_refuses_past_the_backlog_limit_and_loses_nothing() -> None:
     assert limited.p99_s < 240 / 121 + 0.2  # a full backlog drains in about two seconds
 
 
-def test_the_window_keeps_batchers_from_stacking_batches_at_triton() -> None:
-    """Four batchers each allowed every instance send smaller batches than four allowed a share:
-    the planner's sizing gives each its share (FERRY_MAX_INFLIGHT_BATCHES)."""
+def test_without_a_shared_budget_batchers_stack_small_batches_at_triton() -> None:
+    """Four batchers each with its own window of every instance (FERRY_INFLIGHT_BUDGET=local,
+    as Ferry ran before its batchers shared the budget) send smaller batches than four sharing
+    the instances as one budget, and queue them at Triton."""
     cost = CostModel(0.040, 0.0025)
     times = arrivals.poisson(2500, 20, seed=4)
-    greedy = simulate(cost, Deployment(instances=10, batchers=4), times, seed=4)
-    shared = simulate(cost, Deployment(instances=10, batchers=4, inflight=3), times, seed=4)
-    assert shared.mean_batch > greedy.mean_batch
+    local = simulate(cost, Deployment(instances=10, batchers=4, shared_budget=False), times,
+                     seed=4)
+    shared = simulate(cost, Deployment(instances=10, batchers=4), times, seed=4)
+    assert shared.mean_batch > local.mean_batch
+    assert shared.peak_in_flight == 10 < local.peak_in_flight
 
 
 def test_quantiles_are_nearest_rank() -> None:
@@ -178,8 +181,7 @@ def test_the_search_answers_the_fewest_instances_that_meet_the_target() -> None:
     assert len(sizing.design_p99s) == 3 and max(sizing.design_p99s) == sizing.at_design.p99_s
     assert sizing.at_design.p99_s <= sizing.design_bound_s <= 0.15
     fewer = Deployment(chosen.instances - 1, chosen.max_batch, chosen.max_wait_s,
-                       batchers=chosen.batchers, overhead_s=chosen.overhead_s,
-                       inflight=max(1, math.ceil((chosen.instances - 1) / chosen.batchers)))
+                       batchers=chosen.batchers, overhead_s=chosen.overhead_s)
     p99s = [simulate(cost, fewer, arrivals.poisson(target.design_qps, 20, seed), seed=seed).p99_s
             for seed in range(3)]
     assert p99_bound(p99s) > 0.15

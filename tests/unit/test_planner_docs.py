@@ -108,20 +108,24 @@ def test_the_prose_quotes_the_answer_and_the_runs_that_chose_it(design: Design) 
     d, target = s.deployment, s.target
     assert (f"So {d.instances} GPU instances rather than {s.envelope_instances}: the envelope's "
             f"{s.envelope_instances} would run at 98% of their full-batch capacity") in doc
+    assert (f"laid out as {d.replicas} Triton replicas of {d.instances_per_replica} instance "
+            f"each") in doc
     assert (f"{d.batchers} batchers, {s.gateways} gateway processes and a Redis Cluster of "
             f"{s.redis_shards} masters") in doc
-    # The search's run of 38 instances met the target; so did the headroom's second; its third
-    # stopped once past what the promise allowed; 39 and 40 broke it too
-    at = {n: [r for r in design.runs if r.deployment.instances == n and not r.deployment.slo_s
-              and r.deployment.max_wait_s == d.max_wait_s] for n in (38, 39, 40)}
-    assert [(r.seed, r.outcome.stopped) for r in at[38]] == [(0, False), (1, False), (2, True)]
-    first, second = (round(r.outcome.p99_s * 1e3) for r in at[38][:2])
-    allowed = headroom.largest_next([r.outcome.p99_s for r in at[38][:2]], 3, target.p99_s)
-    assert allowed is not None
-    assert (f"found 38 instances (the capacity bound at 12,000/s) meeting the p99 on its run, "
-            f"at {first} ms, and 38 gave {second} ms on a second run") in doc
-    assert f"(about {round(allowed * 1e3, -1):.0f} ms)" in doc
-    assert all(any(r.outcome.stopped for r in at[n]) for n in (39, 40))
+    # The search's runs of 38 instances (either wait) missed the target; 39 met it with both,
+    # the lower p99 with 50 ms; the headroom's two other runs of 39 held it at once
+    at = {n: [r for r in design.runs if r.deployment.instances == n and not r.deployment.slo_s]
+          for n in (38, 39)}
+    assert [(r.seed, r.outcome.stopped) for r in at[38]] == [(0, True), (0, True)]
+    searched = {r.deployment.max_wait_s: round(r.outcome.p99_s * 1e3) for r in at[39]
+                if r.seed == 0}
+    assert d.instances == 39 and d.max_wait_s == 0.05 and searched[0.05] < searched[0.01]
+    assert ("found 38 instances (the capacity bound at 12,000/s) missing the p99 on its run, "
+            f"and 39 meeting it, at {searched[0.01]} ms with a 10 ms wait and {searched[0.05]} "
+            "ms with 50 ms") in doc
+    chosen = [r for r in at[39] if r.deployment.max_wait_s == d.max_wait_s]
+    assert [(r.seed, r.outcome.stopped) for r in chosen] == [(0, False), (1, False), (2, False),
+                                                             (3, False)]  # 3: the figures'
     assert envelope(s.cost, target.design_qps, d.max_batch) == 38
     p99s = sorted(round(p99 * 1e3) for p99 in s.design_p99s)
     bound = s.design_bound_s
@@ -132,9 +136,10 @@ def test_the_prose_quotes_the_answer_and_the_runs_that_chose_it(design: Design) 
     assert (f"in the design scenario 16 and 32, which need "
             f"{envelope(s.cost, target.design_qps, 16)} and "
             f"{envelope(s.cost, target.design_qps, 32)} instances at full batches") in doc
-    searched = next(i for i, r in enumerate(design.runs) if r.seed)
-    assert (f"({s.candidates} runs of 20 simulated seconds at 12,000 or 10,000/s: {searched} in "
-            f"the search, {s.candidates - searched - 2} in the headroom's check") in doc
+    searched_runs = next(i for i, r in enumerate(design.runs) if r.seed)
+    assert (f"({s.candidates} runs of 20 simulated seconds at 12,000 or 10,000/s: "
+            f"{searched_runs} in the search, {s.candidates - searched_runs - 2} in the "
+            "headroom's check") in doc
 
 
 def test_a_fourth_run_of_the_answer_holds_the_target(design: Design) -> None:

@@ -58,19 +58,20 @@ def test_the_promise_needs_two_to_ten_runs(runs: int) -> None:
 COST = CostModel(0.040, 0.0025)  # docs/cli.md's design scenario: 200 ms at 64
 
 
-@pytest.mark.parametrize("wait_s", [0.01, 0.05])
-def test_a_run_tells_whether_the_slo_it_shadows_would_change_it(wait_s: float) -> None:
-    """The design scenario's 38 instances at 12,000/s: told the target's SLO (498.5 ms), the
-    batchers with a 10 ms wait decide as they would without it, and the run told it is the very
-    same run; with 50 ms the SLO's deadline has a batcher look again sooner, which the shadow
-    reports (so the run told it is made)."""
-    deployment = Deployment(instances=38, batchers=4, inflight=10, cpu=BENCH_CPU,
-                            overhead_s=0.0015, gateways=7, redis_shards=3, max_backlog=121_600,
+@pytest.mark.parametrize(("wait_s", "slo_s", "changes"), [
+    (0.01, 0.4985, False), (0.05, 0.4985, False), (0.05, 0.3, True)])
+def test_a_run_tells_whether_the_slo_it_shadows_would_change_it(
+        wait_s: float, slo_s: float, changes: bool) -> None:
+    """The design scenario's 39 instances at 12,000/s, shared by 4 batchers: told the target's
+    SLO (498.5 ms), the batchers decide as they would without it, with either wait, and the run
+    told it is the very same run; told 300 ms, the SLO's deadline has a batcher look again
+    sooner, which the shadow reports (so the run told it is made)."""
+    deployment = Deployment(instances=39, replicas=39, batchers=4, cpu=BENCH_CPU,
+                            overhead_s=0.0015, gateways=7, redis_shards=3, max_backlog=124_800,
                             max_wait_s=wait_s)
     load = arrivals.poisson(12_000, 2, seed=0)
-    shadowed = simulate(COST, deployment, load, shadow_slo_s=0.4985)
-    told = simulate(COST, replace(deployment, slo_s=0.4985), load)
-    assert shadowed.slo_changes is (wait_s == 0.05)
-    if not shadowed.slo_changes:
-        assert replace(shadowed, slo_changes=None) == told
+    shadowed = simulate(COST, deployment, load, shadow_slo_s=slo_s)
+    told = simulate(COST, replace(deployment, slo_s=slo_s), load)
+    assert shadowed.slo_changes is changes
+    assert (replace(shadowed, slo_changes=None) == told) is not changes
     assert simulate(COST, deployment, load).slo_changes is None  # no shadow asked

@@ -109,14 +109,14 @@ class Batcher:
                       wake=self._shared.changed.set, clock=timing.clock, waited=waited)
 
     async def renew_loop(self) -> None:
-        """Five times a lease: how many batchers are alive (the budget is shared while more
-        than one is), and another lease for the slots this batcher holds."""
+        """Five times a lease: how many batchers are alive, as the heartbeat counted them (the
+        budget is shared while more than one is), and another lease for the slots this
+        batcher holds (no Redis call while it holds none)."""
         interval = self.settings.lease_ms / 5000.0
         queue, budget = self.parts.queue, self._budget
         while True:
             try:
-                budget.saw(await queue.live_batchers(self.settings.lease_ms),
-                           hold_s=2 * self.settings.lease_ms / 1000.0)
+                budget.saw(queue.live_batchers(), hold_s=2 * self.settings.lease_ms / 1000.0)
                 self.metrics.budget_shared.set(1 if budget.shared else 0)
                 await budget.renew()
             except RedisUnavailableError as exc:

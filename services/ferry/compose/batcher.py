@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import uuid
@@ -91,15 +92,17 @@ def _as_pool(backend: InferenceBackend, settings: BatcherSettings, hooks: PoolHo
 
 def pool_hooks(metrics: BatcherMetrics) -> PoolHooks:
     """The pool's servers, shown in the batcher's metrics: each one's calls and state, and the
-    rows of each call it takes."""
-    def on_call(endpoint: str, rows: int) -> None:
-        metrics.endpoint_batch.labels(endpoint).observe(rows)
+    rows of each call it takes (label children looked up once per server)."""
+    batch = functools.lru_cache(maxsize=256)(metrics.endpoint_batch.labels)
+    inflight = functools.lru_cache(maxsize=256)(metrics.endpoint_inflight.labels)
 
     def on_change(endpoints: list[Endpoint]) -> None:
         for endpoint in endpoints:
-            metrics.endpoint_inflight.labels(endpoint.name).set(endpoint.inflight)
+            inflight(endpoint.name).set(endpoint.inflight)
             for state in State:
                 metrics.endpoint_state.labels(endpoint.name, state.value).set(
                     1 if endpoint.state is state else 0)
 
-    return PoolHooks(on_call, on_change)
+    return PoolHooks(on_call=lambda endpoint, rows: batch(endpoint).observe(rows),
+                     on_inflight=lambda endpoint, calls: inflight(endpoint).set(calls),
+                     on_change=on_change)

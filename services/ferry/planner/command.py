@@ -16,6 +16,7 @@ from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
 from ferry.planner.costs import DEFAULT_SIZES, CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost
+from ferry.planner.layout import Layout
 from ferry.planner.memory import (
     RedisLoad,
     RedisSizes,
@@ -79,6 +80,7 @@ def _size_arguments(sizing: argparse.ArgumentParser) -> None:
     sizing.add_argument("--headroom", type=float, default=0.2,
                         help="the p99 must hold at qps * (1 + headroom) (default 0.2)")
     sizing.add_argument("--max-batch", type=int, default=64, help="the model's max_batch_size")
+    _replica_arguments(sizing)
     sizing.add_argument("--max-queue-wait-s", type=float, default=10.0,
                         help="Ferry's admission (FERRY_MAX_QUEUE_WAIT_S): arrivals past what "
                         "the instances serve in this time are refused (0: no limit)")
@@ -93,6 +95,28 @@ def _size_arguments(sizing: argparse.ArgumentParser) -> None:
                         help="with --no-cpu: tasks/s one batcher serves")
     _redis_arguments(sizing)
     sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _replica_arguments(sizing: argparse.ArgumentParser) -> None:
+    """How the instances are laid out on Triton replicas (ferry.planner.layout)."""
+    sizing.add_argument("--replicas", type=_at_least_one, help="the Triton replicas you have: "
+                        "size the instances on each (default: the fewest that hold them)")
+    each = sizing.add_mutually_exclusive_group()
+    each.add_argument("--instances-per-replica", type=_at_least_one,
+                      help="every replica's instance_group count, fixed")
+    each.add_argument("--max-instances-per-replica", type=_at_least_one,
+                      help="the most instances a replica runs at the fitted t(B) (default 1: "
+                           "a replica a GPU; no bound with --replicas)")
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+    return value
 
 
 def _redis_arguments(sizing: argparse.ArgumentParser) -> None:
@@ -230,6 +254,8 @@ def target_of(args: argparse.Namespace) -> Target:
     return Target(qps=args.qps, p99_s=args.p99_ms / 1e3, headroom=args.headroom,
                   max_batch_limit=args.max_batch, overhead_s=overhead_of(args, cpu), cpu=cpu,
                   max_queue_wait_s=args.max_queue_wait_s,
+                  layout=Layout(args.replicas or 0, args.instances_per_replica or 0,
+                                args.max_instances_per_replica or 0),
                   gateway_tasks_per_s=args.gateway_tasks_per_s,
                   batcher_tasks_per_s=args.batcher_tasks_per_s,
                   check_seconds=args.seconds, seed=args.seed)
@@ -253,8 +279,12 @@ def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None 
     t, d, cost = s.target, s.deployment, s.cost
     load = t.qps / s.capacity
     rows = [
-        ("GPU instances (Triton model instances)", f"{d.instances}"),
-        ("batchers", f"{d.batchers}, each FERRY_MAX_INFLIGHT_BATCHES={d.window}"),
+        ("Triton replicas", f"{d.replicas}, each running {_instances(d.instances_per_replica)} "
+                            f"of the model (instance_group count {d.instances_per_replica})"),
+        ("GPU instances (Triton model instances)",
+         f"{d.instances} in all: the in-flight budget, {d.instances} batches at once"),
+        ("batchers", f"{d.batchers}" + (", sharing the budget through Redis "
+                                        "(FERRY_INFLIGHT_BUDGET=auto)" if d.batchers > 1 else "")),
         ("partitions", f"{s.partitions}"),
         ("gateways", f"{s.gateways} processes (one per core)"),
         ("Redis", "one server" if s.redis_shards == 1
@@ -282,6 +312,10 @@ def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None 
             + f" ({s.candidates} simulated runs)")
     return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
                      + ["", why(s)])
+
+
+def _instances(count: int) -> str:
+    return f"{count} instance{'s' if count > 1 else ''}"
 
 
 def redis_loads(s: Sizing, sizes: RedisSizes) -> tuple[RedisLoad, RedisLoad]:
@@ -357,7 +391,18 @@ def why(s: Sizing) -> str:
             f"{load:.0%} of their full-batch capacity and {verdict}: every burst queues. The p99 "
             "must also hold "
             f"at +{t.headroom:.0%} ({t.design_qps:,.0f}/s), and batches that leave on the timer "
-            "or the adaptive flush run below full size, so they carry less per call.")
+            "or the adaptive flush run below full size, so they carry less per call."
+            + _rounded(s))
+
+
+def _rounded(s: Sizing) -> str:
+    """Where the user fixed the layout: that it may round the count up."""
+    if s.target.layout == Layout():
+        return ""
+    d = s.deployment
+    replicas = f"{d.replicas} replica{'s' if d.replicas > 1 else ''}"
+    return (f" And the count is laid out as {replicas} of {_instances(d.instances_per_replica)}, "
+            "which may round it up.")
 
 
 def sizing_json(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None = None
@@ -368,8 +413,10 @@ def sizing_json(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None =
                    "headroom": s.target.headroom, "arrivals": arrivals},
         "cost": s.cost.to_json(),
         "cpu": s.target.cpu.to_json() if s.target.cpu is not None else None,
-        "deployment": {"gpu_instances": d.instances, "batchers": d.batchers,
-                       "inflight_per_batcher": d.window, "partitions": s.partitions,
+        "deployment": {"gpu_instances": d.instances, "triton_replicas": d.replicas,
+                       "instances_per_replica": d.instances_per_replica,
+                       "inflight_budget": d.instances, "batchers": d.batchers,
+                       "partitions": s.partitions,
                        "gateways": s.gateways, "redis_shards": s.redis_shards,
                        "max_batch": d.max_batch,
                        "max_wait_ms": d.max_wait_s * 1e3, "overhead_ms": d.overhead_s * 1e3,

@@ -1,39 +1,47 @@
 """Sizing: the cheapest deployment (fewest GPU instances) whose simulated p99 meets the target at
 the target load plus headroom, over a small grid of batching settings, on several runs.
 
+The instances are Triton's model instances over all its replicas: the in-flight budget the
+batchers share (``ferry.planner.simulate``). A count is laid out on replicas, as many instances on
+each, by the target's ``Layout`` (the fewest replicas of at most so many instances, or the
+replicas or instances per replica fixed); every candidate is simulated as laid out.
+
 Gateway processes, batchers and Redis shards are sized by CPU: with Ferry's measured CPU costs
 (``ferry.planner.cpu``, from ``make bench``) so that none is planned busier than 60% at the design
 load, and every candidate is simulated with them as servers; without, by a fixed number of
 tasks per second per process. Partitions so that every batcher owns at least one. Then, for each
-(max batch, max wait), a binary search over instance counts from the back-of-envelope bound
-upward (p99 falls as instances are added), each candidate simulated with Ferry's own policy
-on one run. The answer is then run at the design load on ``headroom_runs`` arrivals (the
+(max batch, max wait), a search over instance counts from the back-of-envelope bound upward
+(p99 falls as instances are added), each candidate simulated with Ferry's own policy on one
+run. The answer is then run at the design load on ``headroom_runs`` arrivals (the
 search's run among them), and holds if the p99 they promise (``ferry.planner.headroom``: the
 bound one more run would stay under 19 times in 20) meets the target; else the first of its
 growths by 5% that holds does.
 
-What makes it quick without changing its answer (where, as the binary search takes it, more
-instances never break what fewer held): the grid is searched from its lowest capacity bound up,
-and no point is searched past the fewest instances found so far (nor at all when its bound is
-above them: it cannot win); at the fewest found, a point's run stops once its p99 is past the
-best's (it can no longer win); a point told the SLO is not run where the same point without it
-found that the SLO would change none of the batchers' decisions (the runs would be the same);
-the growths are searched by doubling, then halving; and a run that can no longer meet the
-target (1% of its tasks late, or its refusals past the share allowed), or whose p99 is past
-what the headroom's bound allows, stops there.
+What makes it quick without changing its answer (where, as the search takes it, more instances
+never break what fewer held): the counts are searched up from the bound in steps that double
+from 5% of it, then halving the last (the answer is most often a few past the bound); the grid
+is searched from its lowest capacity bound up, and no point is searched past the fewest
+instances found so far (nor at all when its bound is above them: it cannot win); at the fewest
+found, a point's run stops once its p99 is past the best's (it can no longer win); a point told
+the SLO is not run where the same point without it found that the SLO would change none of the
+batchers' decisions (the runs would be the same), nor is a deployment run twice on the same
+arrivals (two counts may be laid out alike); the growths are searched by doubling, then
+halving; and a run that can no longer meet the target (1% of its tasks late, or its refusals
+past the share allowed), or whose p99 is past what the headroom's bound allows, stops there.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
 from ferry.planner.headroom import check_runs, largest_next, p99_bound
+from ferry.planner.layout import Layout
 from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
 
 Arrivals = Callable[[float, float, int], list[float]]  # (qps, seconds, seed) -> times
@@ -64,6 +72,7 @@ class Target:
     seed: int = 0
     max_instances: int = 4096
     cpu: CpuCost | None = None  # Ferry's CPU costs (None: processes sized by tasks per second)
+    layout: Layout = field(default_factory=Layout)  # how instances are laid out on replicas
 
     @property
     def design_qps(self) -> float:
@@ -74,6 +83,18 @@ class Target:
         """What a run must hold: a run that breaks it stops early (only whether it holds
         matters to the search)."""
         return Bound(p99_s=self.p99_s, refused=self.max_refused)
+
+    @property
+    def most_instances(self) -> int:
+        """The most instances a deployment may have: ``max_instances``, or fewer where the
+        layout fixes the replicas and bounds the instances on each."""
+        return self.layout.most(self.max_instances)
+
+    def none_meets(self, runs: str = "") -> ConfigError:
+        """The error of a search that found nothing up to ``most_instances``."""
+        return ConfigError(f"no deployment of up to {self.most_instances} instances"
+                           f"{self.layout.describe()} meets p99 {self.p99_s * 1e3:.0f} ms at "
+                           f"{self.design_qps:,.0f}/s{runs}")
 
 
 @dataclass(frozen=True)
@@ -146,10 +167,11 @@ class _Runs:
         self.more = self.after_search  # runs still expected
         self.best: Deployment | None = None
         self.stage: Stage = "searching"
-        # Runs that telling the batchers an SLO would not have changed: by the deployment told
-        # it, the seed and the arrivals' id (the list is kept, so that no other takes its id)
-        self.shadowed: dict[tuple[Deployment, int, int],
-                            tuple[Outcome, Bound, Sequence[float]]] = {}
+        # Runs made, and those that telling the batchers an SLO would not have changed (as the
+        # deployment told it): by the deployment, the seed and the arrivals' id (the list is
+        # kept, so that no other takes its id)
+        self.made: dict[tuple[Deployment, int, int],
+                        tuple[Outcome, Bound, Sequence[float]]] = {}
 
     def simulate(self, deployment: Deployment, arrivals: Sequence[float], seed: int,
                  bound: Bound | None = None, shadow_slo_s: float = 0.0) -> Outcome:
@@ -164,20 +186,22 @@ class _Runs:
         self.more -= 1
         outcome = simulate(self.cost, deployment, arrivals, seed=seed, bound=bound,
                            shadow_slo_s=shadow_slo_s)
+        self.made[(deployment, seed, id(arrivals))] = (outcome, bound, arrivals)
         if shadow_slo_s and not outcome.slo_changes:
             told = replace(deployment, slo_s=shadow_slo_s)
-            self.shadowed[(told, seed, id(arrivals))] = (outcome, bound, arrivals)
+            self.made[(told, seed, id(arrivals))] = (outcome, bound, arrivals)
         return outcome
 
     def _same_run(self, deployment: Deployment, arrivals: Sequence[float], seed: int,
                   bound: Bound) -> Outcome | None:
-        """The run made of ``deployment`` without its SLO, on the same arrivals, where that SLO
-        changed none of its batchers' decisions, and it tells this run's verdict under
-        ``bound``: it ran to the end (the verdict of a run stopped early is the whole run's), or
-        stopped under a bound no looser."""
-        if (key := (deployment, seed, id(arrivals))) not in self.shadowed:
+        """The run made already of ``deployment`` on the same arrivals (a layout may give two
+        counts the same deployment), or of it without its SLO where that SLO changed none of
+        its batchers' decisions, where it tells this run's verdict under ``bound``: it ran to
+        the end (the verdict of a run stopped early is the whole run's), or stopped under a
+        bound no looser."""
+        if (key := (deployment, seed, id(arrivals))) not in self.made:
             return None
-        outcome, made, _ = self.shadowed[key]
+        outcome, made, _ = self.made[key]
         if outcome.stopped and (bound.p99_s > made.p99_s or bound.refused > made.refused):
             return None
         return outcome
@@ -206,7 +230,7 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     at_target = runs.simulate(chosen, load, seed)
     plain = envelope(cost, target.qps, target.max_batch_limit)
     naive = _with_instances(replace(chosen, max_batch=target.max_batch_limit), plain, cost,
-                            target)
+                            target, Layout(replicas=1))  # the envelope's count, as it is
     envelope_run = runs.simulate(naive, load, seed, target.bound)  # to the end where it meets
     # the target: how far it misses does not matter
     return Sizing(target=target, cost=cost, deployment=chosen, gateways=gateways,
@@ -257,7 +281,7 @@ def _search(cost: CostModel, target: Target, search_arrivals: list[float], first
     order = sorted(range(len(grid)), key=lambda i: (bound[i], i))
     best: _Found | None = None
     for place, index in enumerate(order):
-        most = best.deployment.instances if best else target.max_instances
+        most = best.deployment.instances if best else target.most_instances
         if bound[index] > most:
             break  # and so are the bounds of the rest
         likely = min(most, bound[index])  # what this point finds, at best
@@ -270,8 +294,7 @@ def _search(cost: CostModel, target: Target, search_arrivals: list[float], first
             best = _Found(*found, index)
             runs.best = best.deployment
     if best is None:
-        raise ConfigError(f"no deployment of up to {target.max_instances} instances meets p99 "
-                          f"{target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s")
+        raise target.none_meets()
     return best
 
 
@@ -284,8 +307,8 @@ def _told_next(grid: Sequence[Deployment], index: int) -> float:
 
 
 def _expected_runs(low: int, most: int) -> int:
-    """About how many runs a binary search from ``low`` up to at most ``most`` instances takes
-    (taken as up to twice ``low``)."""
+    """About how many runs a search from ``low`` up to at most ``most`` instances takes (taken
+    as up to twice ``low``)."""
     span = min(most, 2 * low) - low + 1
     return 1 + max(0, span - 1).bit_length()
 
@@ -326,7 +349,7 @@ def _headroom(cost: CostModel, chosen: _Found, target: Target, loads: _DesignLoa
     The growths are searched by doubling the step, then halving the gap (the run of a growth a
     step at a time, but where no growth holds, as when bursts outrun Ferry's processes, a
     dozen steps say so rather than a hundred)."""
-    ladder = _growths(chosen.deployment.instances, target.max_instances)
+    ladder = _growths(chosen.deployment.instances, target.most_instances)
     searched = [chosen.outcome] if loads.searched else []
 
     def check(step: int) -> tuple[Deployment, list[Outcome]] | None:
@@ -339,9 +362,7 @@ def _headroom(cost: CostModel, chosen: _Found, target: Target, loads: _DesignLoa
     failed, step = -1, 0
     while (found := check(step)) is None:
         if step == len(ladder) - 1:
-            raise ConfigError(f"no deployment of up to {target.max_instances} instances meets "
-                              f"p99 {target.p99_s * 1e3:.0f} ms at {target.design_qps:,.0f}/s "
-                              f"on {target.headroom_runs} runs")
+            raise target.none_meets(f" on {target.headroom_runs} runs")
         failed, step = step, min(len(ladder) - 1, 2 * step + 1)
         runs.more = max(runs.more, target.headroom_runs * (1 + (step - failed).bit_length())
                         + _Runs.FIGURES)
@@ -380,24 +401,26 @@ def _growths(instances: int, most: int) -> list[int]:
     return ladder
 
 
-def _with_instances(base: Deployment, instances: int, cost: CostModel,
-                    target: Target) -> Deployment:
-    """``base`` on ``instances``, each batcher allowed its share of them in flight (Ferry's
-    default, every instance per batcher, lets batchers stack small batches at Triton), and
-    Ferry's automatic backlog limit: what the instances serve in ``max_queue_wait_s``."""
+def _with_instances(base: Deployment, instances: int, cost: CostModel, target: Target,
+                    layout: Layout | None = None) -> Deployment:
+    """``base`` on at least ``instances``, laid out on replicas as the target's layout (or
+    ``layout``) says, its batchers sharing them all as the in-flight budget, and Ferry's
+    automatic backlog limit: what the instances serve in ``max_queue_wait_s``."""
+    replicas, each = (layout or target.layout).of(instances)
     backlog = 0
     if target.max_queue_wait_s > 0:
-        rate = cost.throughput(base.max_batch, instances)
+        rate = cost.throughput(base.max_batch, replicas * each)
         backlog = max(1, math.ceil(rate * target.max_queue_wait_s))
-    return replace(base, instances=instances, max_backlog=backlog,
-                   inflight=max(1, math.ceil(instances / base.batchers)))
+    return replace(base, instances=replicas * each, replicas=replicas, max_backlog=backlog)
 
 
 def _fewest(cost: CostModel, base: Deployment, target: Target, arrivals: Sequence[float], *,
             runs: _Runs, most: int, beat: float | None = None, shadow_slo_s: float = 0.0
             ) -> tuple[Deployment, Outcome] | None:
-    """The fewest instances, at most ``most``, meeting the p99 with these settings (binary
-    search upward from the capacity bound); None if ``most`` do not. With ``beat`` (the p99 of
+    """The fewest instances, at most ``most``, meeting the p99 with these settings (up from the
+    capacity bound in steps that double from 5% of it, then a binary search in the last step:
+    the answer is most often a few instances past the bound, and a run of many more instances
+    than that costs several of them); None if ``most`` do not. With ``beat`` (the p99 of
     the best so far, on ``most``), a run on ``most`` where no fewer are left to try stops once
     its p99 is past it: it cannot win. ``shadow_slo_s``: the SLO the grid's next point is
     told, for ``runs`` to know whether its runs would be these."""
@@ -411,10 +434,12 @@ def _fewest(cost: CostModel, base: Deployment, target: Target, arrivals: Sequenc
         return _meets(outcome, target, p99_s), deployment, outcome
 
     high, found = low, meets(low, low == most)
+    step = max(1, low // 20)
     while not found[0]:
         if high >= most:
             return None
-        low, high = high + 1, min(most, high * 2)
+        low, high = high + 1, min(most, high + step)
+        step *= 2
         found = meets(high, low == high == most)
     best = found
     while low < high:

@@ -3,13 +3,25 @@
 Each simulated batcher keeps what the real one keeps for a model (``ferry.batcher.worker``): a
 boarding queue, the arrival rate (``ArrivalRate``), the fitted t(B) of the calls it made
 (``BatchCost``), and the window of batches it may have at Triton (``Window``, AIMD on slow calls,
-at most ``inflight``). It asks ``BatchPolicy.plan`` (the same object, fed the simulated clock)
-what leaves, whenever a request boards, a batch returns, or the plan asked to look again. Batches
-go to a pool of Triton instances (FIFO when every instance is busy: several batchers may share
-them), each taking t(B) plus the fit's jitter. Requests are spread over batchers at random, as
-partitions spread them. Admission: above ``max_backlog`` unfinished tasks, arrivals are refused
-(429), as the gateway does. A task's latency is its time to its result, plus ``overhead_s``
-(Ferry's own hops: gateway, Redis, wake-up).
+at most ``inflight``, or the whole budget). It asks ``BatchPolicy.plan`` (the same object, fed the
+simulated clock) what leaves, whenever a request boards, a batch returns, or the plan asked to
+look again. Requests are spread over batchers at random, as partitions spread them.
+
+The batchers share the model's in-flight budget, as Ferry's do (``FERRY_INFLIGHT_BUDGET``): the
+instances over all Triton replicas are as many slots, each a batch at Triton at once, whichever
+batcher sent it. A batcher with a batch ready (full, or due) and no free slot waits for one; a
+slot that frees goes to the batcher that has waited longest (FIFO), which then sends what it
+holds, up to the max batch (the batch forms when its slot is granted). A batch with a slot finds
+an idle instance (no replica runs more than its instances), taking t(B) plus the fit's jitter;
+the simulation does not tell the replicas apart. With one batcher the budget never holds it back
+(its window is at most the budget): the run is the one a batcher that owns the instances makes.
+Without a shared budget (``shared_budget=False``: ``FERRY_INFLIGHT_BUDGET=local``, and every
+Ferry before the budget was shared), each batcher has its own window of the instances, and
+batches past the instances queue at Triton, FIFO.
+
+Admission: above ``max_backlog`` unfinished tasks, arrivals are refused (429), as the gateway
+does. A task's latency is its time to its result, plus ``overhead_s`` (Ferry's own hops: gateway,
+Redis, wake-up).
 
 With a ``CpuCost`` (``Deployment.cpu``), Ferry's processes are servers too, each doing one thing
 at a time: a task is admitted by a gateway worker and Redis and read by its batcher before it
@@ -52,13 +64,14 @@ FORGET_EVERY = 256  # arrivals between two prunings of the servers' past work
 
 @dataclass(frozen=True)
 class Deployment:
-    """What is being sized: GPU instances, batchers, and the batching settings."""
+    """What is being sized: Triton's model instances (on its replicas), batchers, and the batching
+    settings."""
 
-    instances: int
+    instances: int  # model instances over all Triton replicas: the in-flight budget
     max_batch: int = 64
     max_wait_s: float = 0.05
     batchers: int = 1
-    inflight: int = 0  # batches per batcher at Triton at once; 0: instances (Ferry's default)
+    inflight: int = 0  # at most this many batches per batcher at Triton at once; 0: the budget
     adaptive: bool = True
     overhead_s: float = 0.0
     max_backlog: int = 0  # 0: no admission limit
@@ -68,12 +81,18 @@ class Deployment:
     redis_shards: int = 1  # with cpu: Redis servers the partitions are spread over
     slowdown: float = 1.0  # with cpu: how much longer each piece of work takes than its CPU
     # time (cores shared with other busy processes; 1: a core each)
+    replicas: int = 1  # Triton replicas the instances are spread over, as many on each
+    shared_budget: bool = True  # the batchers share the instances as their in-flight budget;
+    # False: each batcher has its own window of them (FERRY_INFLIGHT_BUDGET=local)
 
     def __post_init__(self) -> None:
         if min(self.instances, self.batchers, self.max_batch, self.gateways,
-               self.redis_shards) < 1:
-            raise ConfigError("instances, batchers, gateways, Redis shards and max_batch must "
-                              "be at least 1")
+               self.redis_shards, self.replicas) < 1:
+            raise ConfigError("instances, replicas, batchers, gateways, Redis shards and "
+                              "max_batch must be at least 1")
+        if self.instances % self.replicas:
+            raise ConfigError(f"{self.instances} instances do not spread evenly over "
+                              f"{self.replicas} replicas")
         if self.slowdown < 1:
             raise ConfigError("slowdown must be at least 1")
         if self.max_wait_s < 0 or self.overhead_s < 0 or self.slo_s < 0:
@@ -81,7 +100,19 @@ class Deployment:
 
     @property
     def window(self) -> int:
+        """The most batches one batcher may have at Triton at once (with a shared budget, the
+        budget holds them back too)."""
         return self.inflight or self.instances
+
+    @property
+    def slots(self) -> int:
+        """The most batches at Triton at once: the shared budget, or without one every
+        batcher's window."""
+        return self.instances if self.shared_budget else self.batchers * self.window
+
+    @property
+    def instances_per_replica(self) -> int:
+        return self.instances // self.replicas
 
 
 @dataclass(frozen=True)
@@ -116,6 +147,7 @@ class Outcome:
     unfinished: int = 0  # still queued or at Triton when arrivals stopped (counted, not lost)
     finished_s: float = 0.0  # when the last task was answered (the simulated clock)
     cpu_busy: dict[str, float] = field(default_factory=dict)  # busiest server of each process
+    peak_in_flight: int = 0  # the most batches at Triton at once (the budget bounds it)
     stopped: bool = False  # stopped early, its bound broken: the figures cover only part of it
     slo_changes: bool | None = None  # with a shadow SLO: whether it would have changed one of
     # the batchers' decisions (None: no shadow asked)
@@ -197,9 +229,53 @@ class _Batcher:
     in_flight: int = 0
     wake_at: float = math.inf
     allowed: int = 0  # window.allowed, read once each time the window changes
+    granted: int = 0  # slots of the budget handed to it while it waited, not yet used
+    waiting: bool = False  # in the queue for a slot
+    idle_until: float = 0.0  # asked without a slot, the policy let nothing leave before this
 
     def __post_init__(self) -> None:
         self.allowed = self.window.allowed
+
+
+@dataclass(slots=True)
+class _Budget:
+    """The model's in-flight budget: its slots nobody holds, the batchers with a batch ready
+    and no slot, longest waiting first (while one waits, no slot is spare), and the batches
+    holding one."""
+
+    spare: int
+    waiters: deque[_Batcher] = field(default_factory=deque)
+    in_flight: int = 0
+    peak: int = 0  # the most batches that held a slot at once
+
+    def free(self, batcher: _Batcher) -> int:
+        """The slots ``batcher`` may use now: those handed to it, and the spare."""
+        return self.spare + batcher.granted
+
+    def take(self, batcher: _Batcher) -> None:
+        """A batch of ``batcher`` leaves with a slot: one handed to it first."""
+        if batcher.granted:
+            batcher.granted -= 1
+        else:
+            self.spare -= 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def wait(self, batcher: _Batcher) -> None:
+        if not batcher.waiting:
+            batcher.waiting = True
+            self.waiters.append(batcher)
+
+    def hand_on(self) -> _Batcher | None:
+        """A slot frees (a batch returned, or a batcher handed back one it could not use): to
+        the batcher that has waited longest, which it returns, or to the spare."""
+        if not self.waiters:
+            self.spare += 1
+            return None
+        batcher = self.waiters.popleft()
+        batcher.waiting = False
+        batcher.granted += 1
+        return batcher
 
 
 @dataclass(slots=True)
@@ -237,8 +313,8 @@ class Simulation:
         self.warmup_s = warmup_s
         self.batchers = [_Batcher(i, Window(deployment.window))
                          for i in range(deployment.batchers)]
-        self.free = deployment.instances
-        self.at_triton: deque[_Batch] = deque()  # waiting for an instance
+        self.budget = _Budget(deployment.slots)
+        self.idle, self.at_triton = deployment.instances, deque[_Batch]()  # Triton: idle, queued
         self.events: list[tuple[float, int, int, _Batch | _Batcher | _Boarding]] = []
         self.cpu = deployment.cpu
         if self.cpu is not None and deployment.slowdown != 1:
@@ -351,7 +427,7 @@ class Simulation:
                 self._plan(item, now)
 
     def _done(self, batch: _Batch, now: float) -> None:
-        self.free += 1
+        self.idle += 1
         if self.at_triton:
             self._start(self.at_triton.popleft(), now)
         batcher, size = batch.batcher, len(batch.arrivals)
@@ -372,6 +448,8 @@ class Simulation:
                     self.over += 1
         if self.over >= self.over_limit:
             raise _Broken
+        self.budget.in_flight -= 1
+        self._release(now)
         self._plan(batcher, now)
 
     def _shard(self) -> _Server:
@@ -402,9 +480,43 @@ class Simulation:
             if until < batcher.wake_at:  # (self._wake, without the call: once a task)
                 self._wake(batcher, until)
             return
-        free = batcher.allowed - batcher.in_flight
-        if free <= 0 or not batcher.queue:
+        own = batcher.allowed - batcher.in_flight
+        if own <= 0 or not batcher.queue:
+            self._give_back(batcher, now)
             return  # nothing can leave: the next return or arrival asks again
+        free = min(own, self.budget.free(batcher))
+        if not free and self._nothing_new(batcher, now):
+            if not batcher.waiting:  # (the wake it asked for may have been spent sooner)
+                self._wake(batcher, batcher.idle_until)
+            return
+        plan = self._ask(batcher, now, free)
+        queue = batcher.queue
+        for departure in plan.flush:
+            riders = [queue.popleft() for _ in range(departure.size)]
+            workers = [batcher.workers.popleft() for _ in range(departure.size)]
+            self.flushes[departure.reason.value] += 1
+            self._send(_Batch(batcher, riders, now, workers), now)
+        if plan.wake_in == 0 and len(plan.flush) == free < own:
+            self.budget.wait(batcher)  # a batch is ready, the budget has no slot: it waits
+        elif plan.wake_in is not None and plan.wake_in > 0:
+            if not free:
+                batcher.idle_until = now + plan.wake_in
+            self._wake(batcher, now + plan.wake_in)
+        self._give_back(batcher, now)
+
+    def _nothing_new(self, batcher: _Batcher, now: float) -> bool:
+        """Whether the policy, asked for a batcher without a slot, would answer as it last did
+        (it would be asked on each of its arrivals, thousands a second): its batch is ready
+        and it waits for a slot, or nothing of its queue may leave before ``idle_until`` but a
+        full batch, as the policy said without an SLO to change it."""
+        if batcher.waiting:
+            return True
+        return (now < batcher.idle_until and len(batcher.queue) < self.deployment.max_batch
+                and not self.deployment.slo_s and (not self.shadow_slo_s or self.slo_changes))
+
+    def _ask(self, batcher: _Batcher, now: float, free: int) -> Plan:
+        """The policy's plan for the batcher's queue with ``free`` slots (and, while a shadow
+        SLO has changed nothing yet, whether it would change this plan)."""
         queue = batcher.queue
         slo = self.deployment.slo_s
         waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch,
@@ -417,13 +529,20 @@ class Simulation:
             told = replace(waiting, due=waiting.oldest + self.shadow_slo_s)
             shadow = self.policy.plan([told], now, {LANE.model: backend})
             self.slo_changes = _effect(shadow, batcher, now) != _effect(plan, batcher, now)
-        for departure in plan.flush:
-            riders = [queue.popleft() for _ in range(departure.size)]
-            workers = [batcher.workers.popleft() for _ in range(departure.size)]
-            self.flushes[departure.reason.value] += 1
-            self._send(_Batch(batcher, riders, now, workers), now)
-        if plan.wake_in is not None and plan.wake_in > 0:
-            self._wake(batcher, now + plan.wake_in)
+        return plan
+
+    def _release(self, now: float) -> None:
+        """A slot of the budget frees: the batcher that has waited longest for one takes it,
+        and sends what it holds (or hands it on, where nothing of it may leave now)."""
+        batcher = self.budget.hand_on()
+        if batcher is not None:
+            self._plan(batcher, now)
+
+    def _give_back(self, batcher: _Batcher, now: float) -> None:
+        """The slots a batcher was handed and did not use go on to the next waiter."""
+        while batcher.granted:
+            batcher.granted -= 1
+            self._release(now)
 
     def _wake(self, batcher: _Batcher, at: float) -> None:
         """The batcher asks the policy again at ``at`` (unless it already will sooner)."""
@@ -432,6 +551,9 @@ class Simulation:
             self._push(at, _WAKE, batcher)
 
     def _send(self, batch: _Batch, now: float) -> None:
+        """The batch takes a slot of the budget (one handed to its batcher first) and leaves."""
+        batch.batcher.idle_until = 0.0  # its queue's oldest changed
+        self.budget.take(batch.batcher)
         batch.batcher.in_flight += 1
         self.batches += 1
         self.batch_sizes += len(batch.arrivals)
@@ -445,15 +567,16 @@ class Simulation:
         self._push(sent, _REACH, batch)
 
     def _reach(self, batch: _Batch, now: float) -> None:
-        """The batch's call reaches Triton: an instance takes it, or it waits for one."""
+        """The batch's call reaches Triton: an instance takes it, or it waits for one (never
+        with a shared budget: a batch holds a slot, and each slot is an instance)."""
         batch.sent_at = now
-        if self.free > 0:
+        if self.idle > 0:
             self._start(batch, now)
         else:
             self.at_triton.append(batch)
 
     def _start(self, batch: _Batch, now: float) -> None:
-        self.free -= 1
+        self.idle -= 1
         seconds = self.cost.sample(len(batch.arrivals), self.rng)
         if now >= self._warmup:
             self.busy_s += seconds
@@ -476,7 +599,7 @@ class Simulation:
             utilisation=min(1.0, self.busy_s / (self.deployment.instances * span)),
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
             flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer,
-            cpu_busy=self._cpu_busy(span), stopped=stopped,
+            cpu_busy=self._cpu_busy(span), peak_in_flight=self.budget.peak, stopped=stopped,
             slo_changes=self.slo_changes if self.shadow_slo_s else None)
 
     def _cpu_busy(self, span: float) -> dict[str, float]:

@@ -65,9 +65,12 @@ def _cpu(probe: Mapping[str, Any]) -> CpuSample | None:
 
 def predict(cost: CostModel, sizing: Mapping[str, int], point: Point, *, overhead_s: float,
             cpu: CpuCost | None) -> Outcome:
+    """The run's Ferry at ``point``: its batchers each with its own window of the instances, as
+    Ferry ran before its batchers shared the budget (every run of the kit so far)."""
     deployment = Deployment(instances=point.instances, max_batch=64, max_wait_s=0.05,
                             batchers=int(sizing.get("batchers", 1)), overhead_s=overhead_s,
-                            cpu=cpu, gateways=int(sizing.get("gateways", 1)))
+                            cpu=cpu, gateways=int(sizing.get("gateways", 1)),
+                            shared_budget=False)
     return simulate(cost, deployment, arrivals.poisson(point.offered, SECONDS, 0), seed=0)
 
 
@@ -108,6 +111,8 @@ def section(paths: Sequence[Path]) -> list[str]:
             "The planner for the runs of `scripts/gpu-kit.sh run` (BENCHMARKS.md, \"On a GPU\"): "
             "t(B) from each run's `ferry plan fit`, Ferry's processes as the run sized them, "
             "each on a core of its own, with the CPU per task fitted over the run's own Ferry "
-            f"measurements; {SECONDS:g} simulated seconds per rate. Every Ferry measurement of "
+            "measurements, each batcher with its own window of the instances (as Ferry ran "
+            "then, before its batchers shared the in-flight budget); "
+            f"{SECONDS:g} simulated seconds per rate. Every Ferry measurement of "
             "the run that completed is predicted (the fixed loads and the goodput searches).",
             "", f"**Within 20%: {within} of {counted} rates below saturation.**", *body]

@@ -67,8 +67,8 @@ class TaskQueue(Protocol):
         only); and whether it still holds any."""
         ...
 
-    async def live_batchers(self, lease_ms: int) -> int:
-        """How many consumers hold a lease renewed within ``lease_ms`` of the last beat."""
+    def live_batchers(self) -> int:
+        """How many consumers held a live lease at this one's last ``beat`` (itself included)."""
         ...
 
     async def bury(self, dead: str) -> None:

@@ -132,6 +132,8 @@ def _task_field(fields: Any) -> bytes:
 class RedisStreamQueue:
     """The partition streams, seen by one consumer of the group."""
 
+    _live = 1  # batchers with a live lease, as the last beat counted them (1: before it)
+
     def __init__(self, redis: SlowRedis, reader: Commands, *, partitions: int,
                  owned: Sequence[int], consumer: str,
                  clock: Callable[[], float] = time.monotonic,
@@ -483,10 +485,16 @@ class RedisStreamQueue:
                 await pipe.execute()
 
     async def beat(self, lease_ms: int) -> list[str]:
-        """Renew this consumer's lease; the consumers whose lease has run out."""
-        dead = await self._beat(keys=BeatKeys(keys.BATCHERS_KEY),
-                                args=BeatArgs(self.consumer, lease_ms))
-        return [text(name) for name in dead]
+        """Renew this consumer's lease; the consumers whose lease has run out (and, in
+        ``live_batchers``, how many hold a live one)."""
+        reply = await self._beat(keys=BeatKeys(keys.BATCHERS_KEY),
+                                 args=BeatArgs(self.consumer, lease_ms))
+        self._live = int(reply[0])
+        return [text(name) for name in reply[1:]]
+
+    def live_batchers(self) -> int:
+        """Batchers holding a live lease at the last beat (this one included; 1 before it)."""
+        return self._live
 
     async def rescue(self, dead: str, room: int) -> tuple[list[Delivery], bool]:
         """Take over up to ``room`` entries that the dead consumer held, stream by stream (one
@@ -510,15 +518,6 @@ class RedisStreamQueue:
             if left:
                 return rescued, True
         return rescued, False
-
-    async def live_batchers(self, lease_ms: int) -> int:
-        """How many consumers hold a live lease: renewed within ``lease_ms`` of the latest beat
-        (both Redis's clock: no two machines' clocks are compared)."""
-        found = await self.redis.hgetall(keys.BATCHERS_KEY)
-        beats = {text(name): int(at) for name, at in found.items()}
-        heard = beats.pop("~heard", 0)
-        return sum(1 for name, at in beats.items()
-                   if not name.startswith("~") and heard - at <= lease_ms)
 
     async def bury(self, dead: str) -> None:
         """Forget a dead consumer's lease once it holds nothing (a consumer that comes back

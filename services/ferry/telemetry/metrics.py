@@ -56,8 +56,7 @@ class BatcherMetrics:
         self.infer_failures = Counter("ferry_infer_failures_total", "Failed Triton infer calls",
                                       ["model", "kind"], registry=r)
         self.reclaimed, self.dead_lettered, self.settle_retries = _recovery_metrics(r)
-        self.buffered = Gauge("ferry_buffered_tasks", "Tasks read and waiting for a batch",
-                              registry=r)
+        self.buffered = Gauge("ferry_buffered_tasks", "Tasks read, waiting for a batch", registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
         self._pool_metrics(r)
         self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "

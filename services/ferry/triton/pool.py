@@ -43,6 +43,7 @@ T = TypeVar("T")
 # The server a batch's slot is on: set by the batcher for the batch's task (its context).
 ON_ENDPOINT: ContextVar[str] = ContextVar("ferry_on_endpoint", default="")
 COUNT_TTL_S = 30.0  # a server's instance count of a model is read again after this
+READY_PROBE_S = 5.0  # a ready server is probed this often (one not ready every ``probe_s``)
 
 
 class State(enum.Enum):
@@ -73,10 +74,11 @@ class Endpoint:
 
 @dataclass
 class PoolHooks:
-    """What the pool tells its owner (the batcher's metrics): a call's rows on a server, and a
-    server's state or calls changed."""
+    """What the pool tells its owner (the batcher's metrics): a call's rows on a server, its
+    calls there now, and the servers' states when one changed."""
 
     on_call: Callable[[str, int], None] = lambda endpoint, rows: None
+    on_inflight: Callable[[str, int], None] = lambda endpoint, calls: None
     on_change: Callable[[list[Endpoint]], None] = lambda endpoints: None
 
 
@@ -140,14 +142,23 @@ class TritonPool:
             await endpoint.backend.close()
 
     async def _watch_loop(self) -> None:
-        looked_up = self.clock()
+        """Look names up every ``resolve_s``; probe the servers that are not ready every
+        ``probe_s``, the ready ones every ``READY_PROBE_S`` (a ready server that fails a call is
+        taken out by the call: probing it often would cost every idle process a gRPC call a
+        second)."""
+        looked_up = probed = self.clock()
+        named = not self.fixed and any(t.named for t in self.targets)
         while True:
             await asyncio.sleep(self.probe_s)
             try:
-                if not self.fixed and self.clock() - looked_up >= self.resolve_s:
-                    looked_up = self.clock()
+                now = self.clock()
+                if named and now - looked_up >= self.resolve_s:
+                    looked_up = now
                     await self.refresh()
-                await self.probe_all()
+                everyone = now - probed >= READY_PROBE_S
+                if everyone:
+                    probed = now
+                await self.probe_all(everyone)
             except Exception:  # a watch that dies would freeze the pool's view: log, go on
                 log.exception("watching Triton's servers failed; trying again")
 
@@ -180,10 +191,11 @@ class TritonPool:
                 log.info("Triton server %s left", name)
                 self._changed()
 
-    async def probe_all(self) -> None:
-        """Every server's readiness, at once; a server that becomes ready has its instance
-        counts read before it takes work."""
-        endpoints = list(self.endpoints.values())
+    async def probe_all(self, ready_too: bool = True) -> None:
+        """Every server's liveness (``ready_too``: the ready ones' too), at once; a server that
+        becomes ready has its instance counts read before it takes work."""
+        endpoints = [e for e in self.endpoints.values()
+                     if ready_too or e.state is not State.READY or not e.listed]
         answers = await asyncio.gather(*(self._probe(e) for e in endpoints))
         for endpoint, state in zip(endpoints, answers, strict=True):
             if state is State.READY and endpoint.state is not State.READY:
@@ -268,15 +280,24 @@ class TritonPool:
 
     # -- InferenceBackend: what any server answers ---------------------------------------------
 
-    def _any(self) -> InferenceBackend:
-        """A server for a question about models: a ready one, else any."""
-        ready = self.ready()
-        if ready:
-            return ready[0].backend
-        if not self.endpoints:
-            raise TransientBackendError(f"no Triton server found at {_targets(self.targets)}",
-                                        code="UNAVAILABLE")
-        return next(iter(self.endpoints.values())).backend
+    def _order(self) -> list[Endpoint]:
+        """The servers to ask about models: the ready ones first."""
+        return sorted(self.endpoints.values(), key=lambda e: e.state is not State.READY)
+
+    async def _ask(self, question: Callable[[InferenceBackend], Awaitable[T]]) -> T:
+        """A question about models, to a ready server; one that is unreachable is taken out
+        and the next asked."""
+        failed: BackendError | None = None
+        for endpoint in self._order():
+            try:
+                return await question(endpoint.backend)
+            except TransientBackendError as exc:
+                if exc.code != "UNAVAILABLE":
+                    raise
+                self.take_out(endpoint, str(exc))
+                failed = exc
+        raise failed or TransientBackendError(
+            f"no Triton server found at {_targets(self.targets)}", code="UNAVAILABLE")
 
     async def server_ready(self) -> bool:
         return any([await e.backend.server_ready() for e in list(self.endpoints.values())])
@@ -288,29 +309,29 @@ class TritonPool:
         return bool(self.ready())
 
     async def ready_models(self) -> list[str]:
-        return await self._any().ready_models()
+        return await self._ask(lambda b: b.ready_models())
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
         """The model's spec (from a ready server), its instances summed over every ready
         server."""
-        spec = await self._any().model_spec(model, refresh=refresh)
+        spec = await self._ask(lambda b: b.model_spec(model, refresh=refresh))
         total = sum((await self.count(model)).values())
         return replace(spec, instances=total or spec.instances)
 
     async def server_metadata(self) -> dict[str, Any]:
-        return await self._any().server_metadata()
+        return await self._ask(lambda b: b.server_metadata())
 
     async def model_metadata(self, model: str, version: str = "") -> dict[str, Any]:
-        return await self._any().model_metadata(model, version)
+        return await self._ask(lambda b: b.model_metadata(model, version))
 
     async def model_config(self, model: str, version: str = "") -> dict[str, Any]:
-        return await self._any().model_config(model, version)
+        return await self._ask(lambda b: b.model_config(model, version))
 
     async def model_ready(self, model: str, version: str = "") -> bool:
-        return await self._any().model_ready(model, version)
+        return await self._ask(lambda b: b.model_ready(model, version))
 
     async def model_statistics(self, model: str = "", version: str = "") -> dict[str, Any]:
-        return await self._any().model_statistics(model, version)
+        return await self._ask(lambda b: b.model_statistics(model, version))
 
     # -- InferenceBackend: the calls ------------------------------------------------------------
 
@@ -372,12 +393,12 @@ class TritonPool:
                   call: Callable[[InferenceBackend], Awaitable[T]]) -> T:
         endpoint.inflight += 1
         self.hooks.on_call(endpoint.name, rows)
-        self.hooks.on_change([endpoint])
+        self.hooks.on_inflight(endpoint.name, endpoint.inflight)
         try:
             return await call(endpoint.backend)
         finally:
             endpoint.inflight -= 1
-            self.hooks.on_change([endpoint])
+            self.hooks.on_inflight(endpoint.name, endpoint.inflight)
             if not endpoint.listed and endpoint.inflight == 0:
                 asyncio.get_running_loop().create_task(self._forget_left())
 

@@ -8,7 +8,8 @@
 -- KEYS (BeatKeys): registry (the hash of consumer -> its last beat, ms of Redis's clock; and
 --   '~heard', the last beat of any batcher, '~grace', until when nobody is named dead).
 -- Named args (BeatArgs): consumer, lease_ms.
--- Result: the consumers whose lease has run out (their tasks are to be taken over).
+-- Result: how many batchers hold a live lease (this one included), then the consumers whose
+--   lease has run out (their tasks are to be taken over).
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local lease = tonumber(lease_ms)
@@ -20,16 +21,17 @@ if heard and now_ms - heard > lease / 2 then
 end
 redis.call('HSET', registry, consumer, now_ms, '~heard', now_ms)
 redis.call('PEXPIRE', registry, BATCHERS_TTL_MS)
-local dead = {}
-if grace and now_ms < grace then
-  return dead
-end
+local dead = {0}
 local all = redis.call('HGETALL', registry)
+local in_grace = grace and now_ms < grace
 for i = 1, #all, 2 do
   local name = all[i]
-  if name ~= consumer and string.sub(name, 1, 1) ~= '~'
-      and now_ms - tonumber(all[i + 1]) > lease then
-    dead[#dead + 1] = name
+  if string.sub(name, 1, 1) ~= '~' then
+    if now_ms - tonumber(all[i + 1]) <= lease then
+      dead[1] = dead[1] + 1
+    elseif not in_grace and name ~= consumer then
+      dead[#dead + 1] = name
+    end
   end
 end
 return dead
