@@ -97,8 +97,9 @@ def pool_hooks(metrics: BatcherMetrics) -> PoolHooks:
     inflight = functools.lru_cache(maxsize=256)(metrics.endpoint_inflight.labels)
 
     def on_change(endpoints: list[Endpoint]) -> None:
-        for endpoint in endpoints:
+        for endpoint in endpoints:  # each server's series, from when the pool finds it
             inflight(endpoint.name).set(endpoint.inflight)
+            batch(endpoint.name)
             for state in State:
                 metrics.endpoint_state.labels(endpoint.name, state.value).set(
                     1 if endpoint.state is state else 0)
