@@ -105,6 +105,7 @@ class TritonPool:
         self.models: set[str] = set()  # models asked about: counted on a server that comes up
         self.changed = asyncio.Event()  # a server came, went, or changed state
         self.fixed = False  # its servers were given, not looked up
+        self._specs: dict[str, tuple[float, ModelSpec]] = {}  # model: (when, its pool's spec)
         self._watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -218,6 +219,7 @@ class TritonPool:
             self._changed()
 
     def _changed(self) -> None:
+        self._specs.clear()  # instances summed over other servers now
         self.changed.set()
         self.hooks.on_change(list(self.endpoints.values()))
 
@@ -275,7 +277,11 @@ class TritonPool:
         except BackendError as exc:  # not served there (yet): no slot of it there
             log.debug("no instance count of %s at %s: %s", model, endpoint.name, exc)
             endpoint.counts.pop(model, None)
+            self._specs.pop(model, None)
             return
+        known = endpoint.counts.get(model)
+        if known is not None and known[1] != count:
+            self._specs.pop(model, None)
         endpoint.counts[model] = (self.clock(), count)
 
     # -- InferenceBackend: what any server answers ---------------------------------------------
@@ -313,10 +319,16 @@ class TritonPool:
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
         """The model's spec (from a ready server), its instances summed over every ready
-        server."""
+        server; kept for ``COUNT_TTL_S``, or until a server comes, goes or changes state (a
+        gateway asks for it with every request)."""
+        cached = self._specs.get(model)
+        if cached is not None and not refresh and self.clock() - cached[0] < COUNT_TTL_S:
+            return cached[1]
         spec = await self._ask(lambda b: b.model_spec(model, refresh=refresh))
         total = sum((await self.count(model)).values())
-        return replace(spec, instances=total or spec.instances)
+        spec = replace(spec, instances=total or spec.instances)
+        self._specs[model] = (self.clock(), spec)
+        return spec
 
     async def server_metadata(self) -> dict[str, Any]:
         return await self._ask(lambda b: b.server_metadata())
@@ -366,6 +378,8 @@ class TritonPool:
         try:
             return await self._on(endpoint, rows, call)
         except BackendError as exc:
+            if isinstance(exc, UnknownModelError):
+                self._specs.pop(model, None)  # read again: it may have been replaced
             if await self._serves(endpoint, model, exc):
                 raise  # the model's own failure: the executor's to judge
             other = self.pick(model, avoid=endpoint.name)
@@ -386,6 +400,7 @@ class TritonPool:
         if isinstance(exc, UnknownModelError) and any(
                 e.instances(model) is not None for e in self.ready() if e is not endpoint):
             endpoint.counts.pop(model, None)
+            self._specs.pop(model, None)
             return False
         return True
 
