@@ -41,30 +41,32 @@ class TritonServer:
     process: ManagedProcess
 
 
+def copy_sim(sim: Path, model: Path, *, max_batch: int = 64, fixed_ms: str = "",
+             per_item_ms: str = "", instances: int = 1) -> Path:
+    """The simulator ``sim`` copied as ``model`` (named after its folder), with another max
+    batch, batch time (t(B) = fixed_ms + per_item_ms · B) or instance count."""
+    shutil.copytree(sim, model, ignore=shutil.ignore_patterns("__pycache__"))
+    config = (model / "config.pbtxt").read_text().replace('name: "sim"', f'name: "{model.name}"')
+    config = config.replace("max_batch_size: 64", f"max_batch_size: {max_batch}")
+    for key, value in (("fixed_ms", fixed_ms), ("per_item_ms", per_item_ms)):
+        if value:
+            config = re.sub(rf'key: "{key}" value: {{ string_value: "[0-9.]+" }}',
+                            f'key: "{key}" value: {{ string_value: "{value}" }}', config)
+    config = config.replace("count: 1, kind: KIND_CPU", f"count: {instances}, kind: KIND_CPU")
+    (model / "config.pbtxt").write_text(config)
+    return model
+
+
 def build_test_repository(target: Path) -> Path:
     """The bundled models plus ``sim_slow`` and ``sim_slow2``: copies of ``sim`` that take 1.5 s
     per batch, with one and two instances; and ``sim_overload``, t(B) = 50 + 2·B ms with batches
     of at most 8 (121 tasks/s)."""
     shutil.copytree(bundled_repository(), target, ignore=shutil.ignore_patterns("__pycache__"))
     for name, instances in (("sim_slow", 1), ("sim_slow2", 2)):
-        slow = target / name
-        shutil.copytree(target / "sim", slow)
-        config = (slow / "config.pbtxt").read_text()
-        config = config.replace('name: "sim"', f'name: "{name}"')
-        config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
-                        'key: "fixed_ms" value: { string_value: "1500" }', config)
-        config = config.replace("count: 1, kind: KIND_CPU", f"count: {instances}, kind: KIND_CPU")
-        (slow / "config.pbtxt").write_text(config)
-    overload = target / "sim_overload"  # the slow backend, small batches: capacity 121/s
-    shutil.copytree(target / "sim", overload)
-    config = (overload / "config.pbtxt").read_text().replace('name: "sim"',
-                                                              'name: "sim_overload"')
-    config = config.replace("max_batch_size: 64", "max_batch_size: 8")
-    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
-                    'key: "fixed_ms" value: { string_value: "50" }', config)
-    config = re.sub(r'key: "per_item_ms" value: \{ string_value: "[0-9.]+" \}',
-                    'key: "per_item_ms" value: { string_value: "2" }', config)
-    (overload / "config.pbtxt").write_text(config)
+        copy_sim(target / "sim", target / name, fixed_ms="1500", instances=instances)
+    # the slow backend, small batches: capacity 121/s
+    copy_sim(target / "sim", target / "sim_overload", max_batch=8, fixed_ms="50",
+             per_item_ms="2")
     add_tensorrt_ensemble(target)
     add_simple(target)
     add_tensor_models(target)

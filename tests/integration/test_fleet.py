@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -42,7 +40,7 @@ from ferry.stack.triton_server import (
 )
 from ferry.stack.up import bundled_repository
 from ferry.triton.pool import State
-from tests.conftest import REDIS_CLUSTER
+from tests.conftest import REDIS_CLUSTER, copy_sim
 from tests.integration.helpers import (
     Stack,
     batcher_settings,
@@ -72,16 +70,8 @@ class Server:
 
 def fleet_repository(target: Path) -> Path:
     """``fleet``: the simulator at t(B) = 50 + 2·B ms, batches of at most 16, one instance."""
-    model = target / MODEL
-    shutil.copytree(bundled_repository() / "sim", model,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    config = (model / "config.pbtxt").read_text().replace('name: "sim"', f'name: "{MODEL}"')
-    config = config.replace("max_batch_size: 64", "max_batch_size: 16")
-    config = re.sub(r'key: "fixed_ms" value: \{ string_value: "[0-9.]+" \}',
-                    'key: "fixed_ms" value: { string_value: "50" }', config)
-    config = re.sub(r'key: "per_item_ms" value: \{ string_value: "[0-9.]+" \}',
-                    'key: "per_item_ms" value: { string_value: "2" }', config)
-    (model / "config.pbtxt").write_text(config)
+    copy_sim(bundled_repository() / "sim", target / MODEL, max_batch=16, fixed_ms="50",
+             per_item_ms="2")
     return target
 
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from ferry.batcher.worker import _capped
+from ferry.batcher.budget import capped
 from ferry.errors import ConfigError
 from ferry.triton.endpoints import Address, Target, parse_targets, pick_family, resolve
 from ferry.triton.grpc_backend import TritonGrpcBackend
@@ -71,6 +71,6 @@ async def test_a_named_target_follows_its_answers() -> None:
 
 
 def test_the_operators_cap_cuts_the_largest_servers_first() -> None:
-    assert _capped({"a": 2, "b": 1}, 2) == {"a": 1, "b": 1}
-    assert _capped({"a": 4, "b": 1}, 3) == {"a": 2, "b": 1}
-    assert _capped({"a": 1}, 5) == {"a": 1}
+    assert capped({"a": 2, "b": 1}, 2) == {"a": 1, "b": 1}
+    assert capped({"a": 4, "b": 1}, 3) == {"a": 2, "b": 1}
+    assert capped({"a": 1}, 5) == {"a": 1}

@@ -18,10 +18,11 @@ from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.command import memory_rows, redis_loads, target_of
 from ferry.planner.costs import CostModel, fit, points_from_stats
+from ferry.planner.deployment import Deployment
 from ferry.planner.headroom import p99_bound
 from ferry.planner.memory import RedisSizes, byte_size, human, maxmemory, redis_memory
 from ferry.planner.search import Target, envelope, partitions_for, size
-from ferry.planner.simulate import Deployment, quantile, simulate
+from ferry.planner.simulate import quantile, simulate
 
 
 def md1_sojourn(rate: float, service_s: float) -> float:

@@ -16,8 +16,9 @@ from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost, CpuSample, fit
+from ferry.planner.deployment import Deployment
 from ferry.planner.search import Target, size
-from ferry.planner.simulate import Deployment, simulate
+from ferry.planner.simulate import simulate
 from ferry.planner.validate import cpu_of, fast_cpu, measured_rows
 
 FAST = CostModel(0.004, 0.00025)

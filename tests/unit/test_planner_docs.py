@@ -19,9 +19,10 @@ import pytest
 from ferry.cli import main
 from ferry.planner import arrivals, command, headroom
 from ferry.planner import search as search_module
+from ferry.planner.deployment import Bound, Deployment, Outcome
 from ferry.planner.memory import RedisSizes, byte_size, human, redis_memory
 from ferry.planner.search import Sizing, envelope
-from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
+from ferry.planner.simulate import simulate
 from ferry.planner.validate import DESIGN_SCENARIO
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,9 @@ from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU
+from ferry.planner.deployment import Deployment
 from ferry.planner.headroom import MAX_RUNS, largest_next, p99_bound
-from ferry.planner.simulate import Deployment, simulate
+from ferry.planner.simulate import simulate
 
 TARGET_S = 0.5
 

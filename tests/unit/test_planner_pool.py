@@ -16,8 +16,9 @@ from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU
+from ferry.planner.deployment import Deployment
 from ferry.planner.layout import Layout
-from ferry.planner.simulate import Deployment, Simulation, simulate
+from ferry.planner.simulate import Simulation, simulate
 
 COST = CostModel(0.040, 0.0025, jitter_s=0.002)  # 200 ms at 64: 320/s an instance
 

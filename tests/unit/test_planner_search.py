@@ -19,9 +19,10 @@ from ferry.planner import arrivals
 from ferry.planner import search as search_module
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost
+from ferry.planner.deployment import Bound, Deployment, Outcome
 from ferry.planner.progress import ProgressLine, progress_text
 from ferry.planner.search import Progress, Target, size
-from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
+from ferry.planner.simulate import simulate
 
 DESIGN_COST = CostModel(0.040, 0.0025)  # docs/cli.md's design scenario: 200 ms at 64
 

@@ -20,7 +20,8 @@ from ferry.batching.policy import (
 )
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
-from ferry.planner.simulate import Deployment, simulate
+from ferry.planner.deployment import Deployment
+from ferry.planner.simulate import simulate
 
 LANE = Lane("m")
 FIXED, PER = 0.050, 0.002  # the slow backend's t(B) = 50 + 2·B ms

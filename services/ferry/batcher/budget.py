@@ -104,6 +104,15 @@ class Slot:
 LOCAL = Slot("")
 
 
+def capped(limits: dict[str, int], cap: int) -> dict[str, int]:
+    """``limits`` with at most ``cap`` slots in all, the largest servers' cut first."""
+    cut = dict(limits)
+    while sum(cut.values()) > cap:
+        largest = max(cut, key=lambda name: cut[name])
+        cut[largest] -= 1
+    return {name: n for name, n in cut.items() if n > 0}
+
+
 class SharedBudget:
     """The Redis side: take a slot or queue for one, give slots back, renew them."""
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from ferry.backoff import backoff_delay
-from ferry.batcher.budget import Budget, SharedBudget
+from ferry.batcher.budget import Budget, SharedBudget, capped
 from ferry.batcher.dispatcher import Dispatcher
 from ferry.batcher.executor import REAL_TIME, Timing
 from ferry.batcher.gate import BackendGate
@@ -99,7 +99,7 @@ class Batcher:
             found = pool.limits(model)
             cap = settings.max_inflight_batches
             if cap:  # the operator's cap on the model's batches: on the whole pool
-                found = _capped(found, cap)
+                found = capped(found, cap)
             return found or {"": models.state(model).window.limit}  # not counted: the pool picks
 
         def waited(model: str, seconds: float) -> None:
@@ -332,15 +332,6 @@ class Batcher:
             log.info("batcher stopping")
             await self.stop()
         return 1 if self.failed.is_set() else 0
-
-
-def _capped(limits: dict[str, int], cap: int) -> dict[str, int]:
-    """``limits`` with at most ``cap`` slots in all, the largest servers' cut first."""
-    capped = dict(limits)
-    while sum(capped.values()) > cap:
-        largest = max(capped, key=lambda name: capped[name])
-        capped[largest] -= 1
-    return {name: n for name, n in capped.items() if n > 0}
 
 
 async def _cancel(tasks: Iterable[asyncio.Task[None]], timeout_s: float) -> None:

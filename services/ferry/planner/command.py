@@ -16,6 +16,7 @@ from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
 from ferry.planner.costs import DEFAULT_SIZES, CostModel
 from ferry.planner.cpu import BENCH_CPU, CpuCost
+from ferry.planner.deployment import Deployment, Outcome
 from ferry.planner.layout import Layout
 from ferry.planner.memory import (
     RedisLoad,
@@ -34,7 +35,7 @@ from ferry.planner.search import (
     Target,
     size,
 )
-from ferry.planner.simulate import Deployment, Outcome, simulate
+from ferry.planner.simulate import simulate
 
 OVERHEAD_S = 0.003  # Ferry's latency per task, its CPU included (make bench: 4-5 ms at 50/s)
 OVERHEAD_WITH_CPU_S = 0.0015  # ... besides its processes' CPU, which the simulation queues

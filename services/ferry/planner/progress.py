@@ -14,8 +14,8 @@ import time
 from types import TracebackType
 from typing import TextIO
 
+from ferry.planner.deployment import Deployment
 from ferry.planner.search import Progress
-from ferry.planner.simulate import Deployment
 
 
 class ProgressLine:

@@ -40,9 +40,10 @@ from typing import Literal
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
+from ferry.planner.deployment import Bound, Deployment, Outcome
 from ferry.planner.headroom import check_runs, largest_next, p99_bound
 from ferry.planner.layout import Layout
-from ferry.planner.simulate import Bound, Deployment, Outcome, simulate
+from ferry.planner.simulate import simulate
 
 Arrivals = Callable[[float, float, int], list[float]]  # (qps, seconds, seed) -> times
 

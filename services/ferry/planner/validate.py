@@ -23,7 +23,8 @@ from ferry.errors import ConfigError
 from ferry.planner import arrivals, validate_gpu, verdict
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import BENCH_CPU, PROCESSES, CpuCost, CpuSample, fit
-from ferry.planner.simulate import Deployment, Outcome, simulate
+from ferry.planner.deployment import Deployment, Outcome
+from ferry.planner.simulate import simulate
 from ferry.planner.verdict import SATURATED, unsaturated
 
 SECTION = re.compile(r"^## (\w+) backend, t\(B\) = ([0-9.]+) \+ ([0-9.]+)·B ms, (\d+) instances?")

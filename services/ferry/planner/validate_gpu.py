@@ -19,7 +19,8 @@ from typing import Any
 from ferry.planner import arrivals, verdict
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost, CpuSample, fit
-from ferry.planner.simulate import Deployment, Outcome, simulate
+from ferry.planner.deployment import Deployment, Outcome
+from ferry.planner.simulate import simulate
 from ferry.planner.verdict import unsaturated
 
 SECONDS = 10.0  # simulated seconds per rate (thousands of tasks a second)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from ferry.planner.simulate import Outcome
+from ferry.planner.deployment import Outcome
 
 GOAL = 0.20  # p99 within 20% below saturation
 SATURATED = 0.95  # past saturation: less than this share of the offered rate achieved

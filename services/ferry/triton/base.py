@@ -86,6 +86,15 @@ def ensemble_steps(config: Mapping[str, Any]) -> list[str]:
     return [str(step["model_name"]) for step in steps if step.get("model_name")]
 
 
+async def instances_of(server: ModelDiscovery, config: Mapping[str, Any]) -> int:
+    """How many batches of the model ``config`` describes ``server`` runs at once: its
+    instances, or an ensemble's narrowest step's."""
+    steps = ensemble_steps(config)
+    if not steps:
+        return instance_count(config)
+    return min([instance_count(await server.model_config(step)) for step in steps])
+
+
 def default_version(config: Mapping[str, Any]) -> str:
     """The model's ``ferry_default_version`` ('': none; a version number otherwise)."""
     version = _parameter(config, DEFAULT_VERSION_PARAMETER, "").strip()

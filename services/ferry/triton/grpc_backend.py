@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ferry.errors import PermanentBackendError, UnknownModelError
 from ferry.tensors import Tensor, pack_bytes
-from ferry.triton.base import Inferred, ModelSpec, ensemble_steps, instance_count
+from ferry.triton.base import Inferred, ModelSpec, instances_of
 from ferry.triton.grpc_errors import translate
 from ferry.triton.http_infer import HttpInferClient, bytes_batch_body, tensor_body
 from ferry.triton.http_json import triton_json
@@ -182,11 +182,7 @@ class TritonGrpcBackend:
         metadata = await self.model_metadata(model)
         config = await self.model_config(model)
         spec = ModelSpec.from_triton(metadata, config)
-        steps = ensemble_steps(config)
-        if steps:  # an ensemble runs as many batches at once as its narrowest step
-            spec = replace(spec, instances=min([instance_count(await self.model_config(step))
-                                                for step in steps]))
-        return spec
+        return replace(spec, instances=await instances_of(self, config))
 
     async def _ask(self, call: Callable[..., Any], request: Message, what: str) -> Any:
         """One control call's reply; its error translated."""

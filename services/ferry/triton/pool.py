@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ferry.errors import BackendError, TransientBackendError, UnknownModelError
-from ferry.triton.base import InferenceBackend, Inferred, ModelSpec, ensemble_steps, instance_count
+from ferry.triton.base import InferenceBackend, Inferred, ModelSpec, instances_of
 from ferry.triton.endpoints import Address, Lookup, Target, resolve
 
 if TYPE_CHECKING:
@@ -103,7 +103,6 @@ class TritonPool:
         self.clock = clock
         self.endpoints: dict[str, Endpoint] = {}
         self.models: set[str] = set()  # models asked about: counted on a server that comes up
-        self.changed = asyncio.Event()  # a server came, went, or changed state
         self.fixed = False  # its servers were given, not looked up
         self._specs: dict[str, tuple[float, ModelSpec]] = {}  # model: (when, its pool's spec)
         self._watch: asyncio.Task[None] | None = None
@@ -220,7 +219,6 @@ class TritonPool:
 
     def _changed(self) -> None:
         self._specs.clear()  # instances summed over other servers now
-        self.changed.set()
         self.hooks.on_change(list(self.endpoints.values()))
 
     def take_out(self, endpoint: Endpoint, why: str) -> None:
@@ -270,10 +268,8 @@ class TritonPool:
 
     async def _count(self, endpoint: Endpoint, model: str) -> None:
         try:
-            config = await endpoint.backend.model_config(model)
-            steps = ensemble_steps(config)
-            count = (min([instance_count(await endpoint.backend.model_config(step))
-                          for step in steps]) if steps else instance_count(config))
+            backend = endpoint.backend
+            count = await instances_of(backend, await backend.model_config(model))
         except BackendError as exc:  # not served there (yet): no slot of it there
             log.debug("no instance count of %s at %s: %s", model, endpoint.name, exc)
             endpoint.counts.pop(model, None)
