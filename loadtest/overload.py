@@ -7,7 +7,9 @@ followed to its final status. At the end every accepted task is read back: one w
 status is *lost*. The deadline's promise is checked on Ferry's own records, not on this client's
 clock (which a loaded machine makes late): a SUCCESS written after its ``deadline_at`` is *late*,
 and a held request answered without its final record (202) is *unheld*. Latency counts from each
-request's scheduled send (open loop, Poisson arrivals). Loopback only.
+request's scheduled send (open loop, Poisson arrivals). Beside the load, a *control* exchange (a
+``GET`` of an unknown task: one Redis read, a 404) is sent 20 times a second, to show how late a
+loaded machine makes any answer beside how fast the refusals came. Loopback only.
 
     .venv/bin/python -m loadtest.overload --url http://127.0.0.1:8000 --model sim \\
         --rate 240 --seconds 30 --timeout 2
@@ -29,6 +31,7 @@ from loadtest.generator import LOOPBACK_HOSTS, schedule
 from loadtest.rawhttp import Pool
 
 DRAIN_S = 30.0  # after the last send, what has not answered by then is counted as lost
+CONTROL_RPS = 20.0  # the control exchange's rate
 
 
 @dataclass
@@ -47,7 +50,9 @@ class OverloadResult:
     accepted_p50_s: float = 0.0
     accepted_p99_s: float = 0.0  # from scheduled send to final answer, SUCCESS and EXPIRED
     success_p99_s: float = 0.0
-    rejected_p99_s: float = 0.0  # how fast a 429 came, from its send
+    rejected_p50_s: float = 0.0  # how fast a 429 came, from its send
+    rejected_p99_s: float = 0.0
+    control_p99_s: float = 0.0  # how fast the control exchange (a 404 from one Redis read) came
     success_rps: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -70,6 +75,7 @@ class _Tally:
     accepted: dict[str, float] = field(default_factory=dict)  # task id -> scheduled send
     finals: dict[str, tuple[str, float]] = field(default_factory=dict)
     refusals: list[float] = field(default_factory=list)
+    controls: list[float] = field(default_factory=list)
     late: set[str] = field(default_factory=set)
 
     def ended(self, task_id: str, record: dict[str, Any], scheduled: float) -> None:
@@ -100,6 +106,16 @@ class _Tally:
         if record.get("status", "PENDING") != "PENDING":
             self.ended(task_id, record, scheduled)
 
+    async def control(self, until: float) -> None:
+        """The control exchange, at CONTROL_RPS until ``until``: a GET of a task that does not
+        exist, which no backlog can hold up."""
+        while (now := time.monotonic()) < until:
+            response = await self.pool.request("GET", f"/v1/result/control-{now:.6f}")
+            if response.status != 404:
+                self.errors[f"control HTTP {response.status}"] += 1
+            self.controls.append(time.monotonic() - now)
+            await asyncio.sleep(max(0.0, now + 1 / CONTROL_RPS - time.monotonic()))
+
     async def read_back(self) -> None:
         """What did not answer in time, read once more: without a final status, lost."""
         for task_id in set(self.accepted) - set(self.finals):
@@ -126,6 +142,7 @@ async def run(url: str, model: str, rate: float, seconds: float, timeout_s: floa
         await tally.one(path, payload(index, nonce=nonce), headers, start + at)
 
     tasks = [asyncio.create_task(one(i, at)) for i, at in enumerate(times)]
+    tasks.append(asyncio.create_task(tally.control(start + times[-1])))
     await asyncio.wait(tasks, timeout=times[-1] + DRAIN_S)
     for task in tasks:
         task.cancel()
@@ -134,6 +151,7 @@ async def run(url: str, model: str, rate: float, seconds: float, timeout_s: floa
     result.unheld = tally.errors.pop("unheld", 0)
     result.late = len(tally.late)
     result.http_errors = dict(tally.errors)
+    result.control_p99_s = percentile(tally.controls, 0.99)
     return summarize(result, len(tally.accepted), tally.finals, tally.refusals)
 
 
@@ -148,6 +166,7 @@ def summarize(result: OverloadResult, accepted: int, finals: dict[str, tuple[str
     result.accepted_p50_s = percentile(latencies, 0.50)
     result.accepted_p99_s = percentile(latencies, 0.99)
     result.success_p99_s = percentile(successes, 0.99)
+    result.rejected_p50_s = percentile(refusals, 0.50)
     result.rejected_p99_s = percentile(refusals, 0.99)
     result.success_rps = len(successes) / result.seconds
     return result

@@ -92,6 +92,10 @@ def replicated_cluster(tmp_path_factory: pytest.TempPathFactory
     cluster.stop()
 
 
+# The bound counts the module's cluster coming up (15 s here alone, more in a loaded CI run,
+# where it once went past 120 s in all), the load, every submission's bounded retries (60, at most
+# 0.5 s apart, while the slots' new master has no replica) and the reading back.
+@pytest.mark.timeout(300)
 async def test_a_cluster_master_failover_under_load_loses_no_accepted_task(
         replicated_cluster: ReplicatedCluster, triton_server: TritonServer) -> None:
     gateway, batcher = _ha_settings(triton_server, replicated_cluster.url, redis_cluster=True)
@@ -100,12 +104,17 @@ async def test_a_cluster_master_failover_under_load_loses_no_accepted_task(
 
     async def kill_busy_master() -> None:  # the master of partition 0 (and its neighbours)
         old = replicated_cluster.master_of_slot(slot)
+        killed = time.monotonic()
         old.kill(signal.SIGKILL)
         new = await asyncio.to_thread(replicated_cluster.wait_serving, slot, old.port)
-        log.append(f"master {old.port} killed; {new.port} serves slot {slot}")
+        log.append(f"master {old.port} killed; {new.port} serves slot {slot} after "
+                   f"{time.monotonic() - killed:.1f} s")
+        print(log[-1], flush=True)  # shown if the test fails later, a timeout included
         # Until the old node is back as its replica, the new master has none: admissions to
         # its slots cannot be confirmed, and are answered 503 (and retried).
         await asyncio.to_thread(replicated_cluster.rejoin, old)
+        print(f"{old.port} back as a replica after {time.monotonic() - killed:.1f} s",
+              flush=True)
 
     async with running_stack(gateway, batcher) as stack:
         ledger = await drive(stack.client, seconds=10, rate=40,
