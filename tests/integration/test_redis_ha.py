@@ -92,10 +92,6 @@ def replicated_cluster(tmp_path_factory: pytest.TempPathFactory
     cluster.stop()
 
 
-# The bound counts the module's cluster coming up (15 s here alone, more in a loaded CI run,
-# where it once went past 120 s in all), the load, every submission's bounded retries (60, at most
-# 0.5 s apart, while the slots' new master has no replica) and the reading back.
-@pytest.mark.timeout(300)
 async def test_a_cluster_master_failover_under_load_loses_no_accepted_task(
         replicated_cluster: ReplicatedCluster, triton_server: TritonServer) -> None:
     gateway, batcher = _ha_settings(triton_server, replicated_cluster.url, redis_cluster=True)

@@ -149,6 +149,31 @@ async def test_a_frozen_redis_times_out_instead_of_hanging(
         await c.close()
 
 
+async def test_callers_of_a_client_closed_while_it_connects_get_a_connection_error(
+    private_redis: tuple[ManagedProcess, int, Path],
+) -> None:
+    """A Redis Cluster client closes a node's client when the node leaves the slot map, maybe
+    while callers wait for its connection: they get a connection error (the request answers
+    503, to retry), never a cancellation, which would end the request itself (a CI run saw
+    one through a master's failover). A frozen redis-server keeps the attempt open."""
+    proc, port, _ = private_redis
+    pid = proc.pid
+    assert pid is not None
+    c = client(f"redis://127.0.0.1:{port}/0", timeout_s=5.0, connect_timeout_s=5.0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        callers = [asyncio.ensure_future(c.execute("PING")) for _ in range(5)]
+        await asyncio.sleep(0.2)  # they all wait on the one attempt: its handshake unanswered
+        assert not any(caller.done() for caller in callers)
+        await c.close()
+        results = await asyncio.gather(*callers, return_exceptions=True)
+        assert all(isinstance(r, RespConnectionError) for r in results), results
+        assert "closed while it was being opened" in str(results[0])
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await c.close()
+
+
 async def test_password_and_database_from_the_url(tmp_path: Path) -> None:
     port = free_port()
     proc = ManagedProcess("redis-server", ["redis-server", "--port", str(port), "--bind",

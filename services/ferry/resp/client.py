@@ -375,7 +375,17 @@ class RespClient:
         if self._connecting is None:
             self._connecting = asyncio.ensure_future(self._open())
             self._connecting.add_done_callback(self._attempt_done)
-        return await asyncio.shield(self._connecting)
+        attempt = self._connecting
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not attempt.cancelled() or (task is not None and task.cancelling()):
+                raise  # this caller was cancelled
+            # the attempt was given up under it (``close``: a Redis Cluster node that left
+            # the slot map): a connection error for the caller, never a cancellation
+            raise RespConnectionError(f"the connection to Redis at {self.address} was "
+                                      "closed while it was being opened") from None
 
     def recheck_soon(self) -> None:
         """Ask the sentinels again at the next command (a WAIT was not satisfied: is this

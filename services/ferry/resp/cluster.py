@@ -162,10 +162,14 @@ class ClusterClient:
         answers = await asyncio.gather(
             *(self.node(node).replies([commands[i] for i in indexes], timeout_s)
               for node, indexes in groups.items()), return_exceptions=True)
-        for indexes, answer in zip(groups.values(), answers, strict=True):
-            if not isinstance(answer, list) and not isinstance(answer, Exception):
-                raise answer  # cancelled
-            got = answer if isinstance(answer, list) else [answer] * len(indexes)  # no node
+        for (node, indexes), answer in zip(groups.items(), answers, strict=True):
+            failed = answer
+            if isinstance(answer, asyncio.CancelledError):  # a node's client closed under it
+                failed = RespConnectionError(f"the connection to {node[0]}:{node[1]} closed "
+                                             "(it left the slot map)")
+            elif not isinstance(answer, list) and not isinstance(answer, Exception):
+                raise answer
+            got = answer if isinstance(answer, list) else [failed] * len(indexes)  # no node
             for index, reply in zip(indexes, got, strict=True):
                 self._sort(index, reply, results, moved, asked)
         for index, node in asked:
