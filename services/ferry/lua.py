@@ -22,7 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ferry.resp.client import Arg, Command, Script
 
 FOLDER = "lua"
 
@@ -36,6 +39,10 @@ class ScriptSpec:
     keys: tuple[str, ...]
     args: tuple[str, ...] = ()
     item: tuple[str, ...] = ()  # a group of ARGV repeated per item, after ``args``
+    # Or KEYS and ARGV named per item: both repeated (the KEYS from the first, the ARGV after
+    # ``args``), and the generated ``bind(n)`` sets their locals to item n's (0-based); the
+    # item count is ``#KEYS / EACH_KEYS``.
+    each: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     more_keys: str = ""  # names the index of the first KEYS after the named ones
     results: tuple[type[IntEnum], str] | None = None  # an enum, and its constants' prefix
     constants: tuple[tuple[str, str | int], ...] = ()  # shared with Python, by name
@@ -81,6 +88,8 @@ def constants(spec: ScriptSpec) -> dict[str, str]:
     if spec.item:
         values |= {"FIRST_ITEM": len(spec.args) + 1, "ITEM_SIZE": len(spec.item)}
         values |= {name.upper(): offset for offset, name in enumerate(spec.item)}
+    if spec.each[0]:
+        values["EACH_KEYS"] = len(spec.each[0])
     return {name: _literal(value) for name, value in values.items()}
 
 
@@ -91,7 +100,25 @@ def prologue(spec: ScriptSpec) -> str:
         if names:
             lines.append(_local(list(names),
                                 [f"{table}[{i}]" for i in range(1, len(names) + 1)]))
+    each_keys, each_args = spec.each
+    if each_keys:
+        lines += [f"local {', '.join(each_keys + each_args)}",
+                  "local function bind(n)",
+                  f"  local k, a = n * {len(each_keys)}, {len(spec.args)} + n * {len(each_args)}",
+                  f"  {', '.join(each_keys)} = "
+                  f"{', '.join(f'KEYS[k + {i}]' for i in range(1, len(each_keys) + 1))}",
+                  f"  {', '.join(each_args)} = "
+                  f"{', '.join(f'ARGV[a + {i}]' for i in range(1, len(each_args) + 1))}",
+                  "end"]
     return "\n".join(lines) + "\n"
+
+
+def each_command(script: Script, args: Sequence[Arg],
+                 rows: Sequence[tuple[Sequence[Arg], Sequence[Arg]]]) -> Command:
+    """A call of a script with ``each`` names: its named ``args``, then each row's (keys,
+    args) in turn."""
+    return script.command([key for row_keys, _ in rows for key in row_keys],
+                          [*args, *(value for _, row_args in rows for value in row_args)])
 
 
 def items(rows: Iterable[Sequence[Any]]) -> list[Any]:

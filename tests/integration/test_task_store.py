@@ -16,6 +16,7 @@ import redis
 
 from ferry import keys
 from ferry.codec import encode_task
+from ferry.errors import TooManyRequestsError
 from ferry.queue.base import Delivery
 from ferry.redis_conn import lean
 from ferry.resp.client import RedisAddress
@@ -23,7 +24,7 @@ from ferry.resp.cluster import ClusterClient
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import CommonSettings
 from ferry.stack.redis_server import start_redis
-from ferry.tasks.base import Completion
+from ferry.tasks.base import Admission, Admitted, Completion
 from ferry.tasks.record import EXPIRED_ERROR, Status, StoredRecord, TaskRecord, announcements
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.waiters import ResultWaiters
@@ -98,6 +99,40 @@ async def test_admission_writes_the_pending_record_and_the_entry_at_once(
     assert 590 < redis_client.ttl(key) <= 600
     assert redis_client.xlen(keys.partition_stream(partition)) == 1
     assert await store.read(task.task_id) == admitted
+
+
+async def test_admissions_that_arrive_together_ride_one_call_each_decided_alone(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    """While one admission call is at Redis, the others wait and go in the next call, each
+    still decided as if alone, in the order they came: here a backlog limit of 2 per partition
+    admits the first two of partition 3's and refuses the rest (one slot: one group on a Redis
+    Cluster too); tasks of four partitions ride together on one Redis, by partition on a
+    Cluster."""
+    admission = Admission(limit=2 * PARTITIONS, partitions=PARTITIONS)
+    tasks = [new_task(b"t%d" % i) for i in range(40)]
+    for task in tasks:
+        task.task_id = keys.new_task_id(3, PARTITIONS)
+    calls = store.admissions.calls
+    results = await asyncio.gather(*(store.admit(t, pending(t), admission) for t in tasks),
+                                   return_exceptions=True)
+    assert store.admissions.calls - calls == 2  # the first at once, the other 39 in one call
+    assert [isinstance(r, Admitted) for r in results] == [True] * 2 + [False] * 38
+    assert all(isinstance(r, TooManyRequestsError) and r.code == "backlog_full"
+               for r in results[2:])
+    assert redis_client.xlen(keys.partition_stream(3)) == 2
+
+    spread = [new_task(b"s%d" % i) for i in range(40)]
+    for index, task in enumerate(spread):
+        task.task_id = keys.new_task_id(4 + index % 4, PARTITIONS)
+    calls = store.admissions.calls
+    records = await asyncio.gather(*(store.admit(t, pending(t)) for t in spread))
+    assert all(a.record.status is Status.PENDING for a in records)
+    assert store.admissions.calls - calls == (8 if REDIS_CLUSTER else 2)
+    for partition in range(4, 8):
+        assert redis_client.xlen(keys.partition_stream(partition)) == 10
+    assert all(redis_client.hget(keys.task_key(t.task_id, keys.partition_of(t.task_id, PARTITIONS)),
+                                 "status") == b"PENDING" for t in spread)
 
 
 async def test_unknown_task_reads_as_none(store: RedisTaskStore) -> None:

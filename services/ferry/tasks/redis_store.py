@@ -1,6 +1,7 @@
 """Task records in Redis hashes, written atomically with their queue entries by Lua scripts.
 
-Admission is one script: the PENDING record and the stream entry. Completion is one script per
+Admission is one script: the PENDING record and the stream entry, for every admission that
+arrived while the last call was out (``resp.coalesce``). Completion is one script per
 partition a batch touches, all sent in one round trip: the final records (unless one is there
 already), the dead letters of failures, the acknowledgement and deletion of the entries, and one
 ``PUBLISH`` of what was written, bodies included when small, so that waiting clients are answered
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 
 from ferry import keys, lua
 from ferry.codec import dumps, encode_task
@@ -20,6 +21,7 @@ from ferry.errors import ServiceUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.resp.client import Arg, Command, Commands
 from ferry.resp.cluster import ClusterClient
+from ferry.resp.coalesce import Coalescer
 from ferry.tasks import scripts
 from ferry.tasks.base import (
     NO_LIMITS,
@@ -48,6 +50,7 @@ from ferry.tasks.record import (
 from ferry.tasks.replication import ReplicaAcks, Written
 from ferry.tasks.scripts import (
     AdmitArgs,
+    AdmitItem,
     AdmitKeys,
     AdmitVerdict,
     CancelArgs,
@@ -65,6 +68,7 @@ from ferry.tasks.scripts import (
 from ferry.usage import ledger
 from ferry.v1.task_pb2 import Task
 
+AdmitRow = tuple[AdmitKeys, AdmitItem]  # one admission's KEYS and ARGV in the script's call
 INLINE_BODY_LIMIT = 16 * 1024  # larger results are announced by id alone and read on demand
 PENDING_STATUS = status_fragment(Status.PENDING)
 CANCELLED_STATUS = status_fragment(Status.CANCELLED)
@@ -121,6 +125,11 @@ class RedisTaskStore:
             sharded = isinstance(client, ClusterClient)
         self._shards = [keys.slot_tag(p) if sharded else "" for p in range(partitions)]
         self._admit = client.register_script(lua.source(scripts.ADMIT))
+        self._admit_args = AdmitArgs(pending_ttl=pending_ttl_s, bell_ms=keys.BELL_MS,
+                                     result_ttl=result_ttl_s, group=keys.CONSUMER_GROUP)
+        self._by_slot = isinstance(client, ClusterClient)
+        self.admissions: Coalescer[AdmitRow, tuple[Any, Written | None]] = Coalescer(
+            self._admit_all)
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))
         self._cancel = client.register_script(lua.source(scripts.CANCEL))
@@ -133,19 +142,18 @@ class RedisTaskStore:
 
     async def admit(self, task: Task, pending: TaskRecord, admission: Admission = NO_LIMITS,
                     sharing: Sharing = NOT_SHARED, owner: Owner = NO_OWNER) -> Admitted:
+        """One admission, carried to Redis with those that arrive while the last call of its
+        group is out (``resp.coalesce``): one group on one Redis, a partition's on a Cluster
+        (a script's keys share a slot there)."""
         partition = keys.partition_of(task.task_id, self.partitions)
         encoded = pending.encode()
-        names = self._admit_keys(task, partition, sharing)
-        command = self._admit.command(names, self._admit_args(
+        row = (self._admit_keys(task, partition, sharing), self._admit_item(
             task, partition, pending, encoded=encoded, admission=admission, sharing=sharing,
             owner=owner))
-        if self.acks is None:
-            verdict, value = scripts.admit_verdict(await self.client.execute(*command))
-        else:
-            written = await self.acks.write(names.task_key, command)
-            verdict, value = scripts.admit_verdict(written.reply)
-            if verdict in _WROTE:
-                await self._confirm(written, task.task_id, hit=verdict is AdmitVerdict.HIT)
+        reply, written = await self.admissions.call(partition if self._by_slot else None, row)
+        verdict, value = scripts.admit_verdict(reply)
+        if written is not None and verdict in _WROTE:
+            await self._confirm(written, task.task_id, hit=verdict is AdmitVerdict.HIT)
         if verdict is AdmitVerdict.QUEUED:
             return Admitted(StoredRecord(pending.status, encoded.body))
         if verdict is AdmitVerdict.COLLAPSED:
@@ -158,6 +166,16 @@ class RedisTaskStore:
         if verdict is AdmitVerdict.OWNER_FULL:
             raise owner.too_many(int(value), self.partitions)
         raise admission.too_slow(task.model, priority, float(value))
+
+    async def _admit_all(self, group: Hashable, rows: list[AdmitRow]
+                         ) -> list[tuple[Any, Written | None]]:
+        """One call of the admission script for ``rows``: each one's verdict, and where the
+        call was written when replicas must confirm it (one WAIT confirms them all)."""
+        command = lua.each_command(self._admit, self._admit_args, rows)
+        if self.acks is None:
+            return [(reply, None) for reply in await self.client.execute(*command)]
+        written = await self.acks.write(rows[0][0].task_key, command)
+        return [(reply, written) for reply in written.reply]
 
     async def _confirm(self, written: Written, task_id: str, *, hit: bool) -> None:
         """Wait until the replicas have the admission; if they do not in time, withdraw it
@@ -212,27 +230,25 @@ class RedisTaskStore:
             digest_key=slot.cache_prefix + sharing.digest, webhooks=slot.webhooks,
             fair_queue=slot.fair_queues[priority], fair_state=slot.fair_states[priority])
 
-    def _admit_args(self, task: Task, partition: int, pending: TaskRecord, *, encoded: Encoded,
-                    admission: Admission, sharing: Sharing, owner: Owner) -> AdmitArgs:
+    def _admit_item(self, task: Task, partition: int, pending: TaskRecord, *, encoded: Encoded,
+                    admission: Admission, sharing: Sharing, owner: Owner) -> AdmitItem:
         limits, rate, fixed_wait, timeout = admission.script_args
         lookup = bool(sharing.digest) and sharing.lookup
         collapse = bool(sharing.digest) and sharing.collapse
         slot = self._slots[partition]
-        return AdmitArgs(
+        return AdmitItem(
             task_id=task.task_id, pending_body=encoded.body,
             created=dumps(pending.created_at) if collapse else b"",
-            pending_ttl=self.pending_ttl_s, envelope=encode_task(task),
-            backlog_prefix=f"{task.model}|", priority=task.priority,
+            envelope=encode_task(task), backlog_prefix=f"{task.model}|", priority=task.priority,
             limit=limits[partition] if admission.limit else 0, rate=rate,
-            fixed_wait=fixed_wait, timeout=timeout, bell_ms=keys.BELL_MS,
-            lookup=int(lookup), collapse=int(collapse),
+            fixed_wait=fixed_wait, timeout=timeout, lookup=int(lookup), collapse=int(collapse),
             hit_head=pending.hit_head(encoded) if lookup else b"",
-            result_ttl=self.result_ttl_s, callback=task.callback_url, owner=owner.client_id,
+            callback=task.callback_url, owner=owner.client_id,
             owner_field=owner.field, owner_limit=owner.pending_limit(partition, self.partitions),
             task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
             fair_after=self.fairness.after, flow=keys.fair_flow(task.client_id, task.model),
             weight=repr(owner.weight or self.fairness.weight(task.client_id)).encode(),
-            cost=rows_of(task), group=keys.CONSUMER_GROUP)
+            cost=rows_of(task))
 
     async def read(self, task_id: str) -> StoredRecord | None:
         status, body = await self.client.execute("HMGET", self.key(task_id), "status", "body")

@@ -41,10 +41,20 @@ class AdmitKeys(NamedTuple):
 
 
 class AdmitArgs(NamedTuple):
+    """What every admission of one call shares."""
+
+    pending_ttl: int
+    bell_ms: int
+    result_ttl: int
+    group: str  # the batchers' consumer group (what they have read of the stream)
+
+
+class AdmitItem(NamedTuple):
+    """One admission's part of the call's ARGV (its KEYS: ``AdmitKeys``)."""
+
     task_id: str
     pending_body: bytes
     created: bytes  # its creation time as in its head ('' unless it may collapse)
-    pending_ttl: int
     envelope: bytes
     backlog_prefix: str  # "<model>|"
     priority: int
@@ -52,11 +62,9 @@ class AdmitArgs(NamedTuple):
     rate: bytes  # tasks/s per partition (0: unknown)
     fixed_wait: bytes  # seconds besides the backlog ahead
     timeout: bytes  # the client's, seconds (0: none)
-    bell_ms: int
     lookup: int  # 1: a cached answer may answer it
     collapse: int  # 1: it may follow an identical task in flight
     hit_head: bytes  # its record if the cache answers it, up to the answer ('' no lookup)
-    result_ttl: int
     callback: str  # '' none
     owner: str  # the authenticated client ('' none)
     owner_field: str  # the owner's backlog field ('' not counted)
@@ -67,7 +75,6 @@ class AdmitArgs(NamedTuple):
     flow: str  # its fair flow: its client's tasks of its model
     weight: bytes  # its client's weight (> 0)
     cost: int  # what it costs its flow: its rows
-    group: str  # the batchers' consumer group (what they have read of the stream)
 
 
 class CompleteKeys(NamedTuple):
@@ -198,7 +205,7 @@ TASK_CONSTANTS: tuple[tuple[str, str | int], ...] = (
     ("ANNOUNCE_TAG_LENGTH", keys.ANNOUNCE_TAG_LENGTH))
 _task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONSTANTS)
 
-ADMIT = _task_script("admit", AdmitKeys._fields, AdmitArgs._fields,
+ADMIT = _task_script("admit", (), AdmitArgs._fields, each=(AdmitKeys._fields, AdmitItem._fields),
                      results=(AdmitVerdict, "VERDICT_"), fragments=("common",))
 COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
                         item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",

@@ -1,11 +1,14 @@
--- admit: record a new task PENDING and append it to its partition's stream, in one step.
--- KEYS (AdmitKeys): task_key, stream (its priority's stream of its partition), backlog (the
---   partition's counts per "<model>|<priority>" and per "@<client>"), normal_stream (where a
---   doorbell rings), bell_key (its priority's doorbell), digest_key ("@<id>" of the last task
---   admitted for inference with its input, "=<id>" if that one may not be followed), webhooks.
--- Named args (AdmitArgs): the pending record and envelope, the limits, how it may share work
---   (lookup, collapse, hit_head), its callback and owner, and the prefixes of the task keys and
---   followers lists of its partition (for a leader's, known only here).
+-- admit: record new tasks PENDING and append each to its partition's stream, in one step: the
+-- admissions that arrived while the last call was at Redis, each decided as if alone, in order.
+-- KEYS, per task (AdmitKeys, bound by bind(n)): task_key, stream (its priority's stream of its
+--   partition), backlog (the partition's counts per "<model>|<priority>" and per "@<client>"),
+--   normal_stream (where a doorbell rings), bell_key (its priority's doorbell), digest_key ("@<id>"
+--   of the last task admitted for inference with its input, "=<id>" if that one may not be
+--   followed), webhooks, fair_queue, fair_state.
+-- Named args (AdmitArgs): the TTLs, the doorbell's period, the batchers' group; then per task
+--   (AdmitItem): the pending record and envelope, the limits, how it may share work (lookup,
+--   collapse, hit_head), its callback and owner, and the prefixes of the task keys and followers
+--   lists of its partition (for a leader's, known only here).
 -- Before any limit the digest's task decides: if it ended with a reusable answer (its 'answer'
 -- field: "<from> <to>" in its body) the task is SUCCESS at once, its record hit_head and that
 -- answer; if it is PENDING, may be followed and is not being cancelled, the task follows it,
@@ -21,16 +24,14 @@
 -- that order (queue/lua/fair_read.lua). Its envelope waits in its record. The first task of an
 -- empty fair queue rings the partition's normal stream (FAIR_FIELD) for the batchers to read it.
 -- Deadline admission counts, of its own priority, only what a fair share puts ahead of it.
--- Result: {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
+-- Result: for each task, {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
 --   {VERDICT_COLLAPSED, leader id},
 --   {VERDICT_BACKLOG_FULL, backlog}, {VERDICT_TOO_SLOW, predicted wait (s)} (the backlog ahead
 --   of its priority / rate + fixed_wait, over timeout), {VERDICT_OWNER_FULL, owner's tasks}.
-local looking, collapsing = lookup == '1', collapse == '1'
-local fair_from = tonumber(fair_after)
-
--- Its flow's unfinished tasks of its priority in the partition: a field of the backlog hash
--- (kept as the model's count is: the record's 'flowed' names it for the steps that end it).
-local flowed = '~' .. priority .. '|' .. flow
+-- Set for each task: whether it may take a cached answer or follow, fair_after, and its flow's
+-- field of the backlog hash: its unfinished tasks of its priority in the partition (kept as the
+-- model's count is: the record's 'flowed' names it for the steps that end it).
+local looking, collapsing, fair_from, flowed
 
 -- Whether the task waits in the fair queue: fair share on, and the queue holds tasks already,
 -- or its model's backlog of its priority here (``here``) has reached fair_after and holds
@@ -165,54 +166,56 @@ local function queue()
   return {VERDICT_QUEUED, entry}
 end
 
--- Only a task that may share work makes the functions that find the work to share: each
--- function a call makes costs Redis a closure.
-local shared = false
-if looking or collapsing then
-  -- The digest's last task: its id and whether it may be followed; false if none (or unreadable).
-  local function digest_leader()
-    local found = redis.pcall('GET', digest_key)
-    local kind = type(found) == 'string' and string.sub(found, 1, 1)
-    if kind == '@' or kind == '=' then return string.sub(found, 2), kind == '@' end
-    return false, false
-  end
-
-  -- The leader's reusable answer, as it was written and no more, ends the task at once.
-  local function answer_from_cache(state)
-    local from, to = string.match(state[3] or '', '^(%d+) (%d+)$')
-    if not (looking and state[1] == SUCCESS and from) then return nil end
-    local body = hit_head .. string.sub(state[2], tonumber(from), tonumber(to) - 1) .. '}'
-    redis.call('HSET', task_key, 'status', SUCCESS, 'body', body, 'owner', owner)
-    redis.call('EXPIRE', task_key, result_ttl)
-    if callback ~= '' then
-      redis.call('HSET', task_key, 'callback', callback)
-      queue_webhook(webhooks, task_id, callback)
-    end
-    return {VERDICT_HIT, body}
-  end
-
-  -- The task waits on the leader's inference, and ends as it does (see complete.lua).
-  local function follow(leader, leader_key, state, followable)
-    if not (collapsing and followable and state[1] == PENDING and not state[4]) then return nil end
-    local followers = followers_prefix .. leader
-    redis.call('RPUSH', followers, task_id .. ' ' .. created .. ' ' .. owner)
-    redis.call('EXPIRE', followers, pending_ttl)
-    redis.call('HSET', leader_key, 'followed', '1')
-    redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'leader', leader,
-               'callback', callback, 'owner', owner)
-    redis.call('EXPIRE', task_key, pending_ttl)
-    return {VERDICT_COLLAPSED, leader}
-  end
-
-  local function shared_work()
-    local leader, followable = digest_leader()
-    if not leader then return nil end
-    local leader_key = task_prefix .. leader
-    local state = redis.pcall('HMGET', leader_key, 'status', 'body', 'answer', 'cancel')
-    if type(state) ~= 'table' then state = {} end
-    return answer_from_cache(state) or follow(leader, leader_key, state, followable)
-  end
-
-  shared = shared_work()
+-- The digest's last task: its id and whether it may be followed; false if none (or unreadable).
+local function digest_leader()
+  local found = redis.pcall('GET', digest_key)
+  local kind = type(found) == 'string' and string.sub(found, 1, 1)
+  if kind == '@' or kind == '=' then return string.sub(found, 2), kind == '@' end
+  return false, false
 end
-return shared or refusal() or queue()
+
+-- The leader's reusable answer, as it was written and no more, ends the task at once.
+local function answer_from_cache(state)
+  local from, to = string.match(state[3] or '', '^(%d+) (%d+)$')
+  if not (looking and state[1] == SUCCESS and from) then return nil end
+  local body = hit_head .. string.sub(state[2], tonumber(from), tonumber(to) - 1) .. '}'
+  redis.call('HSET', task_key, 'status', SUCCESS, 'body', body, 'owner', owner)
+  redis.call('EXPIRE', task_key, result_ttl)
+  if callback ~= '' then
+    redis.call('HSET', task_key, 'callback', callback)
+    queue_webhook(webhooks, task_id, callback)
+  end
+  return {VERDICT_HIT, body}
+end
+
+-- The task waits on the leader's inference, and ends as it does (see complete.lua).
+local function follow(leader, leader_key, state, followable)
+  if not (collapsing and followable and state[1] == PENDING and not state[4]) then return nil end
+  local followers = followers_prefix .. leader
+  redis.call('RPUSH', followers, task_id .. ' ' .. created .. ' ' .. owner)
+  redis.call('EXPIRE', followers, pending_ttl)
+  redis.call('HSET', leader_key, 'followed', '1')
+  redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'leader', leader,
+             'callback', callback, 'owner', owner)
+  redis.call('EXPIRE', task_key, pending_ttl)
+  return {VERDICT_COLLAPSED, leader}
+end
+
+-- A task that may share work: a cached answer, or the identical task in flight it follows.
+local function shared_work()
+  local leader, followable = digest_leader()
+  if not leader then return nil end
+  local leader_key = task_prefix .. leader
+  local state = redis.pcall('HMGET', leader_key, 'status', 'body', 'answer', 'cancel')
+  if type(state) ~= 'table' then state = {} end
+  return answer_from_cache(state) or follow(leader, leader_key, state, followable)
+end
+
+local verdicts = {}
+for n = 0, #KEYS / EACH_KEYS - 1 do
+  bind(n)
+  looking, collapsing = lookup == '1', collapse == '1'
+  fair_from, flowed = tonumber(fair_after), '~' .. priority .. '|' .. flow
+  verdicts[n + 1] = (looking or collapsing) and shared_work() or refusal() or queue()
+end
+return verdicts

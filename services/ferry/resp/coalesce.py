@@ -1,0 +1,77 @@
+"""Calls carried many at a time: while one call of a group is at Redis, the requests that
+arrive wait, and the next call carries all of them, each still answered on its own.
+
+No timer: at light load a request goes at once (the first of a group never waits), and under
+load the batches form by concurrency alone, as large as what arrived during one round trip (an
+"awaiting coalescer"). One call per group is out at a time; a group is what one call may carry
+together (on a Redis Cluster, one slot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+I = TypeVar("I")  # noqa: E741 - an item, as the call takes it
+R = TypeVar("R")  # its reply
+
+MAX_ITEMS = 256  # the most one call carries (the rest go in the next)
+
+
+class Coalescer(Generic[I, R]):
+    """``send(group, items)`` answers each item in order (a reply, or an exception for that item
+    alone); an exception it raises is every item's."""
+
+    def __init__(self, send: Callable[[Hashable, list[I]], Awaitable[Sequence[R | Exception]]],
+                 max_items: int = MAX_ITEMS) -> None:
+        self._send = send
+        self.max_items = max_items
+        self._waiting: dict[Hashable, list[tuple[I, asyncio.Future[R]]]] = {}
+        self._out: set[Hashable] = set()
+        self.calls = 0  # calls sent, and the items they carried: for the metrics
+        self.items = 0
+
+    async def call(self, group: Hashable, item: I) -> R:
+        """``item``'s reply, sent with whatever else of ``group`` is waiting then. A caller
+        that is cancelled leaves its item to go (or gone) as it is: only the reply is lost."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(group, []).append((item, future))
+        if group not in self._out:
+            self._launch(group)
+        return await future
+
+    def _launch(self, group: Hashable) -> None:
+        waiting = self._waiting.pop(group)
+        if len(waiting) > self.max_items:
+            self._waiting[group] = waiting[self.max_items:]
+            waiting = waiting[:self.max_items]
+        self._out.add(group)
+        flight = asyncio.ensure_future(self._fly(group, waiting))
+        flight.add_done_callback(lambda _: self._landed(group))
+
+    def _landed(self, group: Hashable) -> None:
+        self._out.discard(group)
+        if self._waiting.get(group):
+            self._launch(group)
+
+    async def _fly(self, group: Hashable, waiting: list[tuple[I, asyncio.Future[R]]]) -> None:
+        self.calls += 1
+        self.items += len(waiting)
+        try:
+            replies = await self._send(group, [item for item, _ in waiting])
+        except BaseException as exc:  # every caller's, cancellation included
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else
+                                         asyncio.CancelledError())
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), reply in zip(waiting, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
