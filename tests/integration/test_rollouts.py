@@ -328,6 +328,7 @@ async def test_shadows_of_protocol_requests_are_compared_as_tensors(
     assert report["max_abs_diff"] == 0.0  # BYTES elements: no numeric difference to measure
 
 
+@pytest.mark.timeout(240)  # its copies' wait is bounded at 120 s
 async def test_moderation_shadow_agreement_and_labels_match_a_direct_comparison(
     redis_url: str, triton_server: TritonServer,
 ) -> None:
@@ -347,14 +348,17 @@ async def test_moderation_shadow_agreement_and_labels_match_a_direct_comparison(
         for image in images:  # no-cache: the primaries run again, so their shadows are sent
             await stack.client.post(f"/v1/inference?model={model}", content=image, headers={
                 "Content-Type": "image/jpeg", "Prefer": "wait=30", "Cache-Control": "no-cache"})
+        # The copies run at batch priority behind everything else: on a loaded CI machine
+        # the detection model took one past 30 s once. Bounded by time, not by speed.
         report: dict[str, Any] = {}
-        for _ in range(150):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             report = (await stack.client.get(f"/v1/admin/rollouts/{model}/compare",
                                              headers=ADMIN)).json()
             if report["compared"] == len(images):
                 break
             await asyncio.sleep(0.2)
-    assert report["compared"] == len(images)
+    assert report["compared"] == len(images), report
     assert report["agreed"] == sum(v.agree for v in direct)
     labels_one = [label for v in direct for label in v.labels[0]]
     assert report["labels_primary"]["answers"] == len(images)
