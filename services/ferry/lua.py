@@ -41,7 +41,8 @@ class ScriptSpec:
     item: tuple[str, ...] = ()  # a group of ARGV repeated per item, after ``args``
     # Or KEYS and ARGV named per item: both repeated (the KEYS from the first, the ARGV after
     # ``args``), and the generated ``bind(n)`` sets their locals to item n's (0-based); the
-    # item count is ``#KEYS / EACH_KEYS``.
+    # item count is ``#KEYS / EACH_KEYS``. With ``item`` too, each is a group of items (its
+    # ARGV and KEYS first, then every item's, from NAMED_ARGS + groups * EACH_ARGS + 1).
     each: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     more_keys: str = ""  # names the index of the first KEYS after the named ones
     results: tuple[type[IntEnum], str] | None = None  # an enum, and its constants' prefix
@@ -86,10 +87,13 @@ def constants(spec: ScriptSpec) -> dict[str, str]:
     if spec.more_keys:
         values[spec.more_keys] = len(spec.keys) + 1
     if spec.item:
-        values |= {"FIRST_ITEM": len(spec.args) + 1, "ITEM_SIZE": len(spec.item)}
+        values["ITEM_SIZE"] = len(spec.item)
         values |= {name.upper(): offset for offset, name in enumerate(spec.item)}
-    if spec.each[0]:
-        values["EACH_KEYS"] = len(spec.each[0])
+        if not spec.each[0]:
+            values["FIRST_ITEM"] = len(spec.args) + 1
+    if spec.each[0]:  # with items too, those come after every ``each`` group's ARGV
+        values |= {"EACH_KEYS": len(spec.each[0]), "EACH_ARGS": len(spec.each[1]),
+                   "NAMED_ARGS": len(spec.args)}
     return {name: _literal(value) for name, value in values.items()}
 
 

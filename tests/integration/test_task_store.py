@@ -76,6 +76,12 @@ def read_entries(client: redis.Redis, tasks: list[Task]) -> list[Delivery]:
             for d, t in zip(deliveries, tasks, strict=True)]
 
 
+def calls_of(client: redis.Redis, *commands: str) -> list[int]:
+    """How many times Redis has run each command (INFO commandstats)."""
+    stats: Any = client.info("commandstats")
+    return [int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands]
+
+
 def read_entry(client: redis.Redis, task: Task) -> Delivery:
     return read_entries(client, [task])[0]
 
@@ -146,9 +152,13 @@ async def test_completion_writes_records_acks_and_deletes_entries_in_every_parti
     for task in tasks:
         await store.admit(task, pending(task))
     deliveries = read_entries(redis_client, tasks)
+    before = calls_of(redis_client, "evalsha", "publish")
     written = await store.complete([Completion(d, finished(d.task, output={"n": i}))
                                     for i, d in enumerate(deliveries) if d.task])
     assert written == [True] * 40
+    if not REDIS_CLUSTER:  # one script call for every partition, one announcement for the
+        # process that made the ids (on a Cluster: one call per partition, in one round trip)
+        assert calls_of(redis_client, "evalsha", "publish") == [n + 1 for n in before]
     for i, task in enumerate(tasks):
         record = await store.read(task.task_id)
         assert record is not None and record.status is Status.SUCCESS

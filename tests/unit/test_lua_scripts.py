@@ -138,11 +138,11 @@ def test_every_name_a_script_uses_is_declared(spec: ScriptSpec) -> None:
 def test_every_declared_key_and_argument_is_used(spec: ScriptSpec) -> None:
     used = used_in(code(lua.read_lua(spec.package, spec.name)))
     offsets = {name.upper() for name in spec.item}
-    unused = {*spec.keys, *spec.args, *offsets} - used
+    named = [*spec.keys, *spec.args, *spec.each[0], *spec.each[1]]
+    unused = {*named, *offsets} - used
     assert not unused, f"{spec.name}.lua declares but never uses: {sorted(unused)}"
-    assert len({*spec.keys, *spec.args, *offsets}) == len(spec.keys) + len(spec.args) + len(
-        offsets), "a name is declared twice"
-    assert not {*spec.keys, *spec.args} & (LUA_GLOBALS | LUA_KEYWORDS), "a name hides Lua's"
+    assert len({*named, *offsets}) == len(named) + len(offsets), "a name is declared twice"
+    assert not set(named) & (LUA_GLOBALS | LUA_KEYWORDS), "a name hides Lua's"
 
 
 @pytest.mark.parametrize("spec", SCRIPTS, ids=ident)
@@ -152,7 +152,10 @@ def test_scripts_index_keys_and_argv_only_through_generated_names(spec: ScriptSp
         lua_code = code(lua.read_lua(package, name))
         assert not re.search(r"\b(?:KEYS|ARGV)\[\s*\d", lua_code), f"{name}.lua"
     if spec.item:  # per-item ARGV: from the first item on, by its offsets
-        assert "FIRST_ITEM" in lua.read_lua(spec.package, spec.name)
+        first = "NAMED_ARGS" if spec.each[0] else "FIRST_ITEM"  # after the groups' ARGV
+        assert first in lua.read_lua(spec.package, spec.name)
+    if spec.each[0]:  # per-item KEYS and ARGV bound to their names
+        assert "bind(" in lua.read_lua(spec.package, spec.name)
     if spec.more_keys:
         assert spec.more_keys in lua.read_lua(spec.package, spec.name)
 
@@ -214,15 +217,18 @@ def test_a_script_answers_each_of_its_results_and_no_bare_code(spec: ScriptSpec)
 
 def test_the_prologue_names_keys_and_arguments_in_order() -> None:
     prologue = lua.prologue(scripts.COMPLETE)
-    assert "local stream, dead_letters, backlog, webhooks = KEYS[1], KEYS[2], KEYS[3], KEYS[4]" \
-        in prologue
-    assert "local group, result_ttl, dead_letter_maxlen," in prologue
+    assert "local group, result_ttl, dead_letter_maxlen, inline_limit" in prologue
+    streams, named = len(scripts.CompleteStream._fields), len(scripts.CompleteArgs._fields)
+    assert f"local k, a = n * 4, {named} + n * {streams}" in prologue  # stream n's names
+    assert ("stream, dead_letters, backlog, webhooks = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], "
+            "KEYS[k + 4]") in prologue
 
 
 def test_constants_are_written_in_as_literals() -> None:
     constants = lua.constants(scripts.COMPLETE)
-    assert constants["FIRST_TASK_KEY"] == "5"
-    assert constants["FIRST_ITEM"] == str(len(scripts.CompleteArgs._fields) + 1)
+    assert constants["NAMED_ARGS"] == str(len(scripts.CompleteArgs._fields))
+    assert constants["EACH_KEYS"] == "4"
+    assert constants["EACH_ARGS"] == str(len(scripts.CompleteStream._fields))
     assert constants["ITEM_SIZE"] == str(len(scripts.CompleteItem._fields))
     assert constants["BODY"] == str(scripts.CompleteItem._fields.index("body"))
     assert constants["PENDING"] == "'PENDING'"

@@ -1,11 +1,12 @@
 """Task records in Redis hashes, written atomically with their queue entries by Lua scripts.
 
 Admission is one script: the PENDING record and the stream entry, for every admission that
-arrived while the last call was out (``resp.coalesce``). Completion is one script per
-partition a batch touches, all sent in one round trip: the final records (unless one is there
-already), the dead letters of failures, the acknowledgement and deletion of the entries, and one
-``PUBLISH`` of what was written, bodies included when small, so that waiting clients are answered
-without reading Redis again. Every key a script touches carries its partition's hash tag.
+arrived while the last call was out (``resp.coalesce``). Completion is one script call
+for a batch on one Redis (one per partition it touches on a Redis Cluster, all sent in one round
+trip): the final records (unless one is there already), the dead letters of failures, the
+acknowledgement and deletion of the entries, and one ``PUBLISH`` per gateway process of what was
+written, bodies included when small, so that waiting clients are answered without reading Redis
+again. Every key a script touches carries its partition's hash tag.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from ferry.tasks.scripts import (
     CompleteArgs,
     CompleteItem,
     CompleteKeys,
+    CompleteStream,
     ExpireArgs,
     ExpireKeys,
     HealKeys,
@@ -128,6 +130,7 @@ class RedisTaskStore:
         self._admit_args = AdmitArgs(pending_ttl=pending_ttl_s, bell_ms=keys.BELL_MS,
                                      result_ttl=result_ttl_s, group=keys.CONSUMER_GROUP)
         self._by_slot = isinstance(client, ClusterClient)
+        self._by_partition = self._by_slot or sharded  # a script's keys in one slot
         self.admissions: Coalescer[AdmitRow, tuple[Any, Written | None]] = Coalescer(
             self._admit_all)
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
@@ -266,42 +269,60 @@ class RedisTaskStore:
         return StoredRecord(Status(status.decode()), body)
 
     async def complete(self, completions: Sequence[Completion]) -> list[bool]:
+        """Settle a batch's deliveries: one call of the completion script for all of them on one
+        Redis (one announcement per gateway process), one per partition on a Redis Cluster (or
+        when announcing in each partition's slot), all sent in one round trip."""
         if not completions:
             return []
-        groups: dict[tuple[int, str], list[int]] = {}
+        streams: dict[tuple[int, str], list[int]] = {}
         for index, completion in enumerate(completions):
             delivery = completion.delivery
-            groups.setdefault((delivery.partition, delivery.stream), []).append(index)
+            streams.setdefault((delivery.partition, delivery.stream), []).append(index)
+        calls: dict[int | None, list[tuple[int, str]]] = {}
+        for partition, stream in streams:
+            calls.setdefault(partition if self._by_partition else None, []).append(
+                (partition, stream))
         now = repr(time.time())
-        commands = [self._completion(partition, stream, [completions[i] for i in indexes], now)
-                    for (partition, stream), indexes in groups.items()]
+        commands = [self._completion(call, streams, completions, now) for call in calls.values()]
         replies = await self.client.pipeline(commands)
         written = [False] * len(completions)
-        for indexes, flags in zip(groups.values(), replies, strict=True):
-            for index, flag in zip(indexes, flags, strict=True):
+        for call, flags in zip(calls.values(), replies, strict=True):
+            order = [index for key in call for index in streams[key]]
+            for index, flag in zip(order, flags, strict=True):
                 written[index] = bool(flag)
         return written
 
-    def _completion(self, partition: int, stream: str, items: Sequence[Completion],
-                    now: str) -> Command:
-        slot = self._slots[partition]
-        script_keys: list[Arg] = list(CompleteKeys(
-            stream=stream, dead_letters=slot.dead_letters, backlog=slot.backlog,
-            webhooks=slot.webhooks))
-        args: list[Arg] = list(CompleteArgs(
+    def _completion(self, call: list[tuple[int, str]], streams: dict[tuple[int, str], list[int]],
+                    completions: Sequence[Completion], now: str) -> Command:
+        """One call for ``call``'s streams: each stream's keys and arguments, then its items."""
+        hour = ledger.hour_of(float(now))
+        rows: list[tuple[CompleteKeys, CompleteStream]] = []
+        task_keys: list[Arg] = []
+        items: list[Arg] = []
+        for partition, stream in call:
+            slot = self._slots[partition]
+            indexes = streams[(partition, stream)]
+            rows.append((CompleteKeys(stream=stream, dead_letters=slot.dead_letters,
+                                      backlog=slot.backlog, webhooks=slot.webhooks),
+                         CompleteStream(task_prefix=slot.task_prefix,
+                                        followers_prefix=slot.followers_prefix,
+                                        cache_prefix=slot.cache_prefix,
+                                        ledger=keys.ledger_key(partition, hour),
+                                        entries=len(indexes))))
+            for index in indexes:
+                item = completions[index]
+                if item.record is not None:
+                    task_keys.append(slot.task_prefix + item.record.task_id)
+                items += completion_item(item)
+        args = CompleteArgs(
             group=keys.CONSUMER_GROUP, result_ttl=self.result_ttl_s,
             dead_letter_maxlen=self.dead_letter_maxlen, inline_limit=self.inline_limit,
             failed_at=now, cache_ttl=self.cache_ttl_s, collapsed_into=COLLAPSED_INTO,
-            follower_head=FOLLOWER_HEAD,
-            task_prefix=slot.task_prefix, followers_prefix=slot.followers_prefix,
-            cache_prefix=slot.cache_prefix,
-            ledger=keys.ledger_key(partition, ledger.hour_of(float(now))),
-            ledger_ttl=keys.LEDGER_TTL_S, shard=self._shards[partition]))
-        for item in items:
-            if item.record is not None:
-                script_keys.append(slot.task_prefix + item.record.task_id)
-            args += completion_item(item)
-        return self._complete.command(script_keys, args)
+            follower_head=FOLLOWER_HEAD, ledger_ttl=keys.LEDGER_TTL_S,
+            shard=self._shards[call[0][0]], streams=len(call))
+        return self._complete.command(
+            [*(key for names, _ in rows for key in names), *task_keys],
+            [*args, *(value for _, stream in rows for value in stream), *items])
 
     async def write_review(self, task_id: str, marker: bytes, review: bytes, url: str) -> bool:
         """Put a review's end in place of its pending entry in the reviewed task's record (and

@@ -78,6 +78,8 @@ class AdmitItem(NamedTuple):
 
 
 class CompleteKeys(NamedTuple):
+    """One stream's part of the call's KEYS (its tasks' keys come after every stream's)."""
+
     stream: str
     dead_letters: str
     backlog: str
@@ -93,13 +95,21 @@ class CompleteArgs(NamedTuple):
     cache_ttl: int  # 0: no cache
     collapsed_into: bytes  # the fragment a follower of the same owner gets (%s: the leader)
     follower_head: bytes  # a follower's head, from its list entry (%s: its id, its created)
+    ledger_ttl: int
+    shard: str  # '' PUBLISH the announcements; on a Redis Cluster, the partition's hash tag:
+    # SPUBLISH them in its slot (keys.done_shard_channel)
+    streams: int  # how many streams' deliveries the call settles
+
+
+class CompleteStream(NamedTuple):
+    """One stream's part of the call's ARGV, after the named ones (its items come after every
+    stream's)."""
+
     task_prefix: str
     followers_prefix: str
     cache_prefix: str
     ledger: str  # the partition's usage ledger for this hour (keys.ledger_key: the same slot)
-    ledger_ttl: int
-    shard: str  # '' PUBLISH the announcements; on a Redis Cluster, the partition's hash tag:
-    # SPUBLISH them in its slot (keys.done_shard_channel)
+    entries: int  # its deliveries
 
 
 class CompleteItem(NamedTuple):
@@ -207,9 +217,10 @@ _task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONST
 
 ADMIT = _task_script("admit", (), AdmitArgs._fields, each=(AdmitKeys._fields, AdmitItem._fields),
                      results=(AdmitVerdict, "VERDICT_"), fragments=("common",))
-COMPLETE = _task_script("complete", CompleteKeys._fields, CompleteArgs._fields,
-                        item=CompleteItem._fields, more_keys="FIRST_TASK_KEY",
-                        fragments=("common",), constants=(*TASK_CONSTANTS, *(
+COMPLETE = _task_script("complete", (), CompleteArgs._fields,
+                        each=(CompleteKeys._fields, CompleteStream._fields),
+                        item=CompleteItem._fields, fragments=("common",),
+                        constants=(*TASK_CONSTANTS, *(
                             (f"LEDGER_{m.upper()}", m) for m in ledger.MEASURES)))
 UNQUEUE_FRAGMENTS = ("common", "fair_flow", "unqueue")  # cancel's, expire's and withdraw's
 CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,

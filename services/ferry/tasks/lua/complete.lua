@@ -1,10 +1,12 @@
--- complete: settle one batch's deliveries of one stream: final records (unless one is there
--- already: the first answer stands), dead letters, acknowledgement and deletion of the entries,
--- and a PUBLISH announcing the records written (inline when small), one per channel of the
--- processes that made their tasks' ids (keys.done_channel).
--- KEYS (CompleteKeys): stream, dead_letters, backlog, webhooks, then from FIRST_TASK_KEY the
---   task key of each item that has a task id, in order.
--- Named args (CompleteArgs), then from FIRST_ITEM one group of ITEM_SIZE per delivery
+-- complete: settle one batch's deliveries of one or more streams (every stream of the batch on
+-- one Redis; a partition's on a Redis Cluster, whose scripts keep to one slot): final records
+-- (unless one is there already: the first answer stands), dead letters, acknowledgement and
+-- deletion of the entries, and one PUBLISH announcing the records written (inline when small)
+-- per channel of the processes that made their tasks' ids (keys.done_channel).
+-- KEYS: per stream (CompleteKeys, bound by bind(n)): stream, dead_letters, backlog, webhooks;
+--   then the task key of each item that has a task id, in order.
+-- Named args (CompleteArgs), then per stream (CompleteStream: its prefixes, ledger and number
+--   of deliveries, entries), then one group of ITEM_SIZE per delivery, in the streams' order
 --   (CompleteItem; ARGV[i + BODY] is item i's body). An item's digest key, followers list and
 --   followers' task keys are named from cache_prefix, followers_prefix and task_prefix: known
 --   only here (followers), or not worth a key argument per task.
@@ -21,7 +23,7 @@
 -- last count.
 -- Result: for each item, 1 if this call wrote its final record (or acknowledged it), else 0.
 local inline, reuse_ttl = tonumber(inline_limit), tonumber(cache_ttl)
-local ids, acks, frames = {}, {}, {}
+local frames = {}
 local charged = false
 
 -- What item i's task cost, in the ledger: counted only by the step that writes its record.
@@ -103,21 +105,35 @@ local function dead_letter(i)
              'deliveries', ARGV[i + DELIVERIES])
 end
 
-local written, k = {}, FIRST_TASK_KEY
-for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
-  local entry, fresh = ARGV[i + ENTRY_ID], nil
-  ids[#ids + 1] = entry
-  if ARGV[i + TASK_ID] == '' then  -- unreadable: only the step that acknowledges it letters it
-    fresh = redis.call('XACK', stream, group, entry)
-  else
-    acks[#acks + 1] = entry
-    fresh, k = finish(i, KEYS[k]), k + 1
+-- One stream's ``entries`` deliveries, its items from ARGV[i] and task keys from KEYS[k] on:
+-- written flags appended to ``written``; where the next stream's items and keys start.
+local function settle(written, i, k)
+  local ids, acks = {}, {}
+  for _ = 1, tonumber(entries) do
+    local entry, fresh = ARGV[i + ENTRY_ID], nil
+    ids[#ids + 1] = entry
+    if ARGV[i + TASK_ID] == '' then  -- unreadable: only the step that acknowledges it letters it
+      fresh = redis.call('XACK', stream, group, entry)
+    else
+      acks[#acks + 1] = entry
+      fresh, k = finish(i, KEYS[k]), k + 1
+    end
+    if fresh == 1 and ARGV[i + DEAD_LETTER] ~= '' then dead_letter(i) end
+    written[#written + 1] = fresh
+    i = i + ITEM_SIZE
   end
-  if fresh == 1 and ARGV[i + DEAD_LETTER] ~= '' then dead_letter(i) end
-  written[#written + 1] = fresh
+  if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
+  redis.call('XDEL', stream, unpack(ids))
+  if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
+  charged = false
+  return i, k
 end
-if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
-redis.call('XDEL', stream, unpack(ids))
+
+local written, groups = {}, tonumber(streams)
+local i, k = NAMED_ARGS + groups * EACH_ARGS + 1, groups * EACH_KEYS + 1
+for n = 0, groups - 1 do
+  bind(n)
+  i, k = settle(written, i, k)
+end
 publish_frames(frames, shard)
-if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
 return written
