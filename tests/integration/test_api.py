@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import io
@@ -155,6 +156,27 @@ async def test_health_readiness_metrics_and_docs(gateway: httpx.AsyncClient) -> 
     assert {"/v1/inference", "/v1/result/{task_id}", "/healthz", "/readyz"} <= set(spec["paths"])
     assert "image/jpeg" in spec["paths"]["/v1/inference"]["post"]["requestBody"]["content"]
     assert (await gateway.get("/docs")).status_code == 200
+
+
+def sample(metrics: str, name: str) -> float:
+    """One unlabelled series' value from a /metrics page."""
+    return next(float(line.split()[1]) for line in metrics.splitlines()
+                if line.startswith(name + " "))
+
+
+async def test_admissions_sent_together_share_redis_calls(gateway: httpx.AsyncClient) -> None:
+    """Thirty requests at once: each admitted on its own (202, its own task), in fewer Redis
+    calls than requests, as ferry_admissions_per_call counts them."""
+    page = (await gateway.get("/metrics")).text
+    calls, carried = (sample(page, "ferry_admissions_per_call_count"),
+                      sample(page, "ferry_admissions_per_call_sum"))
+    answers = await asyncio.gather(*(gateway.post("/v1/inference", json={"input": f"c{i}"})
+                                     for i in range(30)))
+    assert [a.status_code for a in answers] == [202] * 30
+    assert len({a.json()["task_id"] for a in answers}) == 30
+    page = (await gateway.get("/metrics")).text
+    assert sample(page, "ferry_admissions_per_call_sum") - carried == 30
+    assert sample(page, "ferry_admissions_per_call_count") - calls < 30
 
 
 async def test_unknown_route_and_method_get_json_errors(gateway: httpx.AsyncClient) -> None:

@@ -58,6 +58,8 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
                            min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms,
                            fairness=Fairness(settings.fair_share_after,
                                              settings.client_weight_map))
+    metrics = metrics or GatewayMetrics()
+    store.admissions.carried = metrics.admissions_per_call.observe
     waiters = ResultWaiters(store.read)
     # this process's own channel, and the one of batchers of an earlier version (an upgrade)
     channels = (keys.done_channel(keys.process_tag()), keys.DONE_CHANNEL)
@@ -75,5 +77,5 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
         backend=backend or triton_backend(settings),
         hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
         sharded=sharded,
-        capacity=CapacityBoard(hot), metrics=metrics or GatewayMetrics(),
+        capacity=CapacityBoard(hot), metrics=metrics,
         access=Access(settings, hot), tracing=Tracing("ferry-gateway"))

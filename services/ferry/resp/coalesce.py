@@ -29,8 +29,9 @@ class Coalescer(Generic[I, R]):
         self.max_items = max_items
         self._waiting: dict[Hashable, list[tuple[I, asyncio.Future[R]]]] = {}
         self._out: set[Hashable] = set()
-        self.calls = 0  # calls sent, and the items they carried: for the metrics
+        self.calls = 0  # calls sent, and the items they carried
         self.items = 0
+        self.carried: Callable[[int], None] = lambda items: None  # told each call's items
 
     async def call(self, group: Hashable, item: I) -> R:
         """``item``'s reply, sent with whatever else of ``group`` is waiting then. A caller
@@ -58,6 +59,7 @@ class Coalescer(Generic[I, R]):
     async def _fly(self, group: Hashable, waiting: list[tuple[I, asyncio.Future[R]]]) -> None:
         self.calls += 1
         self.items += len(waiting)
+        self.carried(len(waiting))
         try:
             replies = await self._send(group, [item for item, _ in waiting])
         except BaseException as exc:  # every caller's, cancellation included

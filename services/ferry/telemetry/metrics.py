@@ -169,6 +169,10 @@ class GatewayMetrics:
                                 registry=r)
         self.cancelled = Counter("ferry_tasks_cancelled_total", "Tasks cancelled by their client",
                                  registry=r)
+        self.admissions_per_call = Histogram(
+            "ferry_admissions_per_call", "Admissions one Redis call carried (those that arrived "
+            "while the last call was out)", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r)
         self.rpcs, self.rpc_latency = _rpc_metrics(r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.accepted_child = functools.lru_cache(maxsize=4096)(self.accepted.labels)
