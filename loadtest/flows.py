@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import grpc
+import httpx
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from loadtest.rawhttp import Pool, Response
@@ -133,3 +134,52 @@ class TritonFlow:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+class PlainFerryFlow:
+    """What a plain Python client sends: httpx's keep-alive pool, one ``POST`` with
+    ``Prefer: wait`` per task (the light-load comparison of docs/performance.md)."""
+
+    def __init__(self, host: str, port: int, model: str) -> None:
+        self.client = httpx.AsyncClient(base_url=f"http://{host}:{port}",
+                                        timeout=POLL_WAIT_S * MAX_POLLS)
+        self.path = f"/v1/inference?model={model}"
+        self.nonce = new_nonce()
+
+    async def __call__(self, index: int) -> str:
+        data = payload(index, nonce=self.nonce)
+        response = await self.client.post(self.path, content=data, headers={
+            "Content-Type": "application/octet-stream", "Prefer": f"wait={POLL_WAIT_S}"})
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}"
+        body = response.json()
+        if body.get("status") != "SUCCESS":
+            return str(body.get("status"))
+        output = body.get("output", {}).get("OUTPUT")
+        return "SUCCESS" if digest_matches(output, data) else "WRONG_ANSWER"
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class PlainTritonFlow:
+    """The same plain client straight to Triton's REST infer (a [1, 1] BYTES tensor as JSON)."""
+
+    def __init__(self, host: str, port: int, model: str) -> None:
+        self.client = httpx.AsyncClient(base_url=f"http://{host}:{port}",
+                                        timeout=POLL_WAIT_S * MAX_POLLS)
+        self.path = f"/v2/models/{model}/infer"
+
+    async def __call__(self, index: int) -> str:
+        data = payload(index)
+        response = await self.client.post(self.path, json={
+            "inputs": [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1],
+                        "data": [data.decode()]}],
+            "outputs": [{"name": "OUTPUT"}]})
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}"
+        raw = response.json()["outputs"][0]["data"][0]
+        return "SUCCESS" if digest_matches(json.loads(raw), data) else "WRONG_ANSWER"
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -28,10 +28,17 @@ from urllib.parse import urlparse
 import uvloop
 from hdrh.histogram import HdrHistogram
 
-from loadtest.flows import FerryFlow, Flow, PeerFlow, TritonFlow
+from loadtest.flows import (
+    FerryFlow,
+    Flow,
+    PeerFlow,
+    PlainFerryFlow,
+    PlainTritonFlow,
+    TritonFlow,
+)
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-FLOWS = ("ferry-2req", "ferry-1req", "triton", "peer")
+FLOWS = ("ferry-2req", "ferry-1req", "triton", "peer", "ferry-plain", "triton-plain")
 MAX_COUNT = 200_000
 LATE_MS = 2.0  # a send this far behind its schedule means the generator is falling behind
 
@@ -97,6 +104,10 @@ def make_flow(name: str, url: str, model: str) -> Flow:
         return TritonFlow(f"{host}:{port}", model)
     if name == "peer":
         return PeerFlow(host, port)
+    if name == "ferry-plain":
+        return PlainFerryFlow(host, port, model)
+    if name == "triton-plain":
+        return PlainTritonFlow(host, port, model)
     return FerryFlow(host, port, model, prefer_wait=name == "ferry-1req")
 
 
