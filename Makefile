@@ -90,13 +90,13 @@ setup:
 # answers, not times) run two at a time (two cores); then the other integration tests, then
 # again on a Redis Cluster. The integration tests mostly wait (on servers, on time: the cores
 # were idle half of their 21 minutes), so they run in two workers, a module at a time each, each
-# worker with its own Redis and Triton.
+# worker with its own Redis and Triton. The slowest 25 are listed at the end (the time budget).
 INTEGRATION_WORKERS ?= 2
 XDIST := -n $(INTEGRATION_WORKERS) --dist loadfile
 test: setup
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory -j2 -O typecheck chart unit soak
-	$(BIN)/pytest $(XDIST) --ignore=tests/unit --ignore=tests/deploy \
+	$(BIN)/pytest $(XDIST) --durations=25 --ignore=tests/unit --ignore=tests/deploy \
 		--ignore=tests/integration/test_soak.py $(PYTEST_ARGS)
 	$(MAKE) test-cluster
 
