@@ -59,7 +59,8 @@ def busy(on: bool, seconds: float) -> Iterator[None]:
 
 
 def start_ferry(state: Path, triton: str, redis_url: str, model: str) -> tuple[
-        list[ManagedProcess], str]:
+        list[ManagedProcess], str, str]:
+    """A batcher and a gateway: their processes, the gateway's HTTP URL and gRPC address."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
                               grpc_port=grpc_port, default_model=model)
@@ -72,7 +73,7 @@ def start_ferry(state: Path, triton: str, redis_url: str, model: str) -> tuple[
         proc.start()
     url = f"http://{LOOPBACK}:{port}"
     procs[1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
-    return procs, url
+    return procs, url, f"{LOOPBACK}:{grpc_port}"
 
 
 def main() -> None:
@@ -91,7 +92,7 @@ def main() -> None:
     results: dict[tuple[str, bool], list[tuple[float, float, float]]] = {}
     procs: list[ManagedProcess] = []
     try:
-        procs, ferry = start_ferry(state, f"{LOOPBACK}:{ports.grpc}", redis_url, scenario.name)
+        procs, ferry, _ = start_ferry(state, f"{LOOPBACK}:{ports.grpc}", redis_url, scenario.name)
         urls = {"ferry-1req": ferry, "ferry-plain": ferry,
                 "triton": f"{LOOPBACK}:{ports.grpc}",
                 "triton-plain": f"http://{LOOPBACK}:{ports.http}"}

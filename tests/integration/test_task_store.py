@@ -16,7 +16,7 @@ import redis
 
 from ferry import keys
 from ferry.codec import encode_task
-from ferry.errors import TooManyRequestsError
+from ferry.errors import RedisCommandError, TooManyRequestsError
 from ferry.queue.base import Delivery
 from ferry.redis_conn import lean
 from ferry.resp.client import RedisAddress
@@ -139,6 +139,51 @@ async def test_admissions_that_arrive_together_ride_one_call_each_decided_alone(
         assert redis_client.xlen(keys.partition_stream(partition)) == 10
     assert all(redis_client.hget(keys.task_key(t.task_id, keys.partition_of(t.task_id, PARTITIONS)),
                                  "status") == b"PENDING" for t in spread)
+
+
+async def test_an_admission_that_fails_in_a_shared_call_fails_alone(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    """Three admissions of one partition in one call, the second's record key taken by a
+    string (Redis refuses its HSET): it gets that error, the others are admitted."""
+    tasks = [new_task(b"f%d" % i) for i in range(3)]
+    for task in tasks:
+        task.task_id = keys.new_task_id(5, PARTITIONS)
+    broken = keys.task_key(tasks[1].task_id, 5)
+    redis_client.set(broken, "not a hash")
+    blocker = new_task(b"first")  # out while the three wait: they ride one call together
+    blocker.task_id = keys.new_task_id(5, PARTITIONS)
+    calls = store.admissions.calls
+    first = asyncio.ensure_future(store.admit(blocker, pending(blocker)))
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(store.admit(t, pending(t)) for t in tasks),
+                                   return_exceptions=True)
+    await first
+    assert store.admissions.calls - calls == 2
+    assert isinstance(results[1], RedisCommandError) and "WRONGTYPE" in str(results[1])
+    for index in (0, 2):
+        assert isinstance(results[index], Admitted)
+        assert redis_client.hget(keys.task_key(tasks[index].task_id, 5), "status") == b"PENDING"
+
+
+async def test_a_stream_that_fails_to_settle_leaves_the_others_settled(
+    store: RedisTaskStore, redis_client: redis.Redis,
+) -> None:
+    """A batch over two partitions, one task's record replaced by a string: the completion
+    answers Redis's error (the batcher settles again), and the other partition's tasks have
+    their final records."""
+    tasks = [new_task(b"g%d" % i) for i in range(4)]
+    for index, task in enumerate(tasks):
+        task.task_id = keys.new_task_id(6 + index % 2, PARTITIONS)
+        await store.admit(task, pending(task))
+    deliveries = read_entries(redis_client, tasks)
+    redis_client.delete(keys.task_key(tasks[0].task_id, 6))  # the first stream settled
+    redis_client.set(keys.task_key(tasks[0].task_id, 6), "not a hash")
+    with pytest.raises(RedisCommandError, match="WRONGTYPE"):
+        await store.complete([Completion(d, finished(d.task)) for d in deliveries if d.task])
+    for task in (tasks[1], tasks[3]):  # partition 7's, after it in the call
+        record = await store.read(task.task_id)
+        assert record is not None and record.status is Status.SUCCESS
 
 
 async def test_unknown_task_reads_as_none(store: RedisTaskStore) -> None:

@@ -91,7 +91,53 @@ async def test_a_cancelled_caller_leaves_the_others_answered() -> None:
     assert await kept == 6
     with pytest.raises(asyncio.CancelledError):
         await gone
-    assert sender.calls[1] == ("g", [2, 3])  # its item went: only its reply was dropped
+    assert sender.calls[1] == ("g", [3])  # it left before its call: its item never went
+
+
+async def test_a_call_whose_callers_all_left_is_not_sent() -> None:
+    sender = Sender()
+    coalescer = Coalescer(sender)
+    first = asyncio.ensure_future(coalescer.call("g", 1))
+    await turns()
+    gone = [asyncio.ensure_future(coalescer.call("g", i)) for i in (2, 3)]
+    await turns()
+    for caller in gone:
+        caller.cancel()
+    sender.land.set()
+    assert await first == 2
+    await turns()
+    assert sender.calls == [("g", [1])]
+    assert await coalescer.call("g", 4) == 8  # and the group goes on
+
+
+async def test_a_call_carries_about_max_bytes_and_at_least_one_item() -> None:
+    sender = Sender()
+    coalescer = Coalescer(sender, size=lambda item: item, max_bytes=10)
+    first = asyncio.ensure_future(coalescer.call("g", 50))  # over the budget alone: it goes
+    await turns()
+    rest = [asyncio.ensure_future(coalescer.call("g", i)) for i in (4, 4, 4, 30, 1)]
+    sender.land.set()
+    assert await first == 100
+    assert await asyncio.gather(*rest) == [8, 8, 8, 60, 2]
+    assert [items for _, items in sender.calls] == [[50], [4, 4, 4], [30], [1]]
+
+
+async def test_a_failure_while_answering_reaches_every_caller() -> None:
+    land = asyncio.Event()
+
+    async def short(group: Hashable, items: list[int]) -> list[int | Exception]:
+        await land.wait()
+        return [1]  # one reply for several items: a bug, said to every caller
+
+    coalescer: Coalescer[int, int] = Coalescer(short)
+    first = asyncio.ensure_future(coalescer.call("g", 0))
+    await turns()
+    rest = [asyncio.ensure_future(coalescer.call("g", i)) for i in (1, 2)]
+    land.set()
+    assert await first == 1
+    results = await asyncio.gather(*rest, return_exceptions=True)
+    assert results[0] == 1  # the one reply there is; the caller without one is not left
+    assert isinstance(results[1], ValueError)  # hanging: zip(strict=True)'s error is its
 
 
 async def test_a_call_carries_at_most_max_items() -> None:

@@ -26,7 +26,7 @@ LUA_KEYWORDS = frozenset({"and", "break", "do", "else", "elseif", "end", "false"
                           "function", "if", "in", "local", "nil", "not", "or", "repeat",
                           "return", "then", "true", "until", "while"})
 LUA_GLOBALS = frozenset({"redis", "string", "table", "math", "tonumber", "tostring", "type",
-                         "ipairs", "pairs", "unpack", "KEYS", "ARGV"})
+                         "pcall", "ipairs", "pairs", "unpack", "KEYS", "ARGV"})
 MAX_LINES = 40
 IDENTIFIER = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")
 STRING_OR_COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"",

@@ -17,16 +17,20 @@ I = TypeVar("I")  # noqa: E741 - an item, as the call takes it
 R = TypeVar("R")  # its reply
 
 MAX_ITEMS = 256  # the most one call carries (the rest go in the next)
+MAX_BYTES = 4 << 20  # and about the most bytes (a call carries at least one item, whatever size)
 
 
 class Coalescer(Generic[I, R]):
     """``send(group, items)`` answers each item in order (a reply, or an exception for that item
-    alone); an exception it raises is every item's."""
+    alone); an exception it raises is every item's. ``size`` tells an item's bytes."""
 
     def __init__(self, send: Callable[[Hashable, list[I]], Awaitable[Sequence[R | Exception]]],
-                 max_items: int = MAX_ITEMS) -> None:
+                 size: Callable[[I], int] = lambda item: 0, *, max_items: int = MAX_ITEMS,
+                 max_bytes: int = MAX_BYTES) -> None:
         self._send = send
+        self._size = size
         self.max_items = max_items
+        self.max_bytes = max_bytes
         self._waiting: dict[Hashable, list[tuple[I, asyncio.Future[R]]]] = {}
         self._out: set[Hashable] = set()
         self.calls = 0  # calls sent, and the items they carried
@@ -35,7 +39,8 @@ class Coalescer(Generic[I, R]):
 
     async def call(self, group: Hashable, item: I) -> R:
         """``item``'s reply, sent with whatever else of ``group`` is waiting then. A caller
-        that is cancelled leaves its item to go (or gone) as it is: only the reply is lost."""
+        cancelled while its item waits takes it out (it is never sent); once sent, only the
+        reply is lost."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(group, []).append((item, future))
         if group not in self._out:
@@ -43,12 +48,16 @@ class Coalescer(Generic[I, R]):
         return await future
 
     def _launch(self, group: Hashable) -> None:
+        """Send what waits in ``group``, up to a call's items and bytes."""
         waiting = self._waiting.pop(group)
-        if len(waiting) > self.max_items:
-            self._waiting[group] = waiting[self.max_items:]
-            waiting = waiting[:self.max_items]
+        taken, size = 0, 0
+        while taken < min(len(waiting), self.max_items) and (taken == 0 or size < self.max_bytes):
+            size += self._size(waiting[taken][0])
+            taken += 1
+        if taken < len(waiting):
+            self._waiting[group] = waiting[taken:]
         self._out.add(group)
-        flight = asyncio.ensure_future(self._fly(group, waiting))
+        flight = asyncio.ensure_future(self._fly(group, waiting[:taken]))
         flight.add_done_callback(lambda _: self._landed(group))
 
     def _landed(self, group: Hashable) -> None:
@@ -57,23 +66,28 @@ class Coalescer(Generic[I, R]):
             self._launch(group)
 
     async def _fly(self, group: Hashable, waiting: list[tuple[I, asyncio.Future[R]]]) -> None:
-        self.calls += 1
-        self.items += len(waiting)
-        self.carried(len(waiting))
+        waiting = [(item, future) for item, future in waiting if not future.done()]
+        if not waiting:  # every caller gave up before the call left
+            return
         try:
+            self.calls += 1
+            self.items += len(waiting)
+            self.carried(len(waiting))
             replies = await self._send(group, [item for item, _ in waiting])
+            for (_, future), reply in zip(waiting, replies, strict=True):
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
         except BaseException as exc:  # every caller's, cancellation included
             for _, future in waiting:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else
-                                         asyncio.CancelledError())
+                if future.done():
+                    continue
+                if isinstance(exc, Exception):
+                    future.set_exception(exc)
+                else:
+                    future.cancel()
             if not isinstance(exc, Exception):
                 raise
-            return
-        for (_, future), reply in zip(waiting, replies, strict=True):
-            if future.done():
-                continue
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)

@@ -129,10 +129,10 @@ class RedisTaskStore:
         self._admit = client.register_script(lua.source(scripts.ADMIT))
         self._admit_args = AdmitArgs(pending_ttl=pending_ttl_s, bell_ms=keys.BELL_MS,
                                      result_ttl=result_ttl_s, group=keys.CONSUMER_GROUP)
-        self._by_slot = isinstance(client, ClusterClient)
-        self._by_partition = self._by_slot or sharded  # a script's keys in one slot
+        # on a Redis Cluster (or announcing in each partition's slot) a call keeps to one slot
+        self._by_partition = isinstance(client, ClusterClient) or sharded
         self.admissions: Coalescer[AdmitRow, tuple[Any, Written | None]] = Coalescer(
-            self._admit_all)
+            self._admit_all, lambda row: len(row[1].envelope) + len(row[1].pending_body))
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))
         self._cancel = client.register_script(lua.source(scripts.CANCEL))
@@ -153,7 +153,8 @@ class RedisTaskStore:
         row = (self._admit_keys(task, partition, sharing), self._admit_item(
             task, partition, pending, encoded=encoded, admission=admission, sharing=sharing,
             owner=owner))
-        reply, written = await self.admissions.call(partition if self._by_slot else None, row)
+        reply, written = await self.admissions.call(partition if self._by_partition else None,
+                                                    row)
         verdict, value = scripts.admit_verdict(reply)
         if written is not None and verdict in _WROTE:
             await self._confirm(written, task.task_id, hit=verdict is AdmitVerdict.HIT)
@@ -171,14 +172,17 @@ class RedisTaskStore:
         raise admission.too_slow(task.model, priority, float(value))
 
     async def _admit_all(self, group: Hashable, rows: list[AdmitRow]
-                         ) -> list[tuple[Any, Written | None]]:
+                         ) -> list[tuple[Any, Written | None] | Exception]:
         """One call of the admission script for ``rows``: each one's verdict, and where the
         call was written when replicas must confirm it (one WAIT confirms them all)."""
         command = lua.each_command(self._admit, self._admit_args, rows)
         if self.acks is None:
-            return [(reply, None) for reply in await self.client.execute(*command)]
-        written = await self.acks.write(rows[0][0].task_key, command)
-        return [(reply, written) for reply in written.reply]
+            replies, written = await self.client.execute(*command), None
+        else:
+            written = await self.acks.write(rows[0][0].task_key, command)
+            replies = written.reply
+        # an admission the script failed (its error, caught there) is that caller's alone
+        return [reply if isinstance(reply, Exception) else (reply, written) for reply in replies]
 
     async def _confirm(self, written: Written, task_id: str, *, hit: bool) -> None:
         """Wait until the replicas have the admission; if they do not in time, withdraw it

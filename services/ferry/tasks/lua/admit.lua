@@ -24,7 +24,7 @@
 -- that order (queue/lua/fair_read.lua). Its envelope waits in its record. The first task of an
 -- empty fair queue rings the partition's normal stream (FAIR_FIELD) for the batchers to read it.
 -- Deadline admission counts, of its own priority, only what a fair share puts ahead of it.
--- Result: for each task, {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
+-- Result: for each task (an error reply for one whose step failed), {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
 --   {VERDICT_COLLAPSED, leader id},
 --   {VERDICT_BACKLOG_FULL, backlog}, {VERDICT_TOO_SLOW, predicted wait (s)} (the backlog ahead
 --   of its priority / rate + fixed_wait, over timeout), {VERDICT_OWNER_FULL, owner's tasks}.
@@ -211,11 +211,19 @@ local function shared_work()
   return answer_from_cache(state) or follow(leader, leader_key, state, followable)
 end
 
+local function decide()
+  return (looking or collapsing) and shared_work() or refusal() or queue()
+end
+
+-- Each task's verdict; one that fails (Redis refused a write: out of memory...) is its own
+-- error reply, and the call's other tasks are decided all the same.
 local verdicts = {}
 for n = 0, #KEYS / EACH_KEYS - 1 do
   bind(n)
   looking, collapsing = lookup == '1', collapse == '1'
   fair_from, flowed = tonumber(fair_after), '~' .. priority .. '|' .. flow
-  verdicts[n + 1] = (looking or collapsing) and shared_work() or refusal() or queue()
+  local ok, verdict = pcall(decide)
+  if not ok and type(verdict) ~= 'table' then verdict = redis.error_reply(tostring(verdict)) end
+  verdicts[n + 1] = verdict
 end
 return verdicts

@@ -21,7 +21,8 @@
 -- ledger_field followed by each measure: one task, its rows, its GPU microseconds. A duplicate
 -- delivery writes no record, so it is never counted twice; the hash lives ledger_ttl from its
 -- last count.
--- Result: for each item, 1 if this call wrote its final record (or acknowledged it), else 0.
+-- Result: for each item, 1 if this call wrote its final record (or acknowledged it), else 0;
+-- or the first error of a stream that failed (after the others were settled and announced).
 local inline, reuse_ttl = tonumber(inline_limit), tonumber(cache_ttl)
 local frames = {}
 local charged = false
@@ -129,11 +130,31 @@ local function settle(written, i, k)
   return i, k
 end
 
-local written, groups = {}, tonumber(streams)
+-- Past a stream whose settling failed: where the next stream's items and keys start.
+local function skip(i, k)
+  for _ = 1, tonumber(entries) do
+    if ARGV[i + TASK_ID] ~= '' then k = k + 1 end
+    i = i + ITEM_SIZE
+  end
+  return i, k
+end
+
+-- A stream that fails (Redis refused a write) leaves the others settled and announced; the
+-- call then answers the error, and the batcher settles the batch again (the records written
+-- stand: the first answer stands).
+local written, groups, failure = {}, tonumber(streams), nil
 local i, k = NAMED_ARGS + groups * EACH_ARGS + 1, groups * EACH_KEYS + 1
 for n = 0, groups - 1 do
   bind(n)
-  i, k = settle(written, i, k)
+  local ok, next_i, next_k = pcall(settle, written, i, k)
+  if not ok then
+    failure = failure or next_i
+    next_i, next_k = skip(i, k)
+  end
+  i, k = next_i, next_k
 end
 publish_frames(frames, shard)
+if failure then
+  return type(failure) == 'table' and failure or redis.error_reply(tostring(failure))
+end
 return written
