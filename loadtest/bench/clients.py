@@ -1,8 +1,9 @@
 """Light load, two clients: why a plain Python client sees Ferry further from Triton alone than
 ``make bench``'s own client does.
 
-One tritonserver (the fast sim backend, one instance), one Redis, a Ferry gateway and batcher;
-interleaved rounds at ``--rate`` (50/s) of four flows: Ferry and Triton alone, each through
+One tritonserver (the fast sim backend, one instance), one Redis, a Ferry gateway and batcher
+(``BenchStack``, the batcher's calls over gRPC); interleaved rounds at ``--rate`` (50/s) of four
+flows: Ferry and Triton alone, each through
 ``make bench``'s lean client (``loadtest.rawhttp`` for Ferry's ``Prefer: wait``, gRPC for
 Triton) and through a plain client (httpx's keep-alive pool; Triton over its REST infer). Each
 flow's p50 and p99 (medians over the rounds) and the client's own CPU per request; with
@@ -18,7 +19,6 @@ import argparse
 import contextlib
 import multiprocessing
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,12 +26,8 @@ from pathlib import Path
 
 import uvloop
 
-from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_ports, http_ok
-from ferry.stack.process import ManagedProcess, env_with
-from ferry.stack.redis_server import start_redis_servers
-from ferry.stack.triton_server import start_triton
 from loadtest.bench.backends import FAST, Scenario, write_repository
+from loadtest.bench.stack import BenchStack
 from loadtest.generator import run
 
 FLOWS = ("ferry-1req", "ferry-plain", "triton", "triton-plain")
@@ -58,24 +54,6 @@ def busy(on: bool, seconds: float) -> Iterator[None]:
         spinner.join()
 
 
-def start_ferry(state: Path, triton: str, redis_url: str, model: str) -> tuple[
-        list[ManagedProcess], str, str]:
-    """A batcher and a gateway: their processes, the gateway's HTTP URL and gRPC address."""
-    port, grpc_port = free_ports(2)
-    gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
-                              grpc_port=grpc_port, default_model=model)
-    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton, metrics_port=0)
-    procs = [ManagedProcess(name, [sys.executable, "-m", "ferry", name],
-                            env=env_with(to_env(settings, type(settings))),
-                            log_path=state / f"{name}.log")
-             for name, settings in (("batcher", batcher), ("gateway", gateway))]
-    for proc in procs:
-        proc.start()
-    url = f"http://{LOOPBACK}:{port}"
-    procs[1].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
-    return procs, url, f"{LOOPBACK}:{grpc_port}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=50.0)
@@ -83,19 +61,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy", action="store_true", help="also with one core kept awake")
     args = parser.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="ferry-clients-"))
     scenario = Scenario(FAST, 1)
-    triton, ports = start_triton(write_repository(state / "models", [scenario], 50),
-                                 state / "triton")
-    redis_procs, redis_url = start_redis_servers(state / "redis", 1)
+    state = Path(tempfile.mkdtemp(prefix="ferry-clients-"))
+    stack = BenchStack(state, write_repository(state / "models", [scenario], 50),
+                       infer_over_http=False)
     count = int(args.rate * args.seconds)
     results: dict[tuple[str, bool], list[tuple[float, float, float]]] = {}
-    procs: list[ManagedProcess] = []
     try:
-        procs, ferry, _ = start_ferry(state, f"{LOOPBACK}:{ports.grpc}", redis_url, scenario.name)
-        urls = {"ferry-1req": ferry, "ferry-plain": ferry,
-                "triton": f"{LOOPBACK}:{ports.grpc}",
-                "triton-plain": f"http://{LOOPBACK}:{ports.http}"}
+        stack.start(scenario.name)
+        urls = {"ferry-1req": stack.gateway_url, "ferry-plain": stack.gateway_url,
+                "triton": stack.triton_grpc, "triton-plain": f"http://{stack.triton_http}"}
         for flow in FLOWS:  # warm up
             uvloop.run(run(flow, urls[flow], scenario.name, 20, 40))
         for round_ in range(args.rounds):
@@ -109,11 +84,7 @@ def main() -> None:
                         (result.p50_ms, result.p99_ms,
                          result.generator_cpu_s * 1e6 / count))
     finally:
-        for proc in procs:
-            proc.stop(grace_s=10)
-        for proc in redis_procs:
-            proc.stop()
-        triton.stop()
+        stack.stop()
     for (flow, awake), runs in results.items():
         p50, p99, cpu = (statistics.median(r[i] for r in runs) for i in range(3))
         print(f"{args.rate:5.0f}/s {flow:13} {'one core kept awake' if awake else 'idle':20}"

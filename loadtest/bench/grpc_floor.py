@@ -1,9 +1,10 @@
 """Triton's gRPC protocol: what Ferry's gateway costs per ModelInfer against a bare grpc.aio
 server that answers each call at once (the floor a Python gRPC front can reach).
 
-One tritonserver (the fast sim backend, one instance), one Redis, a Ferry gateway and batcher,
-and a bare server in a process of its own (``GRPCInferenceService.ModelInfer`` only: it answers
-the sim model's reply, the input's SHA-256, with no queue behind it). The same open-loop gRPC
+One tritonserver (the fast sim backend, one instance), one Redis, a Ferry gateway and batcher
+(``BenchStack``, the batcher's calls over gRPC), and a bare server in a process of its own
+(``GRPCInferenceService.ModelInfer`` only: it answers the sim model's reply, the input's
+SHA-256, with no queue behind it). The same open-loop gRPC
 client drives each at each rate, interleaved over the rounds; reported: p50 and p99, and the
 server side's CPU per call (the bare process; Ferry's gateway, and its batcher and Redis;
 Triton's own, alone). Loopback only.
@@ -28,11 +29,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from ferry.stack.ports import LOOPBACK, free_port
 from ferry.stack.process import ManagedProcess
-from ferry.stack.redis_server import start_redis_servers
-from ferry.stack.triton_server import start_triton
 from loadtest.bench.backends import FAST, Scenario, write_repository
-from loadtest.bench.clients import start_ferry
 from loadtest.bench.cpu import cpu_seconds, family
+from loadtest.bench.stack import BenchStack
 from loadtest.generator import run
 
 
@@ -86,32 +85,28 @@ def main() -> None:
     if args.serve_bare:
         uvloop.run(serve_bare(args.serve_bare))
         return
-    state = Path(tempfile.mkdtemp(prefix="ferry-grpc-floor-"))
     scenario = Scenario(FAST, 1)
-    triton, ports = start_triton(write_repository(state / "models", [scenario], 50),
-                                 state / "triton")
-    redis_procs, redis_url = start_redis_servers(state / "redis", 1)
-    procs: list[ManagedProcess] = []
+    state = Path(tempfile.mkdtemp(prefix="ferry-grpc-floor-"))
+    stack = BenchStack(state, write_repository(state / "models", [scenario], 50),
+                       infer_over_http=False)
     results: dict[tuple[str, float], list[tuple[float, float, float, float]]] = {}
     try:
-        procs, _, gateway_grpc = start_ferry(state, f"{LOOPBACK}:{ports.grpc}", redis_url,
-                                             scenario.name)
+        stack.start(scenario.name)
         bare, bare_target = start_bare(state)
-        procs.append(bare)
-        targets = {"bare": (bare_target, [bare.pid or 0]),
-                   "ferry": (gateway_grpc, [procs[1].pid or 0]),
-                   "triton": (f"{LOOPBACK}:{ports.grpc}", [triton.pid or 0])}
-        helpers = [procs[0].pid or 0, *(p.pid or 0 for p in redis_procs)]
+        stack.processes.append(bare)
+        targets = {"bare": (bare_target, family(bare.pid or 0)),
+                   "ferry": (stack.gateway_grpc, stack.pids["gateway"]),
+                   "triton": (stack.triton_grpc, stack.pids["triton"])}
+        helpers = stack.pids["batcher"] + stack.pids["redis"]
         for target, _ in targets.values():  # warm up
             uvloop.run(run("triton", target, scenario.name, 50, 100))
         rates = [float(r) for r in args.rates.split(",")]
         for round_ in range(args.rounds):
             order = list(targets.items())
-            for name, (target, pids) in order if round_ % 2 == 0 else order[::-1]:
+            for name, (target, own) in order if round_ % 2 == 0 else order[::-1]:
                 for rate in rates:
                     count = int(rate * args.seconds)
-                    own = [p for pid in pids for p in family(pid)]
-                    others = [p for pid in helpers for p in family(pid)] if name == "ferry" else []
+                    others = helpers if name == "ferry" else []
                     before = (sum(map(cpu_seconds, own)), sum(map(cpu_seconds, others)))
                     result = uvloop.run(run("triton", target, scenario.name, rate, count,
                                             seed=5 + round_))
@@ -121,11 +116,7 @@ def main() -> None:
                         (result.p50_ms, result.p99_ms, used[0] * 1e6 / count,
                          used[1] * 1e6 / count))
     finally:
-        for proc in procs:
-            proc.stop(grace_s=10)
-        for proc in redis_procs:
-            proc.stop()
-        triton.stop()
+        stack.stop()
     for (name, rate), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         p50, p99, cpu, rest = (statistics.median(r[i] for r in runs) for i in range(4))
         extra = f" (+ batcher and Redis {rest:5.0f})" if name == "ferry" else ""

@@ -34,6 +34,7 @@ class BenchStack:
     batcher_log_level: str = "INFO"  # "INFO,ferry.batches=DEBUG": a log line per batch
     batcher_settings: BatcherSettings | None = None
     gateway_overrides: dict[str, Any] = field(default_factory=dict)  # jobs' store, sources
+    infer_over_http: bool = True  # the batcher's calls over Triton's HTTP, as ferry up (or gRPC)
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -59,7 +60,8 @@ class BenchStack:
                                   default_model=default_model, **self.gateway_overrides)
         self.gateway_grpc = f"{LOOPBACK}:{gateway.grpc_port}"
         batcher = BatcherSettings(redis_url=self.redis_url, triton_url=self.triton_grpc,
-                                  triton_http_url=self.triton_http,  # as ferry up sets it
+                                  triton_http_url=self.triton_http if self.infer_over_http
+                                  else "",
                                   metrics_port=free_port(), log_level=self.batcher_log_level)
         self.batcher_settings = batcher
         self.batcher_metrics = f"http://{LOOPBACK}:{batcher.metrics_port}/metrics"
