@@ -118,11 +118,13 @@ def prologue(spec: ScriptSpec) -> str:
 
 
 def each_command(script: Script, args: Sequence[Arg],
-                 rows: Sequence[tuple[Sequence[Arg], Sequence[Arg]]]) -> Command:
+                 rows: Sequence[tuple[Sequence[Arg], Sequence[Arg]]],
+                 more_keys: Sequence[Arg] = (), items: Sequence[Arg] = ()) -> Command:
     """A call of a script with ``each`` names: its named ``args``, then each row's (keys,
-    args) in turn."""
-    return script.command([key for row_keys, _ in rows for key in row_keys],
-                          [*args, *(value for _, row_args in rows for value in row_args)])
+    args) in turn; then, for a script with ``item`` too, the items' keys and ARGV."""
+    return script.command([*(key for row_keys, _ in rows for key in row_keys), *more_keys],
+                          [*args, *(value for _, row_args in rows for value in row_args),
+                           *items])
 
 
 def items(rows: Iterable[Sequence[Any]]) -> list[Any]:

@@ -324,9 +324,7 @@ class RedisTaskStore:
             failed_at=now, cache_ttl=self.cache_ttl_s, collapsed_into=COLLAPSED_INTO,
             follower_head=FOLLOWER_HEAD, ledger_ttl=keys.LEDGER_TTL_S,
             shard=self._shards[call[0][0]], streams=len(call))
-        return self._complete.command(
-            [*(key for names, _ in rows for key in names), *task_keys],
-            [*args, *(value for _, stream in rows for value in stream), *items])
+        return lua.each_command(self._complete, args, rows, task_keys, items)
 
     async def write_review(self, task_id: str, marker: bytes, review: bytes, url: str) -> bool:
         """Put a review's end in place of its pending entry in the reviewed task's record (and

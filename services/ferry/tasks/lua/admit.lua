@@ -24,8 +24,8 @@
 -- that order (queue/lua/fair_read.lua). Its envelope waits in its record. The first task of an
 -- empty fair queue rings the partition's normal stream (FAIR_FIELD) for the batchers to read it.
 -- Deadline admission counts, of its own priority, only what a fair share puts ahead of it.
--- Result: for each task (an error reply for one whose step failed), {VERDICT_QUEUED, entry id ('' in the fair queue)}, {VERDICT_HIT, record},
---   {VERDICT_COLLAPSED, leader id},
+-- Result: for each task (an error reply for one whose step failed), {VERDICT_QUEUED, entry id
+--   ('' in the fair queue)}, {VERDICT_HIT, record}, {VERDICT_COLLAPSED, leader id},
 --   {VERDICT_BACKLOG_FULL, backlog}, {VERDICT_TOO_SLOW, predicted wait (s)} (the backlog ahead
 --   of its priority / rate + fixed_wait, over timeout), {VERDICT_OWNER_FULL, owner's tasks}.
 -- Set for each task: whether it may take a cached answer or follow, fair_after, and its flow's
