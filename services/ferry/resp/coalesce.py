@@ -41,11 +41,24 @@ class Coalescer(Generic[I, R]):
         """``item``'s reply, sent with whatever else of ``group`` is waiting then. A caller
         cancelled while its item waits takes it out (it is never sent); once sent, only the
         reply is lost."""
+        if group not in self._out:  # nothing out, so nothing waits: it goes now, alone, from
+            self._out.add(group)  # the caller's own task (light load costs no task of its own)
+            try:
+                return await self._alone(group, item)
+            finally:
+                self._landed(group)
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(group, []).append((item, future))
-        if group not in self._out:
-            self._launch(group)
         return await future
+
+    async def _alone(self, group: Hashable, item: I) -> R:
+        self.calls += 1
+        self.items += 1
+        self.carried(1)
+        (reply,) = await self._send(group, [item])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def _launch(self, group: Hashable) -> None:
         """Send what waits in ``group``, up to a call's items and bytes."""
