@@ -36,7 +36,9 @@ def test_a_sweep_and_the_statistics_recover_the_models_cost(
     cost = CostModel.load(swept)
     assert {b for b, _, _ in cost.points} == {1, 2, 4, 8}
     assert 0.049 <= cost.fixed_s <= 0.056  # a sleep never ends early; gRPC adds a little
-    assert cost.per_item_s == pytest.approx(0.002, abs=0.0005)
+    # The model sleeps 2 ms a row: a loaded machine only adds to a call (a CI run with another
+    # worker beside it fitted 2.6 ms), so the bound above is wider than the one below.
+    assert 0.0015 <= cost.per_item_s <= 0.0035
 
     live = json.loads(run("--triton-url", triton_server.grpc_url, "--model", MODEL,
                           "--live-stats", "--json"))
