@@ -235,6 +235,7 @@ async def test_a_high_priority_task_rides_the_next_batch_whatever_its_doorbell(
             await asyncio.sleep(0.15 + 0.013 * trial % 0.07)  # asleep, at another phase
             answer = await post(stack.client, f"urgent-{trial}", model="sim_overload",
                                 priority="high")
+            assert answer.status_code == 202, (trial, answer.status_code, answer.text)
             highs.append((answer.json()["task_id"], time.time()))  # the 202 is its admission
             assert (await stack.result(highs[-1][0]))["status"] == "SUCCESS"
         low_done = [r["finished_at"] for r in await stack.results(lows, wait=30)]
