@@ -10,6 +10,7 @@
     .venv/bin/python -m loadtest.bench --only recovery  # each fault under load, its recovery
     .venv/bin/python -m loadtest.bench --only fairness  # a flood beside a light client
     .venv/bin/python -m loadtest.bench --only pool      # 1-2 Tritons, 1-4 batchers
+    .venv/bin/python -m loadtest.bench --only redis-clients  # ferry.resp, redis-py, coredis
 
 Everything is started here (one tritonserver serving every model variant, Redis, Ferry's gateway
 and batcher) on loopback ports, and stopped at the end.
@@ -42,6 +43,7 @@ from loadtest.bench import (
     peers,
     pool,
     recovery,
+    redis_clients,
     versus,
 )
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
@@ -220,7 +222,7 @@ async def keep_up(args: argparse.Namespace, state: Path) -> None:
 
 async def section_alone(args: argparse.Namespace, state: Path) -> bool:
     """A part that writes its section of --out alone (``--only`` keepup, jobs, durability,
-    recovery, fairness, pool, peers-report); False for the others."""
+    recovery, fairness, pool, redis-clients, peers-report); False for the others."""
     out = Path(args.out)
     if args.only == "keepup":
         await keep_up(args, state)
@@ -239,6 +241,8 @@ async def section_alone(args: argparse.Namespace, state: Path) -> bool:
         await pool.write_section(out, state, args.quick, args.command, machine_brief())
     elif args.only == "kill-row":
         await kill_row(args, state)
+    elif args.only == "redis-clients":
+        await redis_clients.write_section(out, state, args.quick, args.command, machine_brief())
     else:
         return False
     log.info("wrote the %s section of %s", args.only, out)
@@ -289,9 +293,12 @@ async def bench(args: argparse.Namespace) -> int:
     await jobs.write_section(out, Path(args.figures), state, args.quick, args.command)
     await asyncio.to_thread(durability.write_section, out, state, args.quick, args.command)
     await recovery.write_section(out, state, args.quick, args.command, machine_brief())
-    if not args.quick:  # its smoke run is a test of its own (test_bench_fairness.py)
+    if not args.quick:  # their smoke runs are tests of their own (test_bench_fairness.py,
+        # test_redis_clients_bench.py)
         await fair_share(args, state)
         await pool.write_section(out, state, args.quick, args.command, machine_brief())
+        await redis_clients.write_section(out, state, args.quick, args.command,
+                                          machine_brief())
     goals.write(out, state)
     log.info("wrote %s and its figures in %.1f min", out, elapsed)
     return 0
@@ -348,7 +355,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--only", default="all",
                         choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
-                                 "recovery", "fairness", "pool", "kill-row",
+                                 "recovery", "fairness", "pool", "redis-clients", "kill-row",
                                  "peers-report"),
                         help="sweep: the Python generator's sweep, floors and profile; goodput: "
                              "perf_analyzer's goodput at the SLO alone, which replaces that "
@@ -359,7 +366,9 @@ def main() -> int:
                              "flood at twice the slow backend's capacity beside a light client "
                              "(FIFO, fair share, the light client alone), that section alone; "
                              "pool: 1 and 2 Tritons, 1, 2 and 4 batchers, against Triton "
-                             "alone round robin, that section alone; "
+                             "alone round robin, that section alone; redis-clients: "
+                             "ferry.resp against redis-py and coredis on Ferry's hot-path "
+                             "commands (client CPU per command), that section alone; "
                              "kill-row: the "
                              "peers' kill -9 table again, alone; peers-report: "
                              "the peers' section again from --state's raw results, nothing "
