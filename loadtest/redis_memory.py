@@ -44,7 +44,7 @@ from ferry.codec import outputs_to_json
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
 from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import connect, lean
+from ferry.redis_conn import lean
 from ferry.resp.client import RedisAddress
 from ferry.settings import CommonSettings
 from ferry.stack.redis_server import start_redis
@@ -187,10 +187,9 @@ class Ferry:
 async def ferry_clients(redis_url: str) -> AsyncIterator[Ferry]:
     settings = CommonSettings(redis_url=redis_url)
     hot, reader = lean(settings, "measure-store"), lean(settings, "measure-reader")
-    redis = connect(settings)
-    assert isinstance(redis, aioredis.Redis)  # one server: no cluster, no sentinels
+    redis = aioredis.Redis.from_url(redis_url)  # the measurer's own: INFO, CONFIG, FLUSHALL
     partitions = settings.partitions
-    queue = RedisStreamQueue(redis, reader, partitions=partitions, owned=range(partitions),
+    queue = RedisStreamQueue(hot, reader, partitions=partitions, owned=range(partitions),
                              consumer="measure")
     store = RedisTaskStore(hot, partitions=partitions, result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,

@@ -23,7 +23,7 @@ from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.errors import ConfigError
 from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import cluster_client, connect
+from ferry.redis_conn import cluster_client
 from ferry.resp.cluster import ClusterClient, parse_slots
 from ferry.resp.sharded import ShardedChannels
 from ferry.settings import BatcherSettings, CommonSettings
@@ -156,8 +156,9 @@ async def test_a_slot_that_moved_is_followed_after_moved_and_ask(
 
 def queue_on(url: str, owned: list[int]) -> tuple[RedisStreamQueue, CommonSettings]:
     settings = CommonSettings(redis_url=url, redis_cluster=True)
-    queue = RedisStreamQueue(connect(settings), cluster_client(settings, "reader"),
-                             partitions=16, owned=owned, consumer="c1",
+    queue = RedisStreamQueue(cluster_client(settings, "commands"),
+                             cluster_client(settings, "reader"), partitions=16, owned=owned,
+                             consumer="c1",
                              blocker=lambda: cluster_client(settings, "blocked-reader"))
     return queue, settings
 
@@ -196,7 +197,7 @@ async def test_a_blocking_read_over_every_master_wakes_on_the_first_entry(
         assert pending["pending"] == 1  # read, held until acknowledged (at least once)
     finally:
         await queue.close()
-        await queue.redis.aclose()
+        await queue.redis.close()
 
 
 async def test_single_redis_settings_refuse_a_cluster_and_cluster_settings_a_single_redis(

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis
-from redis import asyncio as aioredis
 
 from ferry import keys, lua
 from ferry.auth.rate_limit import Rate, RateLimiter
@@ -22,8 +22,9 @@ from ferry.jobs import scripts as job_scripts
 from ferry.jobs.model import ItemStatus, JobStatus
 from ferry.jobs.scripts import Fence, ReleaseArgs, ReleaseKeys, job_keys
 from ferry.jobs.store import JobStore, NewJob
+from ferry.queue.base import Delivery
 from ferry.queue.redis_streams import TOUCH_OWN, RedisStreamQueue, TouchArgs, TouchItem, TouchKeys
-from ferry.redis_conn import SlowRedis, text
+from ferry.redis_conn import text
 from ferry.resp.client import Commands, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
 from ferry.rollouts.rollout import Rollout
@@ -42,15 +43,6 @@ async def client(redis_url: str) -> AsyncIterator[Commands]:
     lean: Commands = ClusterClient(address) if REDIS_CLUSTER else RespClient(address)
     yield lean
     await lean.close()
-
-
-@pytest.fixture
-async def slow(redis_url: str) -> AsyncIterator[SlowRedis]:
-    """redis-py's client (its own ``register_script``), as the queue and webhooks use it."""
-    found: SlowRedis = (aioredis.RedisCluster.from_url(redis_url) if REDIS_CLUSTER
-                        else aioredis.Redis.from_url(redis_url))
-    yield found
-    await found.aclose()
 
 
 async def new_job(store: JobStore) -> str:
@@ -167,29 +159,53 @@ async def test_the_rate_script_allows_a_burst_then_limits(client: Commands) -> N
     assert await RateLimiter(client, Rate.of(60, 2), {"bob": Rate(0, 0)}).check("bob") == []
 
 
+def held_by_two(redis_client: redis.Redis, stream: str) -> list[str]:
+    """Three entries read by "mine"; the third then taken by "other"; all idle for long."""
+    ids = [text(redis_client.xadd(stream, {keys.TASK_FIELD: f"x{i}".encode()}))
+           for i in range(3)]
+    redis_client.xreadgroup(keys.CONSUMER_GROUP, "mine", {stream: ">"})
+    redis_client.xclaim(stream, keys.CONSUMER_GROUP, "other", 0, [ids[2]], idle=IDLE_MS,
+                        justid=True)
+    redis_client.xclaim(stream, keys.CONSUMER_GROUP, "mine", 0, [*ids[:2]], idle=IDLE_MS,
+                        justid=True)
+    return ids
+
+
 async def test_touch_resets_only_the_entries_the_consumer_still_owns(
-        client: Commands, slow: SlowRedis) -> None:
-    queue = RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer="mine")
+        client: Commands, redis_client: redis.Redis) -> None:
+    queue = RedisStreamQueue(client, client, partitions=1, owned=[0], consumer="mine")
     await queue.ensure_groups()
     stream = keys.partition_stream(0)
-    ids = [text(await slow.xadd(stream, {keys.TASK_FIELD: b"x"})) for _ in range(3)]
-    await slow.xreadgroup(keys.CONSUMER_GROUP, "mine", {stream: ">"})
-    await slow.xclaim(stream, keys.CONSUMER_GROUP, "other", 0, [ids[2]], idle=IDLE_MS,
-                      justid=True)
-    await slow.xclaim(stream, keys.CONSUMER_GROUP, "mine", 0, [*ids[:2]], idle=IDLE_MS,
-                      justid=True)
+    ids = held_by_two(redis_client, stream)
     await queue.touch([(stream, ids[0])])
-    touch = slow.register_script(lua.source(TOUCH_OWN))
-    touched = await touch(keys=TouchKeys(stream=stream), args=[
+    touch = client.register_script(lua.source(TOUCH_OWN))
+    touched = await client.execute(*touch.command(TouchKeys(stream=stream), [
         *TouchArgs(group=keys.CONSUMER_GROUP, consumer="mine"),
-        *lua.items(TouchItem(entry_id) for entry_id in ids[1:])])
+        *lua.items(TouchItem(entry_id) for entry_id in ids[1:])]))
     assert touched == 1  # the other consumer's entry is left to it
-    rows = await slow.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)
+    rows = redis_client.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)
     idle = {text(row["message_id"]): (text(row["consumer"]), int(row["time_since_delivered"]))
             for row in rows}
     assert idle[ids[0]][1] < IDLE_MS and idle[ids[1]][1] < IDLE_MS
     assert idle[ids[2]][0] == "other" and idle[ids[2]][1] >= IDLE_MS
     assert {row["times_delivered"] for row in rows} == {1}  # JUSTID: counts left alone
+
+
+async def test_release_puts_back_as_new_only_the_entries_the_consumer_still_holds(
+        client: Commands, redis_client: redis.Redis) -> None:
+    queue = RedisStreamQueue(client, client, partitions=1, owned=[0], consumer="mine")
+    await queue.ensure_groups()
+    stream = keys.partition_stream(0)
+    ids = held_by_two(redis_client, stream)
+    await queue.release([Delivery(0, stream, entry_id, f"x{i}".encode(), None)
+                         for i, entry_id in enumerate(ids)])
+    rows = redis_client.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)
+    assert [(text(r["message_id"]), text(r["consumer"])) for r in rows] == [(ids[2], "other")]
+    entries: Any = redis_client.xrange(stream)
+    assert [fields[keys.TASK_FIELD.encode()] for _, fields in entries] == [b"x2", b"x0", b"x1"]
+    assert text(entries[1][0]) > ids[2]  # new entries, unread: the next read takes them
+    read = await queue.read(10, 0)
+    assert [d.raw for d in read] == [b"x0", b"x1"]
 
 
 async def test_a_rollout_changes_only_from_the_generation_read(client: Commands,
@@ -210,18 +226,20 @@ async def test_a_rollout_changes_only_from_the_generation_read(client: Commands,
 
 
 async def test_a_webhooks_outcome_joins_its_record_once_and_its_entry_goes(
-        slow: SlowRedis, redis_client: redis.Redis) -> None:
-    done = slow.register_script(lua.source(DONE))
+        client: Commands, redis_client: redis.Redis) -> None:
+    done = client.register_script(lua.source(DONE))
     task_id = keys.new_task_id(0, 1)
     task, stream = keys.task_key(task_id, 0), keys.webhook_stream(0)
     redis_client.hset(task, "body", b'{"task_id":"x"}')
-    await slow.xgroup_create(stream, keys.WEBHOOK_GROUP, id="0", mkstream=True)
+    redis_client.xgroup_create(stream, keys.WEBHOOK_GROUP, id="0", mkstream=True)
 
     async def end(outcome: bytes) -> Done:
-        entry = text(await slow.xadd(stream, {"task_id": task_id}))
-        await slow.xreadgroup(keys.WEBHOOK_GROUP, "sender", {stream: ">"})
-        return Done(int(await done(keys=DoneKeys(task=task, stream=stream), args=DoneArgs(
-            group=keys.WEBHOOK_GROUP, entry_id=entry, outcome=outcome))))
+        entry = text(redis_client.xadd(stream, {"task_id": task_id}))
+        redis_client.xreadgroup(keys.WEBHOOK_GROUP, "sender", {stream: ">"})
+        return Done(int(await client.execute(*done.command(DoneKeys(task=task, stream=stream),
+                                                           DoneArgs(group=keys.WEBHOOK_GROUP,
+                                                                    entry_id=entry,
+                                                                    outcome=outcome)))))
 
     assert await end(b'{"status":"delivered"}') is Done.NOTED
     assert await end(b'{"status":"failed"}') is Done.SKIPPED  # the first outcome stands
@@ -233,19 +251,19 @@ async def test_a_webhooks_outcome_joins_its_record_once_and_its_entry_goes(
 
 
 async def test_a_lease_run_out_names_its_batcher_dead_and_its_entries_go_to_one_rescuer(
-        client: Commands, slow: SlowRedis) -> None:
+        client: Commands, redis_client: redis.Redis) -> None:
     """Leases at Redis's clock: a batcher that stops beating is named dead by the others; its
     entries are taken over each by one rescuer, with their delivery counts, and once it holds
     nothing it leaves the group; a live batcher's entries are never taken."""
-    dead, live, one, two = (RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer=c)
+    dead, live, one, two = (RedisStreamQueue(client, client, partitions=1, owned=[0], consumer=c)
                             for c in ("dead", "live", "one", "two"))
     assert await dead.beat(200) == [] and await live.beat(200) == []
     beaten = time.monotonic()
     await dead.ensure_groups()
     stream = keys.partition_stream(0)
-    ids = [text(await slow.xadd(stream, {keys.TASK_FIELD: b"t"})) for _ in range(5)]
-    await slow.xreadgroup(keys.CONSUMER_GROUP, "dead", {stream: ">"}, count=3)
-    await slow.xreadgroup(keys.CONSUMER_GROUP, "live", {stream: ">"}, count=2)
+    ids = [text(redis_client.xadd(stream, {keys.TASK_FIELD: b"t"})) for _ in range(5)]
+    redis_client.xreadgroup(keys.CONSUMER_GROUP, "dead", {stream: ">"}, count=3)
+    redis_client.xreadgroup(keys.CONSUMER_GROUP, "live", {stream: ">"}, count=2)
     named: list[str] = []
     while not named and time.monotonic() - beaten < 2.0:  # the test's subject: a lease of
         await asyncio.sleep(0.04)  # 200 ms running out, while the other beats
@@ -258,22 +276,22 @@ async def test_a_lease_run_out_names_its_batcher_dead_and_its_entries_go_to_one_
     assert ([d.entry_id for d in second], rest) == ([ids[2]], False)
     assert {d.deliveries for d in first + second} == {2}
     owners = {text(r["message_id"]): text(r["consumer"])
-              for r in await slow.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)}
+              for r in redis_client.xpending_range(stream, keys.CONSUMER_GROUP, "-", "+", 10)}
     assert owners == {ids[0]: "one", ids[1]: "one", ids[2]: "two", ids[3]: "live",
                       ids[4]: "live"}
-    consumers = {text(c["name"]) for c in await slow.xinfo_consumers(stream,
-                                                                     keys.CONSUMER_GROUP)}
+    consumers = {text(c["name"])
+                 for c in redis_client.xinfo_consumers(stream, keys.CONSUMER_GROUP)}
     assert "dead" not in consumers and "live" in consumers
     await two.bury("dead")
     assert await live.beat(200) == []  # forgotten: nothing left to take
 
 
 async def test_a_silence_of_every_batcher_names_nobody_dead_until_they_had_a_lease_to_renew(
-        client: Commands, slow: SlowRedis) -> None:
+        client: Commands) -> None:
     """When no batcher has beaten for half a lease, Redis was what stopped them (paused, cut
     off, failing over): the first beat after it opens a grace of one lease, in which a batcher
     that has not renewed yet is not named dead; one that stays silent past it is."""
-    first, second = (RedisStreamQueue(slow, client, partitions=1, owned=[0], consumer=c)
+    first, second = (RedisStreamQueue(client, client, partitions=1, owned=[0], consumer=c)
                      for c in ("first", "second"))
     assert await first.beat(200) == [] and await second.beat(200) == []
     await asyncio.sleep(0.3)  # nobody beats: both leases run out, as in a Redis outage

@@ -24,10 +24,10 @@ MAX_FUNCTION_LINES = 40
 BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp", "jobs",
                      "rollouts", "oip", "submission")
 MAX_GATEWAY_METHODS = 15  # a coordinator of a few ports, not the god class it once was
-# The Redis adapters: redis-py's clients are opened (and their errors translated) in
-# ``redis_conn``, the lean client is ``resp``. Only they import a Redis driver.
+# One Redis client: Ferry's own, ``resp`` (hiredis parses its replies; redis-py lends it only
+# the slot of a key). Nothing else imports a Redis driver.
 REDIS_DRIVERS = ("redis", "hiredis")
-REDIS_ADAPTERS = ("ferry.redis_conn", "ferry.resp")
+REDIS_ADAPTERS = ("ferry.resp",)
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:

@@ -3,8 +3,6 @@ polled now and then (a doorbell can wait behind a normal backlog)."""
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-
 from ferry.priority import Priority
 from ferry.queue.redis_streams import AWAKE_S, SLEEPING_POLL_S, RedisStreamQueue
 from ferry.resp.client import RedisAddress, RespClient
@@ -23,7 +21,7 @@ ALL = [Priority.HIGH, Priority.NORMAL, Priority.LOW, Priority.BATCH]
 
 def test_sleeping_priorities_are_polled_but_stay_asleep() -> None:
     clock = Clock()
-    queue = RedisStreamQueue(aioredis.Redis(), RespClient(RedisAddress()), partitions=2,
+    queue = RedisStreamQueue(RespClient(RedisAddress()), RespClient(RedisAddress()), partitions=2,
                              owned=(0, 1), consumer="c", clock=clock)
     assert queue.awake() == ALL  # at first: all
     clock.now += AWAKE_S + 0.1

@@ -23,6 +23,10 @@ from ferry.settings import CommonSettings
       ">"), b"s1"),
     (("xreadgroup", "GROUP", "g", "c", "streams", "s1", ">"), b"s1"),
     (("XREAD", "COUNT", 1, "STREAMS"), None),  # no stream named: any node answers the error
+    (("XGROUP", "CREATE", "ferry:{p2}:tasks", "g", "0", "MKSTREAM"), b"ferry:{p2}:tasks"),
+    (("xgroup", "delconsumer", "s", "g", "c"), b"s"),
+    (("XINFO", "GROUPS", "s"), b"s"),
+    (("XINFO", "HELP"), None),
     (("PUBLISH", "ferry:done", "x"), None),
     (("CLIENT", "UNBLOCK", 7), None),
     (("PING",), None),

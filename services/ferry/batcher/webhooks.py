@@ -30,7 +30,8 @@ import orjson
 from ferry import keys, lua
 from ferry.backoff import backoff_delay
 from ferry.errors import RedisCommandError, RedisUnavailableError
-from ferry.redis_conn import SlowRedis, text
+from ferry.redis_conn import field_map, text
+from ferry.resp.client import Commands
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.webhooks import SIGNATURE_HEADER, CallbackRefusedError, pin, sign
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 CONCURRENCY = 32
 CLUSTER_POLL_S = 0.5  # on a Redis Cluster, how long to wait before reading empty streams again
 CLAIM_EVERY_S = 30.0
+BLOCK_MS = 1000  # a read waits this long for a webhook to send (on one Redis)
 # Refusals that mean Redis lost the streams' data (the group is gone; the stream was deleted
 # under a blocked read): the streams and the group are made again.
 REGROUP = ("NOGROUP", "UNBLOCKED")
@@ -69,10 +71,15 @@ DONE = lua.ScriptSpec("ferry.batcher", "webhook_done", DoneKeys._fields, DoneArg
 class WebhookSender:
     """Start, run, stop: sends the webhooks of ``owned`` partitions."""
 
-    def __init__(self, settings: BatcherSettings, redis: SlowRedis, owned: Sequence[int],
-                 consumer: str, metrics: BatcherMetrics) -> None:
+    def __init__(self, settings: BatcherSettings, redis: Commands, owned: Sequence[int],
+                 consumer: str, metrics: BatcherMetrics, *, reader: Commands | None = None
+                 ) -> None:
+        """``redis`` carries the commands (a client the batcher shares); ``reader`` the reads,
+        which on one Redis block for up to a second and so need a connection of their own
+        (None: ``redis``, whose reads then never block, as on a Redis Cluster)."""
         self.settings = settings
         self.redis = redis
+        self.reader = reader
         self.owned = tuple(owned)
         self.streams: dict[str, int | None] = {keys.webhook_stream(p): p for p in self.owned}
         if 0 in self.owned:
@@ -96,8 +103,8 @@ class WebhookSender:
         """Create the consumer group on every webhook stream (and the stream) if missing."""
         for stream in self.streams:
             try:
-                await self.redis.xgroup_create(stream, keys.WEBHOOK_GROUP, id="0",
-                                               mkstream=True)
+                await self.redis.execute("XGROUP", "CREATE", stream, keys.WEBHOOK_GROUP, "0",
+                                         "MKSTREAM")
             except RedisCommandError as exc:
                 if exc.code != "BUSYGROUP":
                     raise
@@ -112,6 +119,8 @@ class WebhookSender:
             await asyncio.wait(tasks, timeout=5)
         if self._client is not None:
             await self._client.aclose()
+        if self.reader is not None:
+            await self.reader.close()
 
     async def _run(self) -> None:
         pending = True  # first, what this consumer left unacknowledged (never: a new name)
@@ -138,21 +147,23 @@ class WebhookSender:
 
     async def _read(self, pending: bool) -> None:
         start = "0" if pending else ">"
-        if self.settings.redis_cluster:  # streams in many slots: one read each, then a pause
+        read = ("XREADGROUP", "GROUP", keys.WEBHOOK_GROUP, self.consumer, "COUNT", CONCURRENCY)
+        if self.reader is None:  # streams in many slots: one read each, then a pause
             reply: Any = []
             for stream in self.streams:
-                reply += await self.redis.xreadgroup(
-                    keys.WEBHOOK_GROUP, self.consumer, {stream: start}, count=CONCURRENCY) or []
+                reply += await self.redis.execute(*read, "STREAMS", stream, start) or []
             if not reply and not pending:
                 await asyncio.sleep(CLUSTER_POLL_S)
         else:
-            reply = await self.redis.xreadgroup(
-                keys.WEBHOOK_GROUP, self.consumer, dict.fromkeys(self.streams, start),
-                count=CONCURRENCY, block=None if pending else 1000)
+            block = () if pending else ("BLOCK", BLOCK_MS)
+            reply = await self.reader.execute(
+                *read, *block, "STREAMS", *self.streams, *(start for _ in self.streams),
+                timeout_s=self.settings.redis_socket_timeout_s + BLOCK_MS / 1000)
         for stream, entries in reply or ():
             for entry_id, fields in entries:
                 await self._slots.acquire()
-                task = asyncio.create_task(self._send(text(stream), text(entry_id), fields))
+                task = asyncio.create_task(self._send(text(stream), text(entry_id),
+                                                      field_map(fields)))
                 self._sending.add(task)
                 task.add_done_callback(self._sent)
 
@@ -160,12 +171,14 @@ class WebhookSender:
         """Take over webhooks another batcher left (it died while sending)."""
         idle_ms = int((self.settings.webhook_retry_s + 60) * 1000)
         for stream in self.streams:
-            reply: Any = await self.redis.xautoclaim(stream, keys.WEBHOOK_GROUP, self.consumer,
-                                                     idle_ms, count=CONCURRENCY)
+            reply: Any = await self.redis.execute("XAUTOCLAIM", stream, keys.WEBHOOK_GROUP,
+                                                  self.consumer, idle_ms, "0-0", "COUNT",
+                                                  CONCURRENCY)
             for entry_id, fields in reply[1]:
                 if fields:
                     await self._slots.acquire()
-                    task = asyncio.create_task(self._send(stream, text(entry_id), fields))
+                    task = asyncio.create_task(self._send(stream, text(entry_id),
+                                                          field_map(fields)))
                     self._sending.add(task)
                     task.add_done_callback(self._sent)
 
@@ -183,7 +196,7 @@ class WebhookSender:
         task_id = text(fields.get(b"task_id", b""))
         url = text(fields.get(b"url", b""))
         key = keys.task_key(task_id, partition)
-        body = await self.redis.hget(key, "body") if task_id else None
+        body = await self.redis.execute("HGET", key, "body") if task_id else None
         if body is None or not url:  # the record expired meanwhile: nothing left to send
             await self._finish(key, stream, entry_id, {"status": "failed",
                                                        "error": "record expired"})
@@ -203,8 +216,8 @@ class WebhookSender:
             if outcome["status"] != "delivered":
                 log.warning("job %s: webhook to %s failed: %s", job_id, url, outcome)
         with contextlib.suppress(RedisUnavailableError):  # unacknowledged: sent again later
-            await self.redis.xack(stream, keys.WEBHOOK_GROUP, entry_id)
-            await self.redis.xdel(stream, entry_id)
+            await self.redis.pipeline([("XACK", stream, keys.WEBHOOK_GROUP, entry_id),
+                                       ("XDEL", stream, entry_id)])
 
     async def _post(self, url: str, about: tuple[str, str], body: bytes) -> dict[str, Any]:
         """POST until a 2xx or the retry time is spent; what happened."""
@@ -241,6 +254,7 @@ class WebhookSender:
     async def _finish(self, key: str, stream: str, entry_id: str,
                       outcome: dict[str, Any]) -> None:
         with contextlib.suppress(RedisUnavailableError):  # unacknowledged: sent again later
-            await self._done(keys=DoneKeys(task=key, stream=stream),
-                             args=DoneArgs(group=keys.WEBHOOK_GROUP, entry_id=entry_id,
-                                           outcome=orjson.dumps(outcome)))
+            await self.redis.execute(*self._done.command(
+                DoneKeys(task=key, stream=stream),
+                DoneArgs(group=keys.WEBHOOK_GROUP, entry_id=entry_id,
+                         outcome=orjson.dumps(outcome))))

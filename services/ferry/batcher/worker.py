@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from ferry.backoff import backoff_delay
@@ -36,7 +36,7 @@ from ferry.batching.policy import BatchPolicy
 from ferry.compose.batcher import BatcherParts, batcher_parts
 from ferry.errors import BackendError, RedisError, RedisUnavailableError
 from ferry.queue.base import Delivery
-from ferry.redis_conn import check_cluster_mode
+from ferry.redis_conn import check_cluster_mode, lean
 from ferry.settings import BatcherSettings
 from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics
@@ -76,8 +76,7 @@ class Batcher:
             clock=timing.clock)
         parts.cancels.on_message = self._dispatcher.on_cancel
         parts.bells.on_message = self._budget.ring
-        self._webhooks = (WebhookSender(settings, parts.redis, self.partitions, parts.consumer,
-                                        parts.metrics) if settings.webhook_hosts else None)
+        self._webhooks = _webhook_sender(settings, parts, self.partitions)
         self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
                                      parts.metrics)
         self._statistics = StatisticsDesk(parts.hot, self._versions)
@@ -233,7 +232,7 @@ class Batcher:
         return alive and not failures and self._gate.is_open, details
 
     async def _prepare_queue(self) -> None:
-        await check_cluster_mode(self.settings, self.parts.redis)
+        await check_cluster_mode(self.settings, self.parts.hot)
         await self.parts.queue.ensure_groups()
 
     async def _until_redis_answers(self, step: Callable[[], Awaitable[None]]) -> None:
@@ -313,7 +312,6 @@ class Batcher:
         with contextlib.suppress(RedisError):
             await parts.queue.forget_consumer()
         await parts.hot.close()
-        await parts.redis.aclose()
         parts.tracing.shutdown()
 
     async def run(self) -> int:
@@ -343,3 +341,15 @@ async def _cancel(tasks: Iterable[asyncio.Task[None]], timeout_s: float) -> None
         _, stuck = await asyncio.wait(cancelled, timeout=timeout_s)
         for task in stuck:  # ignored its cancellation: leave it, the process is ending
             log.error("%s did not stop when cancelled", task.get_name())
+
+
+def _webhook_sender(settings: BatcherSettings, parts: BatcherParts,
+                    partitions: Sequence[int]) -> WebhookSender | None:
+    """The sender of the webhooks of ``partitions``, when webhooks are on: its blocking reads
+    on a connection of their own (on a Redis Cluster it polls, through the shared client)."""
+    if not settings.webhook_hosts:
+        return None
+    reader = None if settings.redis_cluster else lean(settings,
+                                                      f"ferry-webhooks-{parts.consumer}")
+    return WebhookSender(settings, parts.hot, partitions, parts.consumer, parts.metrics,
+                         reader=reader)

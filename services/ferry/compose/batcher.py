@@ -13,7 +13,7 @@ from ferry.compose.triton import triton_backend
 from ferry.errors import ConfigError
 from ferry.queue.base import TaskQueue
 from ferry.queue.redis_streams import RedisStreamQueue
-from ferry.redis_conn import SlowRedis, address, cluster_client, connect, lean, locator
+from ferry.redis_conn import address, cluster_client, lean, locator
 from ferry.resp.client import Commands
 from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings
@@ -29,8 +29,7 @@ class BatcherParts:
     settings: BatcherSettings
     consumer: str
     backend: TritonPool  # every Triton server (a test's one backend, as a pool of one)
-    hot: Commands  # completion
-    redis: SlowRedis  # groups, webhooks, cluster-mode check
+    hot: Commands  # completion, and the occasional commands (groups, reclaim, webhooks...)
     queue: TaskQueue  # reads through a blocking lean connection of its own
     store: RedisTaskStore  # completion, the cancel flags and backlog counts of a partition;
     # reviews' admission and records' reads (``batcher.versions``)
@@ -52,9 +51,8 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                           "own list of partitions")
     consumer = consumer_name()
     hot = lean(settings, f"ferry-batcher-{consumer}")
-    redis = connect(settings)
     reader = lean(settings, f"ferry-reader-{consumer}")
-    queue = RedisStreamQueue(redis, reader, partitions=settings.partitions,
+    queue = RedisStreamQueue(hot, reader, partitions=settings.partitions,
                              owned=settings.owned,
                              consumer=consumer,
                              blocker=(lambda: cluster_client(settings, f"ferry-reader-{consumer}"))
@@ -78,7 +76,7 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
         backend=_as_pool(backend, settings, hooks) if backend is not None else triton_backend(
             settings, infer_timeout_s=settings.infer_timeout_s,
             http_url=settings.triton_http_url, hooks=hooks),
-        hot=hot, redis=redis, queue=queue, store=store, metrics=metrics,
+        hot=hot, queue=queue, store=store, metrics=metrics,
         tracing=Tracing("ferry-batcher"))
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ferry import keys
 from ferry.access import Access
 from ferry.compose.triton import triton_backend
-from ferry.redis_conn import SlowRedis, address, connect, lean, locator
+from ferry.redis_conn import address, lean, locator
 from ferry.resp.client import Commands
 from ferry.resp.cluster import ClusterClient
 from ferry.resp.sharded import ShardedChannels
@@ -28,8 +28,7 @@ from ferry.triton.base import InferenceBackend
 class GatewayParts:
     settings: GatewaySettings
     backend: InferenceBackend
-    hot: Commands  # admission and result reads
-    redis: SlowRedis  # readiness
+    hot: Commands  # admission, result reads, readiness
     store: GatewayStore
     waiters: ResultWaiters
     subscriber: Subscriber  # completion announcements, which wake the waiters
@@ -75,7 +74,7 @@ def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),
-        hot=hot, redis=connect(settings), store=store, waiters=waiters, subscriber=subscriber,
+        hot=hot, store=store, waiters=waiters, subscriber=subscriber,
         sharded=sharded,
         capacity=CapacityBoard(hot), metrics=metrics,
         access=Access(settings, hot), tracing=Tracing("ferry-gateway"))

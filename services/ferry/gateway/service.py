@@ -114,8 +114,8 @@ class Gateway:
     async def start(self) -> None:
         self.tracing.start()
         with contextlib.suppress(RedisUnavailableError):  # a Redis still starting: checked later
-            await check_cluster_mode(self.parts.settings, self.parts.redis)
-            await warn_of_eviction(self.parts.redis)
+            await check_cluster_mode(self.parts.settings, self.parts.hot)
+            await warn_of_eviction(self.parts.hot)
         with contextlib.suppress(RedisUnavailableError):  # the batchers write it too
             await apply_declared(self.rollouts, self.settings.declared_rollouts)
         await self.parts.backend.start()
@@ -135,7 +135,6 @@ class Gateway:
         await self.parts.access.close()
         await self.parts.backend.close()
         await self.parts.hot.close()
-        await self.parts.redis.aclose()
         self.tracing.shutdown()
 
     async def submit(self, submission: Submission, wait_s: float = 0.0,
@@ -283,8 +282,8 @@ class Gateway:
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         checks: dict[str, str] = {}
         try:
-            await self.parts.redis.ping()
-            checks["redis"] = await trouble(self.parts.redis,
+            await self.parts.hot.execute("PING")
+            checks["redis"] = await trouble(self.parts.hot,
                                             self.settings.redis_min_replicas) or "ok"
         except RedisError as exc:  # a refused INFO (permanent) too: not ready, and why
             checks["redis"] = f"unreachable: {exc}"
@@ -301,7 +300,7 @@ class Gateway:
         """Whether a request could be served now: Redis answers and Triton is ready (the
         Open Inference Protocol's server readiness)."""
         try:
-            await self.parts.redis.ping()
+            await self.parts.hot.execute("PING")
         except RedisError:
             return False
         return await self.parts.backend.server_ready()

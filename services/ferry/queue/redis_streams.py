@@ -5,8 +5,8 @@ and only then is it acknowledged and deleted (by the task store, in the same scr
 result), so the streams hold only work that is not finished. Entries of a consumer that died are
 taken over with XAUTOCLAIM after an idle time.
 
-Reading is the hot path and goes through the lean client (a connection of its own, since the read
-blocks); the rest (groups, reclaim, keep-alive, hand-back, depth) is occasional and uses redis-py.
+Reading is the hot path and goes through a lean client of its own (the read blocks); the rest
+(groups, reclaim, keep-alive, hand-back, depth) is occasional and shares the batcher's client.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ferry.codec import EnvelopeError, decode_task
 from ferry.errors import RedisCommandError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
-from ferry.redis_conn import SlowRedis, text
+from ferry.redis_conn import text
 from ferry.resp.client import Commands, Packed
 from ferry.resp.cluster import ClusterClient
 
@@ -78,6 +78,25 @@ class RescueArgs(NamedTuple):
     limit: int
 
 
+class ReleaseKeys(NamedTuple):
+    stream: str
+
+
+class ReleaseArgs(NamedTuple):
+    group: str
+    consumer: str
+
+
+class ReleaseItem(NamedTuple):
+    entry_id: str
+    envelope: bytes
+
+
+# Puts back, as new entries, those the consumer still holds; answers how many.
+RELEASE = lua.ScriptSpec("ferry.queue", "release", ReleaseKeys._fields, ReleaseArgs._fields,
+                         item=ReleaseItem._fields, constants=(("TASK_FIELD", keys.TASK_FIELD),))
+
+
 # Takes over a dead consumer's entries in one stream; answers them and whether any are left.
 RESCUE = lua.ScriptSpec("ferry.queue", "rescue", RescueKeys._fields, RescueArgs._fields)
 
@@ -112,11 +131,8 @@ def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
 
 
 def _field(fields: Any, wanted: str) -> bytes | None:
-    """A field of an entry (a flat list from hiredis, a dict from redis-py), or None."""
+    """A field of an entry (its flat list of names and values), or None."""
     key = wanted.encode()
-    if isinstance(fields, dict):
-        value = fields.get(key)
-        return None if value is None else bytes(value)
     values = iter(fields or ())
     for name, value in zip(values, values, strict=False):
         if name == key:
@@ -134,13 +150,12 @@ class RedisStreamQueue:
 
     _live = 1  # batchers with a live lease, as the last beat counted them (1: before it)
 
-    def __init__(self, redis: SlowRedis, reader: Commands, *, partitions: int,
-                 owned: Sequence[int], consumer: str,
-                 clock: Callable[[], float] = time.monotonic,
+    def __init__(self, redis: Commands, reader: Commands, *, partitions: int,
+                 owned: Sequence[int], consumer: str, clock: Callable[[], float] = time.monotonic,
                  blocker: Callable[[], ClusterClient] | None = None) -> None:
-        """``reader`` reads (and, on one Redis, blocks: it needs a connection of its own). On a
-        Redis Cluster it is a ``ClusterClient`` and ``blocker`` makes the connection a blocking
-        read of one partition waits on (partitions live in different slots)."""
+        """``redis`` carries the occasional commands (the batcher's shared client); ``reader``
+        reads (on one Redis it blocks: a connection of its own; on a Redis Cluster, a
+        ``ClusterClient``, a blocking read of one partition waits on one ``blocker`` makes)."""
         self.redis = redis
         self.reader = reader
         self._blocker = blocker
@@ -168,6 +183,7 @@ class RedisStreamQueue:
         self._touch = redis.register_script(lua.source(TOUCH_OWN))
         self._beat = redis.register_script(lua.source(BEAT))
         self._rescue = redis.register_script(lua.source(RESCUE))
+        self._release = redis.register_script(lua.source(RELEASE))
         self._fair_read = reader.register_script(lua.source(FAIR_READ))
         # (partition, priority) whose fair queue may hold tasks, read through it: all at first
         # (tasks may wait from before), then as fair doorbells ring (or a recheck finds them)
@@ -179,7 +195,8 @@ class RedisStreamQueue:
         """Create the consumer group on every owned stream (and the stream itself) if missing."""
         for stream in self.streams:
             try:
-                await self.redis.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
+                await self.redis.execute("XGROUP", "CREATE", stream, keys.CONSUMER_GROUP, "0",
+                                         "MKSTREAM")
             except RedisCommandError as exc:
                 if exc.code != "BUSYGROUP":
                     raise
@@ -376,11 +393,10 @@ class RedisStreamQueue:
 
     async def _answer(self, bells: Sequence[tuple[str, Any]]) -> None:
         """Acknowledge and delete doorbell entries (they carry no task)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream, entry_id in bells:
-                pipe.xack(stream, keys.CONSUMER_GROUP, entry_id)
-                pipe.xdel(stream, entry_id)
-            await pipe.execute()
+        await self.redis.pipeline([
+            command for stream, entry_id in bells
+            for command in (("XACK", stream, keys.CONSUMER_GROUP, entry_id),
+                            ("XDEL", stream, entry_id))])
 
     def _read_command(self, priorities: tuple[Priority, ...], count: int,
                       block_ms: int, partition: int | None = None) -> Packed:
@@ -409,9 +425,9 @@ class RedisStreamQueue:
     async def _claim_stream(self, partition: int, stream: str, min_idle_ms: int,
                             count: int) -> list[Delivery]:
         try:
-            reply: Any = await self.redis.xautoclaim(
-                stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
-                start_id=self._claim_cursor[stream], count=count)
+            reply: Any = await self.redis.execute(
+                "XAUTOCLAIM", stream, keys.CONSUMER_GROUP, self.consumer, min_idle_ms,
+                self._claim_cursor[stream], "COUNT", count)
         except RedisCommandError as exc:
             if exc.code == "NOGROUP":  # the group is gone: the reader makes it again
                 return []
@@ -419,7 +435,7 @@ class RedisStreamQueue:
         cursor, entries, deleted = reply  # Redis 7: the third item lists deleted entries
         self._claim_cursor[stream] = text(cursor)
         if deleted:  # pending ids whose entries are gone: nothing left to do for them
-            await self.redis.xack(stream, keys.CONSUMER_GROUP, *deleted)
+            await self.redis.execute("XACK", stream, keys.CONSUMER_GROUP, *deleted)
         entries = [(entry_id, fields) for entry_id, fields in entries if fields]
         bells = [(stream, e) for e, fields in entries
                  if not _task_field(fields) and self._rings(fields, partition)]
@@ -435,13 +451,11 @@ class RedisStreamQueue:
                 for entry_id, fields in entries]
 
     async def _delivery_counts(self, stream: str, entry_ids: list[str]) -> dict[str, int]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for entry_id in entry_ids:
-                pipe.xpending_range(stream, keys.CONSUMER_GROUP, min=entry_id, max=entry_id,
-                                    count=1)
-            replies = await pipe.execute()
-        return {text(r["message_id"]): int(r["times_delivered"])
-                for rows in replies for r in rows}
+        replies = await self.redis.pipeline([
+            ("XPENDING", stream, keys.CONSUMER_GROUP, entry_id, entry_id, 1)
+            for entry_id in entry_ids])
+        return {text(entry_id): int(times)  # each row: id, consumer, idle ms, deliveries
+                for rows in replies for entry_id, _, _, times in rows}
 
     async def touch(self, deliveries: Iterable[tuple[str, str]]) -> None:
         """Reset the idle time of entries this consumer still owns and works on.
@@ -460,9 +474,10 @@ class RedisStreamQueue:
 
     async def _touch_stream(self, stream: str, entry_ids: list[str]) -> None:
         try:
-            await self._touch(keys=TouchKeys(stream=stream),
-                              args=[*TouchArgs(group=keys.CONSUMER_GROUP, consumer=self.consumer),
-                                    *lua.items(TouchItem(entry_id) for entry_id in entry_ids)])
+            await self.redis.execute(*self._touch.command(
+                TouchKeys(stream=stream),
+                [*TouchArgs(group=keys.CONSUMER_GROUP, consumer=self.consumer),
+                 *lua.items(TouchItem(entry_id) for entry_id in entry_ids)]))
         except RedisCommandError as exc:
             if exc.code != "NOGROUP":  # the group is gone (Redis lost it): nothing is owned
                 raise
@@ -471,24 +486,24 @@ class RedisStreamQueue:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.
 
         Used on a clean stop, so that work this batcher never finished is taken at once by
-        another, without waiting ``claim_idle_ms`` or counting as a failed delivery.
+        another, without waiting ``claim_idle_ms`` or counting as a failed delivery. An entry
+        another consumer has taken meanwhile is left to it (put back, it would run twice).
         """
         by_stream: dict[str, list[Delivery]] = {}
         for delivery in deliveries:
             by_stream.setdefault(delivery.stream, []).append(delivery)
-        for stream, held in by_stream.items():  # a transaction per stream (one slot each)
-            async with self.redis.pipeline(transaction=True) as pipe:
-                for d in held:
-                    pipe.xadd(stream, {keys.TASK_FIELD: d.raw})
-                    pipe.xack(stream, keys.CONSUMER_GROUP, d.entry_id)
-                    pipe.xdel(stream, d.entry_id)
-                await pipe.execute()
+        await self.redis.pipeline([  # a script per stream (one slot each), in one round trip
+            self._release.command(
+                ReleaseKeys(stream),
+                [*ReleaseArgs(keys.CONSUMER_GROUP, self.consumer),
+                 *lua.items(ReleaseItem(d.entry_id, d.raw) for d in held)])
+            for stream, held in by_stream.items()])
 
     async def beat(self, lease_ms: int) -> list[str]:
         """Renew this consumer's lease; the consumers whose lease has run out (and, in
         ``live_batchers``, how many hold a live one)."""
-        reply = await self._beat(keys=BeatKeys(keys.BATCHERS_KEY),
-                                 args=BeatArgs(self.consumer, lease_ms))
+        reply = await self.redis.execute(*self._beat.command(
+            BeatKeys(keys.BATCHERS_KEY), BeatArgs(self.consumer, lease_ms)))
         self._live = int(reply[0])
         return [text(name) for name in reply[1:]]
 
@@ -505,10 +520,9 @@ class RedisStreamQueue:
             if len(rescued) >= room:
                 return rescued, True
             try:
-                entries, counts, left = await self._rescue(
-                    keys=RescueKeys(stream),
-                    args=RescueArgs(keys.CONSUMER_GROUP, dead, self.consumer,
-                                    room - len(rescued)))
+                entries, counts, left = await self.redis.execute(*self._rescue.command(
+                    RescueKeys(stream),
+                    RescueArgs(keys.CONSUMER_GROUP, dead, self.consumer, room - len(rescued))))
             except RedisCommandError as exc:
                 if exc.code == "NOGROUP":  # a stream nobody has read: nothing held there
                     continue
@@ -522,44 +536,41 @@ class RedisStreamQueue:
     async def bury(self, dead: str) -> None:
         """Forget a dead consumer's lease once it holds nothing (a consumer that comes back
         beats again: absent is not dead)."""
-        await self.redis.hdel(keys.BATCHERS_KEY, dead)
+        await self.redis.execute("HDEL", keys.BATCHERS_KEY, dead)
 
     async def forget_consumer(self) -> bool:
         """Remove this consumer from the group if it holds nothing (else its entries would go)."""
         for stream in self.streams:
-            rows = await self.redis.xpending_range(stream, keys.CONSUMER_GROUP, min="-",
-                                                   max="+", count=1, consumername=self.consumer)
+            rows = await self.redis.execute("XPENDING", stream, keys.CONSUMER_GROUP, "-", "+", 1,
+                                            self.consumer)
             if rows:
                 return False
         for stream in self.streams:
             with contextlib.suppress(RedisCommandError):
-                await self.redis.xgroup_delconsumer(stream, keys.CONSUMER_GROUP, self.consumer)
-        await self.redis.hdel(keys.BATCHERS_KEY, self.consumer)  # its lease: gone, not dead
+                await self.redis.execute("XGROUP", "DELCONSUMER", stream, keys.CONSUMER_GROUP,
+                                         self.consumer)
+        # its lease: gone, not dead
+        await self.redis.execute("HDEL", keys.BATCHERS_KEY, self.consumer)
         return True
 
     async def depth(self) -> int:
         """Entries not yet finished, over all partitions and priorities (new and pending)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for partition in range(self.partitions):
-                for stream in keys.partition_streams(partition):
-                    pipe.xlen(stream)
-            return sum(int(n) for n in await pipe.execute())
+        return sum(int(n) for n in await self.redis.pipeline([
+            ("XLEN", stream) for partition in range(self.partitions)
+            for stream in keys.partition_streams(partition)]))
 
     async def partition_stats(self) -> dict[int, tuple[int, int]]:
         """For each owned partition: its unfinished entries (all priorities) and how many of
         them a batcher holds (delivered, not yet acknowledged)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for partition in self.owned:
-                for stream in keys.partition_streams(partition):
-                    pipe.xlen(stream)
-                    pipe.xpending(stream, keys.CONSUMER_GROUP)
-            replies = await pipe.execute(raise_on_error=False)
+        replies = await self.redis.replies([  # a stream without its group answers NOGROUP
+            command for partition in self.owned for stream in keys.partition_streams(partition)
+            for command in (("XLEN", stream), ("XPENDING", stream, keys.CONSUMER_GROUP))])
         stats: dict[int, tuple[int, int]] = {}
         per_partition = 2 * len(BY_URGENCY)
         for index, partition in enumerate(self.owned):
             chunk = replies[index * per_partition:(index + 1) * per_partition]
             depth = sum(int(n) for n in chunk[0::2] if isinstance(n, int))
-            held = sum(int(p["pending"]) for p in chunk[1::2] if isinstance(p, dict))
+            held = sum(int(p[0]) for p in chunk[1::2] if isinstance(p, list))  # its count first
             stats[partition] = (depth, held)
         return stats
 

@@ -41,6 +41,7 @@ _KEYLESS = frozenset({b"PING", b"INFO", b"CLIENT", b"SCRIPT", b"PUBLISH", b"CLUS
                       b"ECHO", b"ASKING", b"FUNCTION", b"CONFIG", b"DBSIZE", b"FLUSHALL"})
 _SCRIPTS = frozenset({b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"})
 _STREAM_READS = frozenset({b"XREAD", b"XREADGROUP"})
+_KEY_AFTER_SUBCOMMAND = frozenset({b"XGROUP", b"XINFO", b"OBJECT", b"MEMORY"})  # XGROUP CREATE k
 
 Node = tuple[str, int]
 
@@ -53,6 +54,8 @@ def command_key(command: Command) -> bytes | None:
     at: int | None = 1 if len(command) > 1 and name not in _KEYLESS else None
     if name in _SCRIPTS:
         at = 3 if len(command) > 3 and int(command[2]) > 0 else None
+    elif name in _KEY_AFTER_SUBCOMMAND:
+        at = 2 if len(command) > 2 else None
     elif name in _STREAM_READS:
         words = [as_bytes(arg).upper() for arg in command]
         at = words.index(b"STREAMS") + 1 if b"STREAMS" in words[:-1] else None
@@ -209,6 +212,11 @@ class ClusterClient:
                 client.register_script(source)
             self._nodes[node] = client
         return client
+
+    async def masters(self) -> list[RespClient]:
+        """The connection to each master that serves slots now."""
+        table = await self._slot_table()
+        return [self.node(node) for node in dict.fromkeys(n for n in table if n is not None)]
 
     def slots_moved(self) -> None:
         """A command sent straight to a node was redirected: ask for the slot map again."""

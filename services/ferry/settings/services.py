@@ -55,9 +55,6 @@ class CommonSettings:
     log_level: str = setting("INFO", "log level: DEBUG, INFO, WARNING, ERROR; then optionally "
                              "name=LEVEL per logger, e.g. INFO,ferry.batches=DEBUG (a line per "
                              "batch)")
-    redis_max_connections: int = setting(64, "connections of each process's pool for the "
-                                         "occasional Redis work (the hot path uses one)")
-    redis_pool_timeout_s: float = setting(10.0, "longest wait for a free pooled connection")
     redis_socket_timeout_s: float = setting(10.0, "longest wait for any one Redis reply")
     webhook_allowed_hosts: str = setting("", "hosts webhooks may be sent to: 'host' (any port) "
                                          "or 'host:port', comma-separated; empty: webhooks off")
