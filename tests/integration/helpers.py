@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -249,9 +250,15 @@ def executions_since(before: dict[int, int], after: dict[int, int]) -> dict[int,
 
 
 async def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Whether ``predicate`` (a function, or a coroutine function) came true within
+    ``timeout_s``, asked every ``interval_s``."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
+    while True:
+        found = predicate()
+        if inspect.isawaitable(found):
+            found = await found
+        if found:
             return True
+        if time.monotonic() >= deadline:
+            return False
         await asyncio.sleep(interval_s)
-    return bool(predicate())

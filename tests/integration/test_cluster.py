@@ -180,8 +180,7 @@ async def test_a_blocking_read_over_every_master_wakes_on_the_first_entry(
         assert await queue.read(10, 50) == []  # nothing there: it blocked, and timed out
         for partition in (0, 7, 13):  # each on some master
             reading = asyncio.ensure_future(queue.read(10, 3000))
-            await asyncio.sleep(0.3)  # every partition's read is blocked now
-            assert blocked_clients(admin) == 16
+            assert await wait_until(lambda: blocked_clients(admin) == 16, 5)  # all blocked
             started = time.monotonic()
             admin.xadd(keys.partition_stream(partition), {keys.TASK_FIELD: b"not an envelope"})
             deliveries = await asyncio.wait_for(reading, 2)

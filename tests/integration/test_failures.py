@@ -128,8 +128,8 @@ async def test_a_triton_restart_loses_nothing(
             assert all(r["status"] == "SUCCESS" for r in await stack.results(first))
             triton.stop(grace_s=10)  # Triton is gone; the gateway still accepts (cached catalog)
             during = await asyncio.gather(*(stack.submit(f"during-{i}") for i in range(30)))
-            await asyncio.sleep(1.5)  # the batcher notices and holds the work
-            assert not stack.batchers[0].backend_reachable
+            # the batcher notices and holds the work
+            assert await wait_until(lambda: not stack.batchers[0].backend_reachable, 10)
             triton, _ = start_triton(repository, tmp_path / "triton", ports=ports)
             results = await stack.results(during, wait=30)
             batcher = stack.batchers[0]

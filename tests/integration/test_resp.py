@@ -348,7 +348,10 @@ async def test_its_own_sharded_unsubscribe_is_not_taken_for_a_moved_slot(redis_u
         again = sub.subscribe("other{p3}")  # before Redis confirmed the SUNSUBSCRIBE
         assert again is not None
         await asyncio.wait_for(again, 5)
-        await asyncio.sleep(0.2)  # the SUNSUBSCRIBE's confirmation has come by now
+        # replies come in order: once a later subscription is confirmed, so is the SUNSUBSCRIBE
+        later = sub.subscribe("later{p3}")
+        assert later is not None
+        await asyncio.wait_for(later, 5)
         publisher = redis.Redis.from_url(redis_url)
         assert publisher.spublish("other{p3}", b"still") == 1
         assert await wait_until(lambda: heard == [b"still"], 5)
@@ -369,7 +372,8 @@ async def test_a_redis_without_sharded_pubsub_is_logged_and_not_asked_again(
         with caplog.at_level("INFO", logger="ferry.resp.subscriber"):
             await sub.start()
             assert await wait_until(lambda: "refused for good" in caplog.text, 5)
-            await asyncio.sleep(0.5)  # a retry would have come and logged by now
+            # its loop has ended: nothing is left to ask again (not "no retry seen yet")
+            assert await wait_until(lambda: not sub.running, 5)
         assert caplog.text.count("refused for good") == 1
         assert "resubscribing" not in caplog.text
         assert not sub.connected.is_set()

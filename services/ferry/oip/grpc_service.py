@@ -122,6 +122,27 @@ def refusal(what: str) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]
     return refuse
 
 
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Answer = Callable[["InferenceService", Request], Awaitable[Response]]
+Handler = Callable[["InferenceService", Request, grpc.aio.ServicerContext[Any, Any]],
+                   Awaitable[Response]]
+
+
+def rpc(method: str, *, secured: bool = True) -> Callable[[Answer[Request, Response]],
+                                                           Handler[Request, Response]]:
+    """The servicer's handler of a unary RPC whose answer needs only its request: the caller
+    authenticated (unless not ``secured``), the call counted, an error as its status."""
+    def handler_of(answer: Answer[Request, Response]) -> Handler[Request, Response]:
+        async def handle(service: InferenceService, request: Request,
+                         context: grpc.aio.ServicerContext[Any, Any]) -> Response:
+            return await service._unary(context, method, lambda _: answer(service, request),
+                                        secured=secured)
+        handle.__name__ = handle.__qualname__ = method
+        return handle
+    return handler_of
+
+
 class InferenceService:
     """The servicer (every RPC of the service): each call authenticated, counted and answered
     as Triton answers."""
@@ -163,63 +184,49 @@ class InferenceService:
         finally:
             self.metrics.observe_rpc(method, code.name, time.perf_counter() - started)
 
-    # -- health and metadata -------------------------------------------------------------
+    # -- health and metadata: each answered by ``_unary`` (``rpc`` makes the handler) -------
 
-    async def ServerLive(self, request: service_pb2.ServerLiveRequest,
-                         context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ServerLive", secured=False)
+    async def ServerLive(self, _: service_pb2.ServerLiveRequest
                          ) -> service_pb2.ServerLiveResponse:
-        async def work(_: Caller) -> service_pb2.ServerLiveResponse:
-            return service_pb2.ServerLiveResponse(live=True)
-        return await self._unary(context, "ServerLive", work, secured=False)
+        return service_pb2.ServerLiveResponse(live=True)
 
-    async def ServerReady(self, request: service_pb2.ServerReadyRequest,
-                          context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ServerReady", secured=False)
+    async def ServerReady(self, _: service_pb2.ServerReadyRequest
                           ) -> service_pb2.ServerReadyResponse:
-        async def work(_: Caller) -> service_pb2.ServerReadyResponse:
-            return service_pb2.ServerReadyResponse(ready=await self.discovery.serving())
-        return await self._unary(context, "ServerReady", work, secured=False)
+        return service_pb2.ServerReadyResponse(ready=await self.discovery.serving())
 
-    async def ServerMetadata(self, request: service_pb2.ServerMetadataRequest,
-                             context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ServerMetadata")
+    async def ServerMetadata(self, _: service_pb2.ServerMetadataRequest
                              ) -> service_pb2.ServerMetadataResponse:
-        async def work(_: Caller) -> service_pb2.ServerMetadataResponse:
-            return service_pb2.ServerMetadataResponse(name=SERVER_NAME, version=__version__,
-                                                      extensions=list(EXTENSIONS))
-        return await self._unary(context, "ServerMetadata", work)
+        return service_pb2.ServerMetadataResponse(name=SERVER_NAME, version=__version__,
+                                                  extensions=list(EXTENSIONS))
 
-    async def ModelReady(self, request: service_pb2.ModelReadyRequest,
-                         context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ModelReady")
+    async def ModelReady(self, request: service_pb2.ModelReadyRequest
                          ) -> service_pb2.ModelReadyResponse:
-        async def work(_: Caller) -> service_pb2.ModelReadyResponse:
-            ready = await self.backend.model_ready(request.name, request.version)
-            return service_pb2.ModelReadyResponse(ready=ready)
-        return await self._unary(context, "ModelReady", work)
+        ready = await self.backend.model_ready(request.name, request.version)
+        return service_pb2.ModelReadyResponse(ready=ready)
 
-    async def ModelMetadata(self, request: service_pb2.ModelMetadataRequest,
-                            context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ModelMetadata")
+    async def ModelMetadata(self, request: service_pb2.ModelMetadataRequest
                             ) -> service_pb2.ModelMetadataResponse:
-        async def work(_: Caller) -> service_pb2.ModelMetadataResponse:
-            document = await self.discovery.metadata(request.name, request.version)
-            return message_from_json(document, service_pb2.ModelMetadataResponse())
-        return await self._unary(context, "ModelMetadata", work)
+        document = await self.discovery.metadata(request.name, request.version)
+        return message_from_json(document, service_pb2.ModelMetadataResponse())
 
-    async def ModelConfig(self, request: service_pb2.ModelConfigRequest,
-                          context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ModelConfig")
+    async def ModelConfig(self, request: service_pb2.ModelConfigRequest
                           ) -> service_pb2.ModelConfigResponse:
-        async def work(_: Caller) -> service_pb2.ModelConfigResponse:
-            reply = service_pb2.ModelConfigResponse()
-            message_from_json(await self.backend.model_config(request.name, request.version),
-                      reply.config)
-            return reply
-        return await self._unary(context, "ModelConfig", work)
+        reply = service_pb2.ModelConfigResponse()
+        message_from_json(await self.backend.model_config(request.name, request.version),
+                          reply.config)
+        return reply
 
-    async def ModelStatistics(self, request: service_pb2.ModelStatisticsRequest,
-                              context: grpc.aio.ServicerContext[Any, Any]
+    @rpc("ModelStatistics")
+    async def ModelStatistics(self, request: service_pb2.ModelStatisticsRequest
                               ) -> service_pb2.ModelStatisticsResponse:
-        async def work(_: Caller) -> service_pb2.ModelStatisticsResponse:
-            document = await self.discovery.statistics(request.name, request.version)
-            return message_from_json(document, service_pb2.ModelStatisticsResponse())
-        return await self._unary(context, "ModelStatistics", work)
+        document = await self.discovery.statistics(request.name, request.version)
+        return message_from_json(document, service_pb2.ModelStatisticsResponse())
 
     # -- inference -----------------------------------------------------------------------
 

@@ -206,6 +206,11 @@ class Subscriber:
             self._stopping.clear()
             self._task = asyncio.create_task(self._run(), name="ferry-subscriber")
 
+    @property
+    def running(self) -> bool:
+        """Whether its loop runs (it ends only when stopped, or refused for good)."""
+        return self._task is not None and not self._task.done()
+
     async def stop(self) -> None:
         """Close the connection, which ends the session; cancel only if it does not end."""
         self._stopping.set()
