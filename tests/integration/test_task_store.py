@@ -417,10 +417,17 @@ async def test_a_wait_for_another_processs_task_listens_on_its_channel(
 ) -> None:
     """A GET that lands on another gateway process: it subscribes to the admitting process's
     channel, and is woken by the end announced there."""
-    waiters = ResultWaiters(store.read)
+    waiters: ResultWaiters
+
+    def heard(message: bytes) -> None:  # late bound: the waiters are made with their channel
+        waiters.on_announcement(message)
+
+    def lost() -> None:
+        waiters.wake_all()
+
     sub = announcement_listener(store.client, redis_url, keys.done_channel(keys.process_tag()),
-                                waiters.on_announcement, waiters.wake_all)
-    waiters.channels = sub
+                                heard, lost)
+    waiters = ResultWaiters(store.read, sub)
     await sub.start()
     try:
         assert await wait_until(sub.connected.is_set, 5)

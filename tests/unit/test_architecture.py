@@ -177,10 +177,10 @@ def _drivers_imported(tree: ast.Module) -> set[str]:
     return {name for name in names if name.split(".")[0] in REDIS_DRIVERS}
 
 
-def test_only_the_redis_adapters_import_a_redis_driver() -> None:
-    """A driver's errors are translated into Ferry's at its adapter (``ferry.errors``: transient
-    ``RedisUnavailableError`` or permanent ``RedisCommandError``), so no caller catches, or
-    needs, a driver's class."""
+def test_only_the_redis_client_imports_a_redis_driver() -> None:
+    """One Redis client, whose replies are Ferry's errors as they are parsed (``ferry.errors``:
+    transient ``RedisUnavailableError`` or permanent ``RedisCommandError``), so no caller
+    catches, or needs, a driver's class."""
     offenders = sorted(
         f"{module} imports {name}" for module, tree in _modules().items()
         if not any(module == a or module.startswith(f"{a}.") for a in REDIS_ADAPTERS)
@@ -193,3 +193,53 @@ def test_a_driver_import_is_seen_however_written() -> None:
                      "ResponseError\nimport hiredis\nfrom ferry import redis_conn\n"
                      "from .redis import x\ndef f() -> None:\n    from redis import crc\n")
     assert _drivers_imported(tree) == {"redis.asyncio", "redis.exceptions", "hiredis", "redis"}
+
+
+# Attributes set on another object's attribute that are allowed: data, not collaborators (a
+# protobuf message, FastAPI's state bag, the planner's simulated entities), and the batcher's
+# blackboard (``batcher/shared.py``), which its reader, dispatcher and worker share until it
+# is split (issue 46, item 4).
+ASSIGNED_THROUGH = {
+    ("ferry.gateway.app", "api.state.gateway"),
+    ("ferry.gateway.prepare", "envelope.task.model_version"),
+    ("ferry.planner.simulate", "self.budget.in_flight"),
+    ("ferry.planner.simulate", "batch.batcher.idle_until"),
+    ("ferry.planner.simulate", "batch.batcher.in_flight"),
+    ("ferry.planner.simulate", "batch.batcher.batch_work_until"),
+    ("ferry.batcher.reader", "self.shared.reading_ahead"),
+    ("ferry.batcher.worker", "self._shared.feeders"),
+}
+
+
+def _assigned_through(tree: ast.Module) -> set[str]:
+    """Every assignment target that sets an attribute of an attribute (``a.b.c = ...``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for each in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(each, ast.Attribute) and isinstance(each.value, ast.Attribute):
+                    found.add(ast.unparse(each))
+    return found
+
+
+def test_no_collaborator_is_wired_after_construction() -> None:
+    """Objects get what they work with when they are made (a constructor's argument), never by
+    an assignment through another object afterwards (``parts.cancels.on_message = ...``,
+    ``executor.desk = ...``): what an object depends on is read in its constructor. (A
+    local's attribute, ``waiters.channels = ...``, cannot be told from a message's field here:
+    only assignments two attributes deep are checked.)"""
+    found = {(module, target) for module, tree in _modules().items()
+             for target in _assigned_through(tree)}
+    assert sorted(found - ASSIGNED_THROUGH) == []
+    assert sorted(ASSIGNED_THROUGH - found) == []  # an exception no longer needed goes
+
+
+def test_an_assignment_through_another_object_is_seen_however_written() -> None:
+    tree = ast.parse("a.b.c = 1\nx.y = 2\nself.p.q += 1\nm.n.o: int = 3\n"
+                     "(u.v.w, z) = 1, 2\nself.x = 4\n")
+    assert _assigned_through(tree) == {"a.b.c", "self.p.q", "m.n.o", "u.v.w"}

@@ -19,7 +19,7 @@ import math
 import time
 
 from ferry.batcher.budget import Budget, Slot
-from ferry.batcher.executor import BatchExecutor, Outcome, Timing
+from ferry.batcher.executor import BatchExecutor, Desk, Outcome, Timing
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.shared import Shared, wait
@@ -46,7 +46,7 @@ class Dispatcher:
     def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
                  gate: BackendGate, policy: BatchPolicy, tracing: Tracing,
-                 timing: Timing, budget: Budget) -> None:
+                 timing: Timing, budget: Budget, desk: Desk | None = None) -> None:
         self.settings = settings
         self.budget = budget
         self.metrics = metrics
@@ -57,7 +57,7 @@ class Dispatcher:
         self.tracing = tracing
         self.clock = timing.clock
         self.executor = BatchExecutor(settings, backend, store, metrics, gate=gate, context=self,
-                                      timing=timing, interfaces=models.interfaces)
+                                      timing=timing, interfaces=models.interfaces, desk=desk)
         # The same objects as ``shared``'s and ``models``', bound once: used for every batch.
         self._buffer = shared.buffer
         self._batches = shared.batches

@@ -238,7 +238,8 @@ class BatchExecutor:
     def __init__(self, settings: BatcherSettings, backend: InferenceBackend, store: BatcherStore,
                  metrics: BatcherMetrics, *, gate: BackendGate,
                  context: BatchContext | None = None, timing: Timing = REAL_TIME,
-                 interfaces: Interfaces | None = None) -> None:
+                 interfaces: Interfaces | None = None, desk: Desk | None = None) -> None:
+        """``desk`` sees every batch it ends (versions' figures, the cascade; None: nothing)."""
         self.settings = settings
         self.backend = backend
         self.interfaces = interfaces or Interfaces(backend)
@@ -255,7 +256,7 @@ class BatchExecutor:
         self.clock = timing.clock
         self.sleep = timing.sleep
         self.jitter = timing.jitter
-        self.desk: Desk | None = None  # set by the batcher: versions' figures, the cascade
+        self.desk = desk
         # the per-client metrics' labels: the clients that cost the most, the rest 'other'
         self.clients = ClientLabels(settings.client_labels, self.clock())
 

@@ -20,6 +20,7 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+from ferry import keys
 from ferry.backoff import backoff_delay
 from ferry.batcher.budget import Budget, SharedBudget, capped
 from ferry.batcher.dispatcher import Dispatcher
@@ -62,10 +63,13 @@ class Batcher:
         policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
                              adaptive=settings.adaptive_flush, aging_s=settings.priority_aging_s)
         self._budget = self._make_budget(parts, timing)
+        self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
+                                     parts.metrics)
+        self._statistics = StatisticsDesk(parts.hot, self._versions)
         self._dispatcher = Dispatcher(
             settings, parts.backend, parts.store, parts.metrics, shared=self._shared,
             models=self._models, gate=self._gate, policy=policy, tracing=parts.tracing,
-            timing=timing, budget=self._budget)
+            timing=timing, budget=self._budget, desk=self._statistics)
         self._reader = Reader(
             settings, parts.queue, parts.store, parts.metrics, shared=self._shared,
             models=self._models, gate=self._gate, executor=self._dispatcher.executor,
@@ -74,13 +78,9 @@ class Batcher:
             settings, parts.hot, parts.queue, parts.metrics, consumer=parts.consumer,
             models=self._models, policy=policy, stopping=self._shared.stopping,
             clock=timing.clock)
-        parts.cancels.on_message = self._dispatcher.on_cancel
-        parts.bells.on_message = self._budget.ring
+        self._cancels = parts.listen(keys.CANCEL_CHANNEL, self._dispatcher.on_cancel)
+        self._bells = parts.listen(keys.BUDGET_CHANNEL, self._budget.ring)  # slots that freed
         self._webhooks = _webhook_sender(settings, parts, self.partitions)
-        self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
-                                     parts.metrics)
-        self._statistics = StatisticsDesk(parts.hot, self._versions)
-        self._dispatcher.executor.desk = self._statistics
         self._loops: list[asyncio.Task[None]] = []
         self._lease: asyncio.Task[None] | None = None  # its heartbeat: outlives the loops
         self._renewal: asyncio.Task[None] | None = None  # its slots' too
@@ -173,9 +173,9 @@ class Batcher:
             self.metrics.partition_depth.labels(str(partition))
             self.metrics.partition_pending.labels(str(partition))
         await self._until_redis_answers(self._prepare_queue)
-        await self.parts.cancels.start()
+        await self._cancels.start()
         if self._budget.mode != "local":
-            await self.parts.bells.start()
+            await self._bells.start()
         if self._webhooks is not None:
             await self._webhooks.start()
         await self._versions.start()
@@ -293,8 +293,8 @@ class Batcher:
         await self._budget.close()
         if self._renewal is not None:
             await _cancel([self._renewal], timeout_s=1.0)
-        await parts.cancels.stop()
-        await parts.bells.stop()
+        await self._cancels.stop()
+        await self._bells.stop()
         await self._versions.stop()
         await self._statistics.stop()
         if self._webhooks is not None:

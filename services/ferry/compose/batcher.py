@@ -6,9 +6,9 @@ import functools
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ferry import keys
 from ferry.compose.triton import triton_backend
 from ferry.errors import ConfigError
 from ferry.queue.base import TaskQueue
@@ -34,9 +34,20 @@ class BatcherParts:
     store: RedisTaskStore  # completion, the cancel flags and backlog counts of a partition;
     # reviews' admission and records' reads (``batcher.versions``)
     metrics: BatcherMetrics
-    cancels: Subscriber  # ids of cancelled tasks (the batcher sets what handles them)
-    bells: Subscriber  # models one of whose shared slots freed (``batcher.budget``)
+    listen: Listen  # a subscriber to a channel, made by the batcher with what handles it
     tracing: Tracing  # OTLP traces, when OTEL_* asks for them
+
+
+Listen = Callable[[str, Callable[[bytes], None]], Subscriber]
+
+
+def listener(settings: BatcherSettings, channel: str,
+             on_message: Callable[[bytes], None]) -> Subscriber:
+    """A subscriber to ``channel`` (its connection named after it), which hands each message
+    to ``on_message``."""
+    return Subscriber(address(settings), channel, on_message, lambda: None,
+                      timeout_s=settings.redis_socket_timeout_s, locate=locator(settings),
+                      name=f"ferry-{channel.rpartition(':')[2]}")
 
 
 def consumer_name() -> str:
@@ -63,16 +74,10 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                            dead_letter_maxlen=settings.dead_letter_maxlen,
                            cache_ttl_s=settings.cache_ttl_s,
                            min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms)
-    cancels = Subscriber(address(settings), keys.CANCEL_CHANNEL, lambda message: None,
-                         lambda: None, timeout_s=settings.redis_socket_timeout_s,
-                         locate=locator(settings))
-    bells = Subscriber(address(settings), keys.BUDGET_CHANNEL, lambda message: None,
-                       lambda: None, timeout_s=settings.redis_socket_timeout_s,
-                       locate=locator(settings), name="ferry-budget-bells")
     metrics = metrics or BatcherMetrics()
     hooks = pool_hooks(metrics)
     return BatcherParts(
-        settings=settings, consumer=consumer, cancels=cancels, bells=bells,
+        settings=settings, consumer=consumer, listen=functools.partial(listener, settings),
         backend=_as_pool(backend, settings, hooks) if backend is not None else triton_backend(
             settings, infer_timeout_s=settings.infer_timeout_s,
             http_url=settings.triton_http_url, hooks=hooks),

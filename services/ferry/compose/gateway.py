@@ -51,26 +51,34 @@ def sharded_announcements(cluster: ClusterClient, partitions: int, channels: Seq
 def gateway_parts(settings: GatewaySettings, *, backend: InferenceBackend | None = None,
                   metrics: GatewayMetrics | None = None) -> GatewayParts:
     hot = lean(settings, "ferry-gateway")
+    metrics = metrics or GatewayMetrics()
     store = RedisTaskStore(hot, partitions=settings.partitions,
                            result_ttl_s=settings.result_ttl_s,
                            pending_ttl_s=settings.pending_ttl_s,
                            min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms,
                            fairness=Fairness(settings.fair_share_after,
-                                             settings.client_weight_map))
-    metrics = metrics or GatewayMetrics()
-    store.admissions.carried = metrics.admissions_per_call.observe
-    waiters = ResultWaiters(store.read)
+                                             settings.client_weight_map),
+                           on_admission_call=metrics.admissions_per_call.observe)
+    # The announcements wake the waiters, which listen on them: the listeners call the waiters
+    # made just after them (late bound: nothing is heard before ``start``).
+    waiters: ResultWaiters
+
+    def heard(message: bytes) -> None:
+        waiters.on_announcement(message)
+
+    def lost() -> None:
+        waiters.wake_all()
+
     # this process's own channel, and the one of batchers of an earlier version (an upgrade)
     channels = (keys.done_channel(keys.process_tag()), keys.DONE_CHANNEL)
-    subscriber = Subscriber(address(settings), channels, waiters.on_announcement,
-                            waiters.wake_all, timeout_s=settings.redis_socket_timeout_s,
-                            locate=locator(settings))
+    subscriber = Subscriber(address(settings), channels, heard, lost,
+                            timeout_s=settings.redis_socket_timeout_s, locate=locator(settings))
     sharded = None
     if isinstance(hot, ClusterClient):  # the scripts SPUBLISH in their partition's slot
-        sharded = sharded_announcements(hot, settings.partitions, channels[:1],
-                                        waiters.on_announcement, waiters.wake_all,
+        sharded = sharded_announcements(hot, settings.partitions, channels[:1], heard, lost,
                                         timeout_s=settings.redis_socket_timeout_s)
-    waiters.channels = sharded or subscriber  # other processes' channels, while waits need them
+    # other processes' channels, while waits need them
+    waiters = ResultWaiters(store.read, sharded or subscriber)
     return GatewayParts(
         settings=settings,
         backend=backend or triton_backend(settings),

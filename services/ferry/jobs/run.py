@@ -87,6 +87,10 @@ class Feed:
             self.done.extend(bytes(byte + 1 - len(self.done)))
         self.done[byte] |= 0x80 >> (index & 7)
 
+    def moved_to(self, cursor: int, offset: int) -> None:
+        """The next line to feed is ``cursor``, at byte ``offset`` of the input."""
+        self.cursor, self.offset = cursor, offset
+
     @property
     def exhausted(self) -> bool:
         return self.cursor >= self.total
@@ -266,7 +270,7 @@ class JobRun:
                    for (index, line_offset, _), prepared in zip(chosen, made, strict=True)]
         if not await self.store.fly(self.job_id, self.token, entries, cursor, offset):
             raise LeaseLost(self.job_id)
-        self.feed.cursor, self.feed.offset = cursor, offset
+        self.feed.moved_to(cursor, offset)
         for index, task_id, line_offset in entries:
             self.feed.flight[index] = Flying(task_id, line_offset)
         await asyncio.gather(*(self._admit(index, prepared) for (index, _, _), prepared
@@ -452,8 +456,7 @@ class JobRun:
             if not await self.store.set_fenced(self.job_id, self.token, cursor=cursor,
                                                offset=offset):
                 raise LeaseLost(self.job_id)
-            self.feed.cursor = cursor if lines else self.feed.total
-            self.feed.offset = offset
+            self.feed.moved_to(cursor if lines else self.feed.total, offset)
 
     # -- the end -----------------------------------------------------------------------
 

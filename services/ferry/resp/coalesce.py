@@ -26,6 +26,7 @@ class Coalescer(Generic[I, R]):
 
     def __init__(self, send: Callable[[Hashable, list[I]], Awaitable[Sequence[R | Exception]]],
                  size: Callable[[I], int] = lambda item: 0, *, max_items: int = MAX_ITEMS,
+                 carried: Callable[[int], None] = lambda items: None,
                  max_bytes: int = MAX_BYTES) -> None:
         self._send = send
         self._size = size
@@ -35,7 +36,7 @@ class Coalescer(Generic[I, R]):
         self._out: set[Hashable] = set()
         self.calls = 0  # calls sent, and the items they carried
         self.items = 0
-        self.carried: Callable[[int], None] = lambda items: None  # told each call's items
+        self.carried = carried  # told each call's items
 
     async def call(self, group: Hashable, item: I) -> R:
         """``item``'s reply, sent with whatever else of ``group`` is waiting then. A caller

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 from ferry import keys, lua
@@ -110,7 +110,9 @@ class RedisTaskStore:
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
                  inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0,
                  min_replicas: int = 0, wait_ms: int = 500,
-                 fairness: Fairness = fairness_off, sharded: bool | None = None) -> None:
+                 fairness: Fairness = fairness_off, sharded: bool | None = None,
+                 on_admission_call: Callable[[int], None] = lambda items: None) -> None:
+        """``on_admission_call`` is told the admissions each call to Redis carries."""
         self.client = client
         self.fairness = fairness
         # With replicas to confirm: every admission that wrote waits for them (or is withdrawn)
@@ -132,7 +134,8 @@ class RedisTaskStore:
         # on a Redis Cluster (or announcing in each partition's slot) a call keeps to one slot
         self._by_partition = isinstance(client, ClusterClient) or sharded
         self.admissions: Coalescer[AdmitRow, tuple[Any, Written | None]] = Coalescer(
-            self._admit_all, lambda row: len(row[1].envelope) + len(row[1].pending_body))
+            self._admit_all, lambda row: len(row[1].envelope) + len(row[1].pending_body),
+            carried=on_admission_call)
         self._complete = client.register_script(lua.source(scripts.COMPLETE))
         self._heal = client.register_script(lua.source(scripts.HEAL))
         self._cancel = client.register_script(lua.source(scripts.CANCEL))
