@@ -39,8 +39,8 @@ SUMMARIES = {
     "usage": "what each client cost: tasks, rows, GPU seconds",
 }
 # The commands that are clients (of the planner or a gateway): each module's add_parser and run.
-CLIENTS = {"plan": "ferry.planner.command", "jobs": "ferry.jobs.client",
-           "rollout": "ferry.rollouts.client", "usage": "ferry.usage.client"}
+CLIENTS = {"plan": "ferry.planner.command", "jobs": "ferry.jobs.cli",
+           "rollout": "ferry.rollouts.cli", "usage": "ferry.usage.cli"}
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 

@@ -27,10 +27,10 @@ ALLOWED = {
     "ferry.stack.triton_server.triton_env",
     # one-shot command-line clients (no service, no settings): FERRY_URL, FERRY_API_KEY,
     # FERRY_ADMIN_TOKEN, FERRY_STATE_DIR as their command starts
-    "ferry.jobs.client.add_parser",
-    "ferry.rollouts.client.client_options",
-    "ferry.rollouts.client.token",
-    "ferry.usage.client.add_parser",
+    "ferry.jobs.cli.add_parser",
+    "ferry.rollouts.cli.client_options",
+    "ferry.rollouts.cli.token",
+    "ferry.usage.cli.add_parser",
     # ferry settings --effective: the environment a service would start with, shown (read as
     # ferry.settings.loading.load reads it, once)
     "ferry.cli._settings",

@@ -22,8 +22,8 @@ from ferry.gateway.admin import RolloutAdmin
 from ferry.gateway.versions import Versions
 from ferry.rollouts import latency
 from ferry.rollouts.cascade import parse_cascades, pending_review
-from ferry.rollouts.client import declaration, render, when
-from ferry.rollouts.client import run as client_run
+from ferry.rollouts.cli import declaration, render, when
+from ferry.rollouts.cli import run as client_run
 from ferry.rollouts.compare import Comparison, compare, kind_of
 from ferry.rollouts.guard import decide
 from ferry.rollouts.rollout import Pick, Rollout, Sticky, amended, declared, parse_declared

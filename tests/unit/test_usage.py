@@ -19,7 +19,7 @@ from ferry.tasks.base import Completion
 from ferry.tasks.record import Status, TaskRecord
 from ferry.tasks.redis_store import completion_item
 from ferry.usage import ledger
-from ferry.usage.client import as_csv, table
+from ferry.usage.cli import as_csv, table
 from ferry.usage.labels import OTHER, RERANK_S, ClientLabels
 from ferry.usage.ledger import Usage
 from ferry.v1.task_pb2 import Task

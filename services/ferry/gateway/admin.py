@@ -29,7 +29,7 @@ from ferry.errors import (
 )
 from ferry.gateway.query import checked_query
 from ferry.gateway.service import Gateway
-from ferry.gateway.usage import add_usage_route
+from ferry.gateway.usage_routes import add_usage_route
 from ferry.rollouts.rollout import TRIAL, Rollout, amended, declared
 from ferry.rollouts.store import RolloutStore
 from ferry.usage.store import LedgerReader
@@ -170,7 +170,7 @@ NONE: frozenset[str] = frozenset()  # a route that takes no query parameters
 
 def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
     """The rollouts' routes under ``/v1/admin/rollouts``, and ``/v1/admin/usage``
-    (``gateway.usage``), behind the same token."""
+    (``gateway.usage_routes``), behind the same token."""
     for route in _rollout_routes(admin):
         _add_route(api, admin, route)
     gateway = admin.gateway

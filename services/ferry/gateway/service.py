@@ -1,7 +1,7 @@
 """The gateway's coordinator: its parts, started and stopped together, and what its routes do
 with them. A request is prepared (``gateway.prepare``: checked, its version picked, its
 envelope made) and admitted through the one admission port (``tasks.admission``), with shadow
-copies (``gateway.shadows``) and idempotency (``tasks.idempotent``) as layers; then waited for,
+copies (``gateway.shadows``) and idempotency (``tasks.repeats``) as layers; then waited for,
 read or cancelled here."""
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from ferry.tasks.admission import Admit, Admitter, Counted, MeasuredLimits, Subm
 from ferry.tasks.base import Admitted, CancelOutcome, Owner
 from ferry.tasks.envelope import Envelope, Rules
 from ferry.tasks.idempotency import IdempotencyKeys
-from ferry.tasks.idempotent import Idempotent
 from ferry.tasks.record import Status, StoredRecord
+from ferry.tasks.repeats import Idempotent
 from ferry.tasks.waiters import Reader, as_due, final_by
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.v1.task_pb2 import Task

@@ -3,7 +3,7 @@
 Every admission goes through an ``Admit`` port: ``/v1`` and the protocol's routes (the
 gateway's ``Admitter`` with the limits the batchers' measurements size), bulk jobs (the same,
 through ``jobs.port``), a rollout's shadow copies (``gateway.shadows``, a layer around it), and
-the cascade's reviews (the batcher's, with fixed limits). Idempotency (``tasks.idempotent``) is
+the cascade's reviews (the batcher's, with fixed limits). Idempotency (``tasks.repeats``) is
 a layer above it too.
 """
 

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from ferry.durations import WINDOW
-from ferry.rollouts.client import DEFAULT_URL, token
+from ferry.rollouts.cli import DEFAULT_URL, token
 
 PATH = "/v1/admin/usage"
 COLUMNS = ("client", "model", "tasks", "rows", "gpu_seconds")
