@@ -84,7 +84,7 @@ BELL_FIELD = "bell"  # a doorbell entry's one field: the priority's value
 
 def fair_queue(partition: int, priority: Priority) -> str:
     """Where a partition's tasks of one priority wait in fair order while its model's backlog
-    there is contended (a sorted set: task id by start tag, ``ferry.batching.fairness``):
+    there is contended (a sorted set: task id by start tag, ``ferry.rules.fairness``):
     ``ferry:{p0}:fair:normal``."""
     return f"{PREFIX}:{slot_tag(partition)}:fair:{priority.label}"
 

@@ -21,7 +21,7 @@ import pytest
 FERRY = Path(__file__).resolve().parents[2] / "services" / "ferry"
 GENERATED = ("v1", "model_repository")  # protobuf and Triton model code, not written here
 MAX_FUNCTION_LINES = 40
-BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "batching", "triton", "resp", "jobs",
+BELOW_THE_GATEWAY = ("batcher", "tasks", "queue", "rules", "triton", "resp", "jobs",
                      "rollouts", "oip", "submission")
 MAX_GATEWAY_METHODS = 15  # a coordinator of a few ports, not the god class it once was
 # One Redis client: Ferry's own, ``resp`` (hiredis parses its replies; redis-py lends it only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.batching.breaker import BreakerState, CircuitBreaker
+from ferry.rules.breaker import BreakerState, CircuitBreaker
 
 
 def breaker() -> CircuitBreaker:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ferry.batching.buffer import Boarded, BoardingBuffer
-from ferry.batching.policy import Lane, Waiting
+from ferry.rules.buffer import Boarded, BoardingBuffer
+from ferry.rules.policy import Lane, Waiting
 
 A, B, M = Lane("a"), Lane("b"), Lane("m")
 SUSPECT_A = Lane("a", suspect=True)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ferry.batching.estimators import ArrivalRate, BatchCost, Window, service_rate
+from ferry.rules.estimators import ArrivalRate, BatchCost, Window, service_rate
 
 
 def test_no_arrivals_means_rate_zero() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 
 from ferry.batcher.executor import BatchExecutor, Standalone, Timing
 from ferry.batcher.gate import BackendGate
-from ferry.batching.breaker import CircuitBreaker
 from ferry.errors import TransientBackendError
 from ferry.queue.base import Delivery
+from ferry.rules.breaker import CircuitBreaker
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import Completion
 from ferry.tasks.record import Status

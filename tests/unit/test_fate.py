@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.batching.fate import (
+from ferry.rules.fate import (
     Attempt,
     Failure,
     Fate,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from ferry.batcher.replicas import StatefulSetReplicas, pod_namespace
-from ferry.batching.ownership import as_spec, ordinal_of, spread
+from ferry.rules.ownership import as_spec, ordinal_of, spread
 from ferry.settings import parse_partitions
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.batching.policy import (
+from ferry.priority import Priority
+from ferry.rules.policy import (
     Backend,
     BatchPolicy,
     Departure,
@@ -14,7 +15,6 @@ from ferry.batching.policy import (
     Reason,
     Waiting,
 )
-from ferry.priority import Priority
 
 FULL, WAIT, ADAPTIVE, DRAIN = Reason.FULL, Reason.WAIT, Reason.ADAPTIVE, Reason.DRAIN
 POLICY = BatchPolicy(max_batch=4, max_wait_s=0.05, adaptive=False)

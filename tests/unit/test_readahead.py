@@ -1,11 +1,11 @@
-"""When a parked reader reads ahead for the next batch (``ferry.batching.readahead``)."""
+"""When a parked reader reads ahead for the next batch (``ferry.rules.readahead``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ferry.batching import readahead
-from ferry.batching.readahead import FRESH_S, LEAD_MAX_S, LEAD_MIN_S, READS_PER_STRETCH
+from ferry.rules import readahead
+from ferry.rules.readahead import FRESH_S, LEAD_MAX_S, LEAD_MIN_S, READS_PER_STRETCH
 
 
 def test_the_lead_is_a_read_and_a_millisecond_within_bounds() -> None:

@@ -8,7 +8,11 @@ import math
 
 import pytest
 
-from ferry.batching.policy import (
+from ferry.planner import arrivals
+from ferry.planner.costs import CostModel
+from ferry.planner.deployment import Deployment
+from ferry.planner.simulate import simulate
+from ferry.rules.policy import (
     GUARD_S,
     GUARD_SHARE,
     Backend,
@@ -18,10 +22,6 @@ from ferry.batching.policy import (
     Reason,
     Waiting,
 )
-from ferry.planner import arrivals
-from ferry.planner.costs import CostModel
-from ferry.planner.deployment import Deployment
-from ferry.planner.simulate import simulate
 
 LANE = Lane("m")
 FIXED, PER = 0.050, 0.002  # the slow backend's t(B) = 50 + 2·B ms

@@ -12,12 +12,12 @@ import pytest
 from ferry.batcher.executor import Standalone
 from ferry.batcher.reader import lane_of
 from ferry.batcher.tensor_batch import answers, joined_inputs, rows_of, signature
-from ferry.batching.policy import Lane
-from ferry.batching.rows import row_chunks
 from ferry.errors import PermanentBackendError
 from ferry.oip.answer import answer_tensors
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
+from ferry.rules.policy import Lane
+from ferry.rules.rows import row_chunks
 from ferry.tasks.record import Status
 from ferry.tensors import Tensor
 from ferry.v1.task_pb2 import Task

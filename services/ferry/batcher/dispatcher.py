@@ -23,10 +23,10 @@ from ferry.batcher.executor import BatchExecutor, Desk, Outcome, Timing
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.shared import Shared, wait
-from ferry.batching import fate, readahead
-from ferry.batching.breaker import CircuitBreaker
-from ferry.batching.policy import BatchPolicy, Departure, Lane, Reason
 from ferry.queue.base import Delivery
+from ferry.rules import fate, readahead
+from ferry.rules.breaker import CircuitBreaker
+from ferry.rules.policy import BatchPolicy, Departure, Lane, Reason
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status

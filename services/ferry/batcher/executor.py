@@ -24,10 +24,6 @@ from ferry.backoff import backoff_delay
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import Interfaces
 from ferry.batcher.tensor_batch import answers, joined_inputs, rows_of
-from ferry.batching import fate
-from ferry.batching.breaker import CircuitBreaker
-from ferry.batching.fate import Failure, Fate
-from ferry.batching.rows import row_chunks
 from ferry.codec import outputs_to_json
 from ferry.errors import (
     BackendError,
@@ -38,6 +34,10 @@ from ferry.errors import (
 )
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
+from ferry.rules import fate
+from ferry.rules.breaker import CircuitBreaker
+from ferry.rules.fate import Failure, Fate
+from ferry.rules.rows import row_chunks
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore, Completion
 from ferry.tasks.record import Status, TaskRecord, dead_letter, reusable

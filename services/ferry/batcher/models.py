@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ferry.batching.breaker import CircuitBreaker
-from ferry.batching.estimators import ArrivalRate, BatchCost, Window
-from ferry.batching.policy import Backend, Lane
 from ferry.errors import BackendError
 from ferry.oip.spec import ModelInterface
+from ferry.rules.breaker import CircuitBreaker
+from ferry.rules.estimators import ArrivalRate, BatchCost, Window
+from ferry.rules.policy import Backend, Lane
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
 from ferry.triton.base import InferenceBackend, instance_count

@@ -21,11 +21,11 @@ from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook
 from ferry.batcher.shared import Shared, wait, wait_any
 from ferry.batcher.tensor_batch import signature
-from ferry.batching import fate, readahead
-from ferry.batching.policy import Lane
 from ferry.errors import RedisUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery, TaskQueue
+from ferry.rules import fate, readahead
+from ferry.rules.policy import Lane
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status
@@ -100,7 +100,7 @@ class Reader:
         is busy costs a round trip per task and helps no batch leave sooner. Parked (also
         between polls while a priority's room is full), the reader waits for a slot to free (at
         most ``max_wait_ms / 4``), reading ahead just before one is expected to free
-        (``ferry.batching.readahead``): the next batch leaves as it frees. Without a fresh
+        (``ferry.rules.readahead``): the next batch leaves as it frees. Without a fresh
         read-ahead it reads everything that has arrived, of every priority, awake or not, and
         only then does the dispatcher plan: batches are as full and fresh as if it had read all
         along, and a high-priority task rides the next batch.
@@ -153,7 +153,7 @@ class Reader:
     async def _park_busy(self) -> Woken:
         """Park while every slot is busy, until a slot frees (``freed``; ``taken`` when the
         batch read ahead has taken it and every slot is busy again), it is time to read ahead
-        for the next batch (``ahead``, ``ferry.batching.readahead``), or the park times out
+        for the next batch (``ahead``, ``ferry.rules.readahead``), or the park times out
         (``poll``: read what has come, without blocking)."""
         shared = self.shared
         at = readahead.next_read(shared.ends.values(), readahead.lead(self.read_s),

@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 from ferry.batcher.models import ModelBook
 from ferry.batcher.shared import Rounds, wait
-from ferry.batching.breaker import BreakerState
-from ferry.batching.estimators import service_rate
-from ferry.batching.policy import BatchPolicy
 from ferry.errors import RedisUnavailableError
 from ferry.queue.base import TaskQueue
 from ferry.resp.client import Commands
+from ferry.rules.breaker import BreakerState
+from ferry.rules.estimators import service_rate
+from ferry.rules.policy import BatchPolicy
 from ferry.settings import BatcherSettings
 from ferry.tasks import capacity
 from ferry.tasks.capacity import Capacity

@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-from ferry.batching.buffer import BoardingBuffer
-from ferry.batching.policy import Lane
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
+from ferry.rules.buffer import BoardingBuffer
+from ferry.rules.policy import Lane
 
 Batches = dict[asyncio.Task[None], tuple[Lane, list[Delivery]]]
 

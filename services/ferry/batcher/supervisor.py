@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from ferry.batcher.replicas import FixedReplicas, ReplicaCount, StatefulSetReplicas
 from ferry.batcher.worker import Batcher
-from ferry.batching.ownership import as_spec, ordinal_of, spread
 from ferry.errors import ConfigError
+from ferry.rules.ownership import as_spec, ordinal_of, spread
 from ferry.settings import BatcherSettings
 
 log = logging.getLogger(__name__)

@@ -33,11 +33,11 @@ from ferry.batcher.served import StatisticsDesk
 from ferry.batcher.shared import Rounds, Shared
 from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
-from ferry.batching.policy import BatchPolicy
 from ferry.compose.batcher import BatcherParts, batcher_parts
 from ferry.errors import BackendError, RedisError, RedisUnavailableError
 from ferry.queue.base import Delivery
 from ferry.redis_conn import check_cluster_mode, lean
+from ferry.rules.policy import BatchPolicy
 from ferry.settings import BatcherSettings
 from ferry.telemetry.http import StatusServer
 from ferry.telemetry.metrics import BatcherMetrics

@@ -51,12 +51,12 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ferry.batching.estimators import ArrivalRate, BatchCost, Window
-from ferry.batching.policy import Backend, BatchPolicy, Lane, Plan, Waiting
 from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
 from ferry.planner.deployment import Bound, Deployment, Outcome
+from ferry.rules.estimators import ArrivalRate, BatchCost, Window
+from ferry.rules.policy import Backend, BatchPolicy, Lane, Plan, Waiting
 
 LANE = Lane("model")
 _DONE, _WAKE, _BOARD, _REACH = 0, 1, 2, 3

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ferry.batching.policy import Lane, Waiting
+from ferry.rules.policy import Lane, Waiting
 
 T = TypeVar("T")
 K = TypeVar("K")
