@@ -265,3 +265,30 @@ def test_the_package_ships_the_scripts() -> None:
     for path in FERRY.rglob("*.lua"):
         relative = path.relative_to(FERRY).as_posix()
         assert any(fnmatch.fnmatch(relative, glob) for glob in shipped), relative
+
+
+# The stream commands that write an entry; the queue's room (``queue/lua``) writes every
+# partition stream's. Other rooms' scripts write only their own streams, by these variables:
+STREAM_WRITES = re.compile(r"redis\.p?call\('(XADD|XACK|XDEL|XCLAIM|XAUTOCLAIM|XTRIM)',\s*(\w+)")
+OWN_STREAMS = {
+    ("ferry.tasks", "common", "XADD", "webhooks"),  # a task's webhook, queued as it ends
+    ("ferry.tasks", "complete", "XADD", "dead_letters"),
+    ("ferry.batcher", "webhook_done", "XACK", "stream"),  # the webhook stream it read
+    ("ferry.batcher", "webhook_done", "XDEL", "stream"),
+}
+
+
+def stream_writes(package: str, name: str) -> set[tuple[str, str, str, str]]:
+    return {(package, name, command, target)
+            for command, target in STREAM_WRITES.findall(lua.read_lua(package, name))}
+
+
+def test_only_the_queue_writes_a_partition_streams_entries() -> None:
+    """Admission, completion and the rest change entries in their own step, through the
+    queue's functions (``queue/lua/entries.lua``), never with a stream command of their own."""
+    elsewhere = {write for package, name in FILES if package != "ferry.queue"
+                 for write in stream_writes(package, name)}
+    assert sorted(elsewhere - OWN_STREAMS) == []
+    assert sorted(OWN_STREAMS - elsewhere) == []  # an exception no longer needed goes
+    assert stream_writes("ferry.queue", "entries") >= {
+        ("ferry.queue", "entries", "XADD", "stream"), ("ferry.queue", "entries", "XDEL", "stream")}

@@ -94,7 +94,8 @@ class ReleaseItem(NamedTuple):
 
 # Puts back, as new entries, those the consumer still holds; answers how many.
 RELEASE = lua.ScriptSpec("ferry.queue", "release", ReleaseKeys._fields, ReleaseArgs._fields,
-                         item=ReleaseItem._fields, constants=(("TASK_FIELD", keys.TASK_FIELD),))
+                         item=ReleaseItem._fields, constants=(("TASK_FIELD", keys.TASK_FIELD),),
+                         fragments=("entries",))
 
 
 # Takes over a dead consumer's entries in one stream; answers them and whether any are left.
@@ -118,7 +119,7 @@ class FairReadArgs(NamedTuple):
 FAIR_READ = lua.ScriptSpec("ferry.queue", "fair_read", FairReadKeys._fields,
                            FairReadArgs._fields,
                            constants=(("PENDING", "PENDING"), ("TASK_FIELD", keys.TASK_FIELD)),
-                           fragments=("ferry.tasks:fair_flow",))
+                           fragments=("ferry.tasks:fair_flow", "entries"))
 
 
 def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,

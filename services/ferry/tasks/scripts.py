@@ -216,13 +216,15 @@ TASK_CONSTANTS: tuple[tuple[str, str | int], ...] = (
 _task_script = functools.partial(ScriptSpec, "ferry.tasks", constants=TASK_CONSTANTS)
 
 ADMIT = _task_script("admit", (), AdmitArgs._fields, each=(AdmitKeys._fields, AdmitItem._fields),
-                     results=(AdmitVerdict, "VERDICT_"), fragments=("common",))
+                     results=(AdmitVerdict, "VERDICT_"),
+                     fragments=("common", "ferry.queue:entries"))
 COMPLETE = _task_script("complete", (), CompleteArgs._fields,
                         each=(CompleteKeys._fields, CompleteStream._fields),
-                        item=CompleteItem._fields, fragments=("common",),
+                        item=CompleteItem._fields, fragments=("common", "ferry.queue:entries"),
                         constants=(*TASK_CONSTANTS, *(
                             (f"LEDGER_{m.upper()}", m) for m in ledger.MEASURES)))
-UNQUEUE_FRAGMENTS = ("common", "fair_flow", "unqueue")  # cancel's, expire's and withdraw's
+# cancel's, expire's and withdraw's
+UNQUEUE_FRAGMENTS = ("common", "fair_flow", "ferry.queue:entries", "unqueue")
 CANCEL = _task_script("cancel", CancelKeys._fields, CancelArgs._fields,
                       results=(CancelOutcome, "OUTCOME_"), fragments=UNQUEUE_FRAGMENTS)
 EXPIRE = _task_script("expire", ExpireKeys._fields, ExpireArgs._fields,

@@ -31,7 +31,7 @@ if short > 0 then
     local task = redis.call('HMGET', key, 'envelope', 'flow', 'status')
     if task[2] then leave_flow(fair_state, task[2]) end
     if task[1] and task[3] == PENDING then
-      local entry = redis.call('XADD', stream, '*', TASK_FIELD, task[1])
+      local entry = append_entry(stream, TASK_FIELD, task[1])
       redis.call('HSET', key, 'entry', entry, 'stream', stream)
       redis.call('HDEL', key, 'envelope', 'fair', 'fairstate', 'flow')
       moved = moved + 1

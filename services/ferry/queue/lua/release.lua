@@ -10,9 +10,8 @@ for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
   local entry = ARGV[i + ENTRY_ID]
   local row = redis.call('XPENDING', stream, group, entry, entry, 1)
   if row[1] and row[1][2] == consumer then
-    redis.call('XADD', stream, '*', TASK_FIELD, ARGV[i + ENVELOPE])
-    redis.call('XACK', stream, group, entry)
-    redis.call('XDEL', stream, entry)
+    append_entry(stream, TASK_FIELD, ARGV[i + ENVELOPE])
+    drop_entries(stream, group, {entry}, {entry})
     released = released + 1
   end
 end

@@ -132,7 +132,7 @@ local function wait_fair()
   redis.call('PEXPIRE', fair_state, FAIR_STATE_TTL_MS)
   if redis.call('ZADD', fair_queue, string.format('%.17g', start), task_id) == 1
       and redis.call('ZCARD', fair_queue) == 1 then
-    redis.call('XADD', normal_stream, '*', FAIR_FIELD, priority)
+    append_entry(normal_stream, FAIR_FIELD, priority)
   end
   redis.call('HSET', task_key, 'fair', fair_queue, 'fairstate', fair_state, 'flow', flow,
              'envelope', envelope)
@@ -147,7 +147,7 @@ local function queue()
   if fair_wait(here, mine) then
     entry = wait_fair()
   else
-    entry = redis.call('XADD', stream, '*', TASK_FIELD, envelope)
+    entry = append_entry(stream, TASK_FIELD, envelope)
     redis.call('HSET', task_key, 'entry', entry, 'stream', stream)
   end
   redis.call('HSET', task_key, 'status', PENDING, 'body', pending_body, 'counted', counted,
@@ -158,7 +158,7 @@ local function queue()
   end
   redis.call('EXPIRE', task_key, pending_ttl)
   if priority ~= '0' and redis.call('SET', bell_key, '1', 'NX', 'PX', bell_ms) then
-    redis.call('XADD', normal_stream, '*', BELL_FIELD, priority)
+    append_entry(normal_stream, BELL_FIELD, priority)
   end
   if looking or collapsing then  -- identical requests find this task from now
     redis.call('SET', digest_key, (collapsing and '@' or '=') .. task_id, 'EX', pending_ttl)

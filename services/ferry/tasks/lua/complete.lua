@@ -114,7 +114,7 @@ local function settle(written, i, k)
     local entry, fresh = ARGV[i + ENTRY_ID], nil
     ids[#ids + 1] = entry
     if ARGV[i + TASK_ID] == '' then  -- unreadable: only the step that acknowledges it letters it
-      fresh = redis.call('XACK', stream, group, entry)
+      fresh = ack_entry(stream, group, entry)
     else
       acks[#acks + 1] = entry
       fresh, k = finish(i, KEYS[k]), k + 1
@@ -123,8 +123,7 @@ local function settle(written, i, k)
     written[#written + 1] = fresh
     i = i + ITEM_SIZE
   end
-  if #acks > 0 then redis.call('XACK', stream, group, unpack(acks)) end
-  redis.call('XDEL', stream, unpack(ids))
+  drop_entries(stream, group, acks, ids)
   if charged then redis.call('EXPIRE', ledger, ledger_ttl) end
   charged = false
   return i, k

@@ -29,9 +29,7 @@ local function unqueue(stream, entry, group, backlog, counted, held, waiting, id
     return true
   end
   if not (entry and stream) then return false end
-  local read = redis.pcall('XPENDING', stream, group, entry, entry, 1)
-  if read.err then read = {} end  -- no consumer group yet: no batcher has read anything
-  if #read > 0 or redis.call('XDEL', stream, entry) ~= 1 then return false end
+  if not take_unread(stream, group, entry) then return false end
   leave(backlog, counted)
   leave(backlog, held)
   if waiting then leave(backlog, waiting[4]) end
