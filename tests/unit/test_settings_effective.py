@@ -19,6 +19,7 @@ from ferry.settings import (
     UpSettings,
     add_arguments,
     effective_table,
+    load,
 )
 from ferry.settings.fields import settable
 
@@ -148,3 +149,18 @@ def test_the_command_needs_a_service_to_show_what_is_in_effect() -> None:
     done = ferry(["settings", "--effective"], {})
     assert done.returncode == 2
     assert "argument --effective: expected one argument" in done.stderr
+
+
+def test_a_retired_setting_left_set_is_named_with_why_and_warned_of_at_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    environ = {"FERRY_REDIS_MAX_CONNECTIONS": "64", "FERRY_REDIS_POOL_TIMEOUT_S": "10"}
+    table = effective_table(GatewaySettings, None, environ)
+    assert ("- `FERRY_REDIS_MAX_CONNECTIONS`: retired on 2026-11-28: each process opens one "
+            "multiplexed connection per Redis server") in table
+    assert "- `FERRY_REDIS_POOL_TIMEOUT_S`: retired on 2026-11-28" in table
+    with caplog.at_level("WARNING", logger="ferry.settings.loading"):
+        settings = load(BatcherSettings, None, environ)
+    assert settings.redis_url  # it starts: a retired variable is not an error
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "FERRY_REDIS_MAX_CONNECTIONS is set, and not read",
+        "FERRY_REDIS_POOL_TIMEOUT_S is set, and not read"]

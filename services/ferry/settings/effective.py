@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, settable
+from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, RETIRED, settable
 from ferry.settings.loading import Given, build, given
 from ferry.settings.rollouts import FALLBACK_ENV_PREFIX
 from ferry.settings.services import BatcherSettings, CommonSettings, GatewaySettings
@@ -79,6 +79,8 @@ def not_read(cls: type[CommonSettings], found: Mapping[str, Given],
             value = found.get(names[variable])
             if value is None or value.source != variable:
                 yield variable, (f"`{value.source}` wins over it" if value else "empty")
+        elif variable in RETIRED:
+            yield variable, RETIRED[variable]
         elif variable.startswith(ENV_PREFIX) and not (
                 issubclass(cls, BatcherSettings) and variable.startswith(FALLBACK_ENV_PREFIX)):
             yield variable, f"not a setting of `ferry {service}`"

@@ -12,6 +12,14 @@ from ferry.errors import ConfigError
 
 ENV_PREFIX = "FERRY_"
 FILE_SUFFIX = "_FILE"  # FERRY_<NAME>_FILE: the setting's value is that file's content
+# Settings Ferry no longer has, and why: a variable left set says so (in the log at start, and in
+# ``ferry settings``) instead of being ignored without a word.
+RETIRED = {
+    "FERRY_REDIS_MAX_CONNECTIONS": "retired on 2026-11-28: each process opens one multiplexed "
+    "connection per Redis server (docs/performance.md, \"Which Redis client\"), no pool",
+    "FERRY_REDIS_POOL_TIMEOUT_S": "retired on 2026-11-28: there is no connection pool to wait "
+    "for (one multiplexed connection per Redis server)",
+}
 T = TypeVar("T")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import re
 import types
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ferry.errors import ConfigError
-from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, settable
+from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, RETIRED, settable
 from ferry.settings.rollouts import fallback_env, read_fallback_variables
 from ferry.settings.services import BatcherSettings, CommonSettings, GatewaySettings, UpSettings
 
 S = TypeVar("S", bound=CommonSettings)
+log = logging.getLogger(__name__)
 
 
 def _base_type(annotation: Any) -> type:
@@ -77,6 +79,8 @@ def load(cls: type[S], args: argparse.Namespace | None = None,
     only here (``os.environ`` unless ``environ`` is given)."""
     # Read at start-up, by the entry point: the settings are built from the environment once.
     environ = os.environ if environ is None else environ
+    for variable in sorted(RETIRED.keys() & environ.keys()):
+        log.warning("%s is set, and not read: %s", variable, RETIRED[variable])
     return build(cls, given(cls, args, environ), environ)
 
 
