@@ -15,7 +15,8 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
-FRONT_DOOR_LINES = 150  # reference material belongs in docs/, not in the README
+FRONT_DOOR_LINES = 160  # reference material belongs in docs/, not in the README (150 until
+# 2026-11-28: the first request gained its Python form)
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -1,0 +1,251 @@
+"""``Client``: Ferry's ``/v1`` API from synchronous code (``AsyncClient`` is its twin)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from ferry.client import calls
+from ferry.client.calls import CHUNK, Call, Cursor, Follower, Inference, JobOptions, Manifest
+from ferry.client.errors import ConnectionFailedError, ResultTimeoutError
+from ferry.client.records import JobList, JobRecord, ResultLine, TaskResult
+from ferry.client.retrying import Attempts, RetryPolicy, retried_status, retry_after_s
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            yield chunk
+
+
+class Client:
+    """Ferry's ``/v1`` API: inference, tasks and bulk jobs, retried as ``retry`` says
+    (connection errors, 429 and 503; a submission's every try carries the same
+    ``Idempotency-Key``, so a retry never runs a task twice).
+
+    ``url``: the gateway; ``api_key``: sent as a bearer token; ``timeout_s``: connect, write
+    and read timeouts of one request (a held one's read timeout grows by its hold);
+    ``transport``: httpx's (tests, proxies)."""
+
+    def __init__(self, url: str = calls.DEFAULT_URL, *, api_key: str | None = None,
+                 retry: RetryPolicy | None = None, timeout_s: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.retry = retry or RetryPolicy()
+        self.timeout_s = timeout_s
+        self.http = httpx.Client(base_url=url, headers=calls.auth_headers(api_key),
+                                 transport=transport, timeout=timeout_s)
+
+    def close(self) -> None:
+        """Close its connections."""
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    def send(self, call: Call) -> httpx.Response:
+        """``call``'s answer, tried again (the same request) while it fails in a way worth
+        retrying and the policy allows; the last answer otherwise (an error answer is the
+        caller's to raise)."""
+        attempts = Attempts(self.retry)
+        while True:
+            try:
+                response = self.http.request(
+                    call.method, call.path, params=call.params, headers=call.headers,
+                    content=_chunks(call.content) if isinstance(call.content, Path)
+                    else call.content, timeout=self._timeout(call))
+            except httpx.TransportError as exc:
+                if (delay := attempts.next_delay()) is None:
+                    raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
+            else:
+                if not retried_status(response.status_code) or (delay := attempts.next_delay(
+                        retry_after_s(response.headers.get("retry-after")))) is None:
+                    return response
+            time.sleep(delay)
+
+    def _timeout(self, call: Call) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout_s, read=self.timeout_s + call.hold_s)
+
+    # Tasks.
+    def infer(self, model: str | None, payload: calls.Payload | None = None, *,
+              tensors: calls.Tensors | None = None, priority: str | None = None,
+              timeout: float | None = None, version: str | int | None = None,
+              idempotency_key: str | None = None, client_id: str | None = None,
+              content_type: str | None = None, wait: float | None = None) -> TaskResult:
+        """Run one inference and answer its final record (SUCCESS, FAILED, EXPIRED or
+        CANCELLED: check ``.ok``). ``payload``: bytes (sent as ``content_type``, default
+        ``application/octet-stream``) or text; or ``tensors``: the tensor form's ``inputs``.
+        ``timeout``: the task's deadline (seconds); ``wait``: the most seconds to wait for it
+        (None: until it ends), past which ``ResultTimeoutError`` is raised. The call is held
+        with ``Prefer: wait``, then ``GET ?wait=`` until the task ends."""
+        asked = Inference(model, priority, timeout, version, client_id,
+                          idempotency_key, content_type)
+        deadline = None if wait is None else time.monotonic() + wait
+        call = calls.inference(payload, tensors, asked,
+                               calls.hold_for(deadline, time.monotonic()))
+        answer = calls.submitted(self.send(call))
+        if isinstance(answer, TaskResult) and answer.final:
+            return answer
+        task_id = answer.task_id if isinstance(answer, TaskResult) else answer
+        return self._final(task_id, deadline, wait)
+
+    def submit(self, model: str | None, payload: calls.Payload | None = None, *,
+               tensors: calls.Tensors | None = None, priority: str | None = None,
+               timeout: float | None = None, version: str | int | None = None,
+               idempotency_key: str | None = None, client_id: str | None = None,
+               content_type: str | None = None) -> Task:
+        """Submit one inference without waiting for it: its ``Task`` (as ``infer`` for the
+        arguments)."""
+        asked = Inference(model, priority, timeout, version, client_id,
+                          idempotency_key, content_type)
+        answer = calls.submitted(self.send(calls.inference(payload, tensors, asked)))
+        return Task(self, answer.task_id if isinstance(answer, TaskResult) else answer)
+
+    def result(self, task_id: str, wait: float | None = None) -> TaskResult:
+        """The task's final record, waiting at most ``wait`` seconds (None: until it ends)
+        for it; ``ResultTimeoutError`` when it has not ended by then."""
+        deadline = None if wait is None else time.monotonic() + wait
+        return self._final(task_id, deadline, wait)
+
+    def _final(self, task_id: str, deadline: float | None, wait: float | None) -> TaskResult:
+        while True:
+            hold = calls.hold_for(deadline, time.monotonic())
+            record = TaskResult.from_json(calls.checked(
+                self.send(calls.result(task_id, hold)), 200))
+            if record.final:
+                return record
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeoutError(task_id, wait or 0.0)
+
+    def status(self, task_id: str) -> TaskResult:
+        """The task's record now (PENDING, or final)."""
+        return TaskResult.from_json(calls.checked(self.send(calls.result(task_id)), 200))
+
+    def cancel(self, task_id: str) -> TaskResult:
+        """Cancel the task: its record, now CANCELLED (``AlreadyFinishedError`` or
+        ``AlreadyRunningError`` when too late)."""
+        return TaskResult.from_json(calls.checked(self.send(calls.cancel(task_id)), 200))
+
+    # Jobs.
+    def submit_job(self, manifest: Manifest, *, model: str | None = None,
+                   priority: str | None = None, completion_window: str | None = None,
+                   timeout_s: float | None = None, client_id: str | None = None,
+                   idempotency_key: str | None = None) -> JobRecord:
+        """Submit a job: ``manifest`` is a JSONL file's path, or an iterable of items
+        (``{"custom_id", "input" | "input_base64" | "uri" | "inputs"}``). A retried upload
+        carries the same ``Idempotency-Key``, so it never makes a second job."""
+        options = JobOptions(model, priority, completion_window, timeout_s, client_id,
+                             idempotency_key)
+        return self._job(calls.submit_job(manifest, options), 202)
+
+    def job(self, job_id: str) -> JobRecord:
+        """The job's record now."""
+        return self._job(calls.job(job_id), 200)
+
+    def jobs(self, limit: int | None = None, before: str | None = None,
+             client_id: str | None = None) -> JobList:
+        """A page of the client's jobs, newest first."""
+        return JobList.from_json(calls.checked(
+            self.send(calls.jobs(limit, before, client_id)), 200))
+
+    def cancel_job(self, job_id: str) -> JobRecord:
+        """Cancel the job: its record, now ``cancelling``."""
+        return self._job(calls.cancel_job(job_id), 202)
+
+    def retry_job(self, job_id: str) -> JobRecord:
+        """Run an ended job's failed items again."""
+        return self._job(calls.retry_job(job_id), 202)
+
+    def _job(self, call: Call, ok: int) -> JobRecord:
+        return JobRecord.from_json(calls.checked(self.send(call), ok))
+
+    def wait_job(self, job_id: str, *, on_progress: Callable[[JobRecord], None] | None = None,
+                 poll_s: float = 1.0) -> JobRecord:
+        """Follow the job until it ends (``on_progress`` sees each record read): its last
+        record."""
+        while True:
+            record = self.job(job_id)
+            if on_progress is not None:
+                on_progress(record)
+            if record.final:
+                return record
+            time.sleep(poll_s)
+
+    def job_results(self, job_id: str, *, after: str | Cursor | None = None,
+                    follow: bool = True, poll_s: float = 0.5) -> JobResults:
+        """The job's result lines in the order they were committed, from ``after`` (a
+        ``cursor`` a previous iterator exposed; None: the start); with ``follow``, until the
+        job ends (an item retried appears again, with its new result)."""
+        return JobResults(self, job_id, Cursor.parse(after), follow, poll_s)
+
+    def final_results(self, job_id: str, file: str | None = None) -> list[ResultLine]:
+        """An ended job's result lines, each item once, in line order (``file``: ``output``
+        or ``errors`` alone)."""
+        response = self.send(calls.final_results(job_id, file))
+        if response.status_code != 200:
+            raise calls.error_of(response)
+        return calls.result_lines(response.content)
+
+
+class Task:
+    """A submitted task: ask for its result, its status, or cancel it."""
+
+    def __init__(self, client: Client, task_id: str) -> None:
+        self.client = client
+        self.task_id = task_id
+
+    def result(self, wait: float | None = None) -> TaskResult:
+        """Its final record (see ``Client.result``)."""
+        return self.client.result(self.task_id, wait)
+
+    def status(self) -> TaskResult:
+        """Its record now."""
+        return self.client.status(self.task_id)
+
+    def cancel(self) -> TaskResult:
+        """Cancel it (see ``Client.cancel``)."""
+        return self.client.cancel(self.task_id)
+
+    def __repr__(self) -> str:
+        return f"Task({self.task_id!r})"
+
+
+class JobResults:
+    """An iterator of a job's result lines; ``cursor`` says where it is (after the last line
+    it handed out): give it as ``after`` to a new iterator to go on from there."""
+
+    def __init__(self, client: Client, job_id: str, cursor: Cursor, follow: bool,
+                 poll_s: float) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.follower = Follower(cursor)
+        self._lines = self._read(follow, poll_s)
+
+    @property
+    def cursor(self) -> str:
+        """Where to resume: after the last line handed out."""
+        return str(self.follower.cursor)
+
+    def __iter__(self) -> JobResults:
+        return self
+
+    def __next__(self) -> ResultLine:
+        return next(self._lines)
+
+    def _read(self, follow: bool, poll_s: float) -> Iterator[ResultLine]:
+        while True:
+            answer = calls.page(self.client.send(
+                calls.results_page(self.job_id, self.follower.cursor)))
+            yield from self.follower.take(answer)
+            if answer.job_status.final or not follow:
+                return
+            if not answer.lines:
+                time.sleep(poll_s)
+
