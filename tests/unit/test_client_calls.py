@@ -142,7 +142,8 @@ def test_a_payload_or_tensors_each_get_their_body() -> None:
     assert text.content == b"hi" and text.headers["Content-Type"].startswith("text/plain")
     assert text.params == {"model": "sim", "version": "2"} and "Prefer" not in text.headers
     image = inference(b"\xff", None, Inference(content_type="image/jpeg"), hold_s=2.5)
-    assert image.headers["Content-Type"] == "image/jpeg" and image.headers["Prefer"] == "wait=3"
+    assert image.headers["Content-Type"] == "image/jpeg"
+    assert image.headers["Prefer"] == "wait=2.5"  # fractions kept
     tensors = [{"name": "INPUT", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}]
     form = inference(None, tensors, Inference())
     assert isinstance(form.content, bytes)
@@ -180,3 +181,63 @@ def test_a_cursor_is_read_back_from_its_text() -> None:
     assert Cursor.parse(str(Cursor(3, 4))) == Cursor(3, 4)
     with pytest.raises(ValueError, match="cursor"):
         Cursor.parse("x+1")
+
+
+def test_a_gateway_that_holds_less_long_is_asked_less_after_its_first_refusal() -> None:
+    def answer(request: httpx.Request, n: int) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(202, json={"task_id": "a" * 32})
+        if float(request.url.params["wait"]) > 5:  # FERRY_MAX_POLL_S=5, as the gateway says
+            return httpx.Response(400, json={"error": {
+                "code": "invalid_wait",
+                "message": "'wait' must be between 0 and 5 seconds, got 30"}})
+        return httpx.Response(200, json=RECORD if n > 3 else {**RECORD, "status": "PENDING"})
+    seen: list[httpx.Request] = []
+    with client_answering(answer, seen) as client:
+        assert client.infer("sim", "x").ok
+        assert client.max_hold_s == 5.0
+    assert [r.url.params.get("wait") for r in seen[1:]] == ["30", "5", "5"]
+
+
+def test_a_jobs_retry_is_not_sent_again_once_it_may_have_arrived() -> None:
+    def answer(request: httpx.Request, n: int) -> httpx.Response:
+        raise httpx.ReadError("the answer was lost", request=request)
+    seen: list[httpx.Request] = []
+    with client_answering(answer, seen) as client, pytest.raises(e.ConnectionFailedError):
+        client.retry_job("j" * 32)
+    assert len(seen) == 1  # a second one would run the job's failed items again
+    seen.clear()
+    with client_answering(lambda request, n: refusal(503, "unavailable", "0"), seen) as client, \
+            pytest.raises(e.UnavailableError):
+        client.retry_job("j" * 32)
+    assert len(seen) == 1  # a 503 may come after the job moved: not repeated either
+    seen.clear()
+    with client_answering(answer, seen) as client, pytest.raises(e.ConnectionFailedError):
+        client.status("a" * 32)
+    assert len(seen) == FAST.attempts  # a read is repeated
+
+
+def test_the_clients_own_mistake_is_raised_at_once() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request, n: int) -> httpx.Response:
+        raise httpx.UnsupportedProtocol("no scheme", request=request)
+    with client_answering(answer, seen) as client, pytest.raises(e.ConnectionFailedError):
+        client.status("a" * 32)
+    assert len(seen) == 1
+
+
+def test_a_running_jobs_final_results_are_refused_and_stripped_headers_said() -> None:
+    line = b'{"line":1,"custom_id":"a","status":"SUCCESS","output":{}}\n'
+
+    def running(request: httpx.Request, n: int) -> httpx.Response:
+        return httpx.Response(200, content=line, headers={"Ferry-Job-Status": "running"})
+    with client_answering(running, []) as client, pytest.raises(e.FerryError) as refused:
+        client.final_results("j" * 32)
+    assert refused.value.code == "job_not_ended"
+
+    def stripped(request: httpx.Request, n: int) -> httpx.Response:
+        return httpx.Response(200, content=line)  # a proxy dropped Ferry's headers
+    with client_answering(stripped, []) as client, pytest.raises(e.FerryError) as lost:
+        list(client.job_results("j" * 32))
+    assert lost.value.code == "missing_headers"

@@ -13,16 +13,20 @@ import httpx
 
 from ferry.client import calls
 from ferry.client.calls import CHUNK, Call, Cursor, Follower, Inference, JobOptions, Manifest
-from ferry.client.errors import ConnectionFailedError, ResultTimeoutError
+from ferry.client.errors import ConnectionFailedError, FerryError, ResultTimeoutError
 from ferry.client.records import JobList, JobRecord, ResultLine, TaskResult
-from ferry.client.retrying import Attempts, RetryPolicy, retried_status, retry_after_s
+from ferry.client.retrying import Attempts, RetryPolicy, retry_after_s
 
 
 async def _chunks(path: Path) -> AsyncIterator[bytes]:
-    # Local reads of a manifest: short enough not to need a thread per chunk.
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
+    """A manifest file, read in a thread a chunk at a time (a slow disk or NFS never stalls
+    the event loop, and the held calls on it)."""
+    handle = await asyncio.to_thread(path.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(handle.read, CHUNK):
             yield chunk
+    finally:
+        await asyncio.to_thread(handle.close)
 
 
 class AsyncClient:
@@ -32,13 +36,16 @@ class AsyncClient:
 
     ``url``: the gateway; ``api_key``: sent as a bearer token; ``timeout_s``: connect, write
     and read timeouts of one request (a held one's read timeout grows by its hold);
-    ``transport``: httpx's (tests, proxies)."""
+    ``max_hold_s``: the longest the gateway holds a call (its ``FERRY_MAX_POLL_S``; a lower
+    one is learned from its first refusal); ``transport``: httpx's (tests, proxies)."""
 
     def __init__(self, url: str = calls.DEFAULT_URL, *, api_key: str | None = None,
                  retry: RetryPolicy | None = None, timeout_s: float = 30.0,
+                 max_hold_s: float = calls.MAX_HOLD_S,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
+        self.max_hold_s = max_hold_s
         self.http = httpx.AsyncClient(base_url=url, headers=calls.auth_headers(api_key),
                                  transport=transport, timeout=timeout_s)
 
@@ -65,11 +72,12 @@ class AsyncClient:
                     content=_chunks(call.content) if isinstance(call.content, Path)
                     else call.content, timeout=self._timeout(call))
             except httpx.TransportError as exc:
-                if (delay := attempts.next_delay()) is None:
+                if not calls.retried_error(exc, call) or (delay := attempts.next_delay()) is None:
                     raise ConnectionFailedError(f"{call.method} {call.path}: {exc!r}") from exc
             else:
-                if not retried_status(response.status_code) or (delay := attempts.next_delay(
-                        retry_after_s(response.headers.get("retry-after")))) is None:
+                if not calls.retried_answer(response.status_code, call) or (
+                        delay := attempts.next_delay(
+                            retry_after_s(response.headers.get("retry-after")))) is None:
                     return response
             await asyncio.sleep(delay)
 
@@ -92,7 +100,7 @@ class AsyncClient:
                           idempotency_key, content_type)
         deadline = None if wait is None else time.monotonic() + wait
         call = calls.inference(payload, tensors, asked,
-                               calls.hold_for(deadline, time.monotonic()))
+                               calls.hold_for(deadline, time.monotonic(), self.max_hold_s))
         answer = calls.submitted(await self.send(call))
         if isinstance(answer, TaskResult) and answer.final:
             return answer
@@ -119,9 +127,16 @@ class AsyncClient:
 
     async def _final(self, task_id: str, deadline: float | None, wait: float | None) -> TaskResult:
         while True:
-            hold = calls.hold_for(deadline, time.monotonic())
-            record = TaskResult.from_json(calls.checked(
-                await self.send(calls.result(task_id, hold)), 200))
+            hold = calls.hold_for(deadline, time.monotonic(), self.max_hold_s)
+            try:
+                record = TaskResult.from_json(calls.checked(
+                    await self.send(calls.result(task_id, hold)), 200))
+            except FerryError as error:
+                most = calls.most_wait_s(error)
+                if most is None or most >= self.max_hold_s:
+                    raise
+                self.max_hold_s = most  # the gateway holds less long than 30 s: ask less
+                continue
             if record.final:
                 return record
             if deadline is not None and time.monotonic() >= deadline:
@@ -191,10 +206,7 @@ class AsyncClient:
     async def final_results(self, job_id: str, file: str | None = None) -> list[ResultLine]:
         """An ended job's result lines, each item once, in line order (``file``: ``output``
         or ``errors`` alone)."""
-        response = await self.send(calls.final_results(job_id, file))
-        if response.status_code != 200:
-            raise calls.error_of(response)
-        return calls.result_lines(response.content)
+        return calls.ended_results(await self.send(calls.final_results(job_id, file)))
 
 
 class AsyncTask:

@@ -3,8 +3,8 @@ async client send the same ``Call`` and read its answer with the same functions.
 
 from __future__ import annotations
 
-import math
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +16,7 @@ import orjson
 
 from ferry.client.errors import FerryError, error_from_answer
 from ferry.client.records import JobStatus, ResultLine, TaskResult
-from ferry.client.retrying import retry_after_s
+from ferry.client.retrying import retried_status, retry_after_s
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MAX_HOLD_S = 30  # the most the gateway holds a call (Prefer: wait, ?wait=)
@@ -40,6 +40,9 @@ class Call:
     headers: Mapping[str, str] = field(default_factory=dict)
     content: bytes | Path | None = None
     hold_s: float = 0.0
+    # Whether a try whose answer was lost may be made again: a submission (its key), a read or
+    # a cancel may; a job's retry may not (it would run the job's failed items once more).
+    idempotent: bool = True
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
@@ -90,25 +93,53 @@ def inference(payload: Payload | None, tensors: Tensors | None, asked: Inference
     headers = {"Content-Type": content_type,
                "Idempotency-Key": asked.idempotency_key or new_idempotency_key()}
     if asked.timeout is not None:
-        headers["X-Request-Timeout"] = f"{asked.timeout:g}"
+        headers["X-Request-Timeout"] = f"{asked.timeout:.15g}"
     if hold_s > 0:
-        headers["Prefer"] = f"wait={math.ceil(hold_s)}"
+        headers["Prefer"] = f"wait={round(hold_s, 3):g}"
     params = _query(model=asked.model, priority=asked.priority, client_id=asked.client_id,
                     version=None if asked.version is None else str(asked.version))
     return Call("POST", "/v1/inference", params, headers, content, hold_s)
 
 
-def hold_for(deadline: float | None, now: float) -> int:
+def hold_for(deadline: float | None, now: float, most_s: float = MAX_HOLD_S) -> float:
     """Seconds to ask the gateway to hold a call when the caller waits until ``deadline``
-    (monotonic; None: for as long as it takes)."""
+    (monotonic; None: for as long as it takes), at most ``most_s`` (the gateway's
+    ``FERRY_MAX_POLL_S``), to the millisecond."""
     if deadline is None:
-        return MAX_HOLD_S
-    return max(0, min(MAX_HOLD_S, math.ceil(deadline - now)))
+        return most_s
+    return max(0.0, round(min(most_s, deadline - now), 3))
 
 
-def result(task_id: str, hold_s: int = 0) -> Call:
+def result(task_id: str, hold_s: float = 0.0) -> Call:
     """``GET /v1/result/{id}``, held up to ``hold_s`` for the task to end."""
-    return Call("GET", f"/v1/result/{task_id}", _query(wait=hold_s or None), hold_s=hold_s)
+    return Call("GET", f"/v1/result/{task_id}",
+                _query(wait=f"{round(hold_s, 3):g}" if hold_s > 0 else None), hold_s=hold_s)
+
+
+_MOST_WAIT = re.compile(r"between 0 and ([0-9.]+) seconds")
+
+
+def most_wait_s(error: FerryError) -> float | None:
+    """The gateway's longest hold, as its ``invalid_wait`` refusal names it (None: another
+    error): a gateway whose ``FERRY_MAX_POLL_S`` is under the client's ``max_hold_s``."""
+    found = _MOST_WAIT.search(error.message) if error.code == "invalid_wait" else None
+    return float(found.group(1)) if found else None
+
+
+def retried_answer(status: int, call: Call) -> bool:
+    """Whether an answer is worth trying again: 429 (refused before anything was done), and
+    503 for a call that may be repeated (Ferry or a part of it away for a moment)."""
+    return status == 429 or (call.idempotent and retried_status(status))
+
+
+def retried_error(exc: httpx.TransportError, call: Call) -> bool:
+    """Whether a failed try is worth making again: a connection that could not be opened (the
+    request never left), or one that broke or timed out, for a call that may be repeated; never
+    the client's own mistake (a URL without a scheme, a malformed header)."""
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+        return True
+    return call.idempotent and isinstance(
+        exc, httpx.NetworkError | httpx.TimeoutException | httpx.RemoteProtocolError)
 
 
 def cancel(task_id: str) -> Call:
@@ -186,7 +217,9 @@ def cancel_job(job_id: str) -> Call:
 
 
 def retry_job(job_id: str) -> Call:
-    return Call("POST", f"/v1/jobs/{job_id}/retry")
+    """Not repeated once it may have reached the gateway: a second retry would run the job's
+    failed items again (429, a refusal before anything was done, is waited out)."""
+    return Call("POST", f"/v1/jobs/{job_id}/retry", idempotent=False)
 
 
 def final_results(job_id: str, file: str | None) -> Call:
@@ -236,9 +269,26 @@ def page(response: httpx.Response) -> Page:
     """The results route's answer, read."""
     if response.status_code != 200:
         raise error_of(response)
-    return Page(result_lines(response.content),
-                int(response.headers.get("ferry-next-cursor", "0")),
-                JobStatus(response.headers.get("ferry-job-status", "running")))
+    cursor, status = (response.headers.get("ferry-next-cursor"),
+                      response.headers.get("ferry-job-status"))
+    if cursor is None or status is None:  # a proxy that strips them: following would repeat
+        raise FerryError("the results answer lacks Ferry-Next-Cursor or Ferry-Job-Status (a "
+                         "proxy between the client and Ferry dropped them?)",
+                         code="missing_headers", status=response.status_code)
+    return Page(result_lines(response.content), int(cursor), JobStatus(status))
+
+
+def ended_results(response: httpx.Response) -> list[ResultLine]:
+    """An ended job's results route answer, read; raised for a job still running (its
+    answer then holds only what has ended so far, in the order it ended)."""
+    if response.status_code != 200:
+        raise error_of(response)
+    status = response.headers.get("ferry-job-status")
+    if status is not None and not JobStatus(status).final:
+        raise FerryError(f"the job is {status}: its final results come once it has ended "
+                         "(job_results follows it meanwhile)", code="job_not_ended",
+                         status=response.status_code)
+    return result_lines(response.content)
 
 
 def result_lines(content: bytes) -> list[ResultLine]:
