@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ferry.errors import ConfigError, RedisOutOfMemoryError
+from ferry.errors import ConfigError, RedisCommandError, RedisOutOfMemoryError
 from ferry.resp.client import Commands, Locate, RedisAddress, RespClient
 from ferry.resp.cluster import ClusterClient
 from ferry.resp.sentinel import Sentinels
@@ -129,6 +129,15 @@ def locator(settings: CommonSettings) -> Locate | None:
 def text(value: Any) -> str:
     """A Redis reply (bytes, as Ferry's clients return them) as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def ensure_group(redis: Commands, stream: str, group: str) -> None:
+    """Create ``group`` on ``stream`` (and the stream) from its start, unless it is there."""
+    try:
+        await redis.execute("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")
+    except RedisCommandError as exc:
+        if exc.code != "BUSYGROUP":
+            raise
 
 
 def field_map(fields: Any) -> dict[bytes, bytes]:

@@ -17,6 +17,8 @@ from ferry.client import Client, RetryPolicy, TaskStatus
 from ferry.client import errors as e
 from ferry.client.calls import Cursor, Follower, Inference, Page, inference, manifest_content
 from ferry.client.records import JobStatus, ResultLine
+from ferry.jobs.model import JobStatus as ServerJobStatus
+from ferry.tasks.record import Status
 
 FAST = RetryPolicy(attempts=5, deadline_s=10, base_delay_s=0.0, max_delay_s=0.0)
 RECORD = {"task_id": "a" * 32, "status": "SUCCESS", "model": "sim", "created_at": 1.0,
@@ -241,3 +243,12 @@ def test_a_running_jobs_final_results_are_refused_and_stripped_headers_said() ->
     with client_answering(stripped, []) as client, pytest.raises(e.FerryError) as lost:
         list(client.job_results("j" * 32))
     assert lost.value.code == "missing_headers"
+
+
+def test_the_clients_statuses_are_the_servers() -> None:
+    """The client keeps its own copies (it imports no server module): they must not drift."""
+    assert [s.value for s in TaskStatus] == [s.value for s in Status]
+    assert [s.value for s in JobStatus] == [s.value for s in ServerJobStatus]
+    assert {s.value for s in JobStatus if s.final} == {s.value for s in ServerJobStatus
+                                                        if s.final}
+    assert {s.value for s in TaskStatus if s.final} == {s.value for s in Status if s.final}

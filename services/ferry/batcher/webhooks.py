@@ -30,7 +30,7 @@ import orjson
 from ferry import keys, lua
 from ferry.backoff import backoff_delay
 from ferry.errors import RedisCommandError, RedisUnavailableError
-from ferry.redis_conn import field_map, text
+from ferry.redis_conn import ensure_group, field_map, text
 from ferry.resp.client import Commands
 from ferry.settings import BatcherSettings
 from ferry.telemetry.metrics import BatcherMetrics
@@ -102,12 +102,7 @@ class WebhookSender:
     async def _ensure_groups(self) -> None:
         """Create the consumer group on every webhook stream (and the stream) if missing."""
         for stream in self.streams:
-            try:
-                await self.redis.execute("XGROUP", "CREATE", stream, keys.WEBHOOK_GROUP, "0",
-                                         "MKSTREAM")
-            except RedisCommandError as exc:
-                if exc.code != "BUSYGROUP":
-                    raise
+            await ensure_group(self.redis, stream, keys.WEBHOOK_GROUP)
 
     async def stop(self) -> None:
         """Stop reading; cancel sends in progress (their entries stay pending, to be claimed)."""
@@ -161,11 +156,7 @@ class WebhookSender:
                 timeout_s=self.settings.redis_socket_timeout_s + BLOCK_MS / 1000)
         for stream, entries in reply or ():
             for entry_id, fields in entries:
-                await self._slots.acquire()
-                task = asyncio.create_task(self._send(text(stream), text(entry_id),
-                                                      field_map(fields)))
-                self._sending.add(task)
-                task.add_done_callback(self._sent)
+                await self._start_send(text(stream), entry_id, fields)
 
     async def _claim(self) -> None:
         """Take over webhooks another batcher left (it died while sending)."""
@@ -176,11 +167,14 @@ class WebhookSender:
                                                   CONCURRENCY)
             for entry_id, fields in reply[1]:
                 if fields:
-                    await self._slots.acquire()
-                    task = asyncio.create_task(self._send(stream, text(entry_id),
-                                                          field_map(fields)))
-                    self._sending.add(task)
-                    task.add_done_callback(self._sent)
+                    await self._start_send(stream, entry_id, fields)
+
+    async def _start_send(self, stream: str, entry_id: Any, fields: Any) -> None:
+        """Send an entry's webhook in a task of its own, once one of the slots is free."""
+        await self._slots.acquire()
+        task = asyncio.create_task(self._send(stream, text(entry_id), field_map(fields)))
+        self._sending.add(task)
+        task.add_done_callback(self._sent)
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._sending.discard(task)

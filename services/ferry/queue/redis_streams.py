@@ -23,7 +23,7 @@ from ferry.codec import EnvelopeError, decode_task
 from ferry.errors import RedisCommandError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
-from ferry.redis_conn import text
+from ferry.redis_conn import ensure_group, text
 from ferry.resp.client import Commands, Packed
 from ferry.resp.cluster import ClusterClient
 
@@ -195,12 +195,7 @@ class RedisStreamQueue:
     async def ensure_groups(self) -> None:
         """Create the consumer group on every owned stream (and the stream itself) if missing."""
         for stream in self.streams:
-            try:
-                await self.redis.execute("XGROUP", "CREATE", stream, keys.CONSUMER_GROUP, "0",
-                                         "MKSTREAM")
-            except RedisCommandError as exc:
-                if exc.code != "BUSYGROUP":
-                    raise
+            await ensure_group(self.redis, stream, keys.CONSUMER_GROUP)
 
     async def read(self, count: int, block_ms: int,
                    priorities: Sequence[Priority] = BY_URGENCY) -> list[Delivery]:

@@ -52,10 +52,14 @@ class Coalescer(Generic[I, R]):
         self._waiting.setdefault(group, []).append((item, future))
         return await future
 
-    async def _alone(self, group: Hashable, item: I) -> R:
+    def _count(self, items: int) -> None:
+        """One call sent, carrying ``items``."""
         self.calls += 1
-        self.items += 1
-        self.carried(1)
+        self.items += items
+        self.carried(items)
+
+    async def _alone(self, group: Hashable, item: I) -> R:
+        self._count(1)
         (reply,) = await self._send(group, [item])
         if isinstance(reply, Exception):
             raise reply
@@ -84,9 +88,7 @@ class Coalescer(Generic[I, R]):
         if not waiting:  # every caller gave up before the call left
             return
         try:
-            self.calls += 1
-            self.items += len(waiting)
-            self.carried(len(waiting))
+            self._count(len(waiting))
             replies = await self._send(group, [item for item, _ in waiting])
             for (_, future), reply in zip(waiting, replies, strict=True):
                 if future.done():
