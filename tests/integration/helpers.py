@@ -245,6 +245,22 @@ def batch_executions(triton_url: str, model: str) -> dict[int, int]:
     return counts
 
 
+async def settled_executions(triton_url: str, model: str, timeout_s: float = 5.0
+                             ) -> dict[int, int]:
+    """``batch_executions`` once Triton has counted what it was running: two reads 0.1 s apart
+    agree. Triton counts an execution as it finishes, which can be after its answer reached
+    Ferry, so a count read just after an earlier test's requests may still grow."""
+    counts = batch_executions(triton_url, model)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        again = batch_executions(triton_url, model)
+        if again == counts:
+            break
+        counts = again
+    return counts
+
+
 def executions_since(before: dict[int, int], after: dict[int, int]) -> dict[int, int]:
     return {size: n - before.get(size, 0) for size, n in after.items() if n > before.get(size, 0)}
 

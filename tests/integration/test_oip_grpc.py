@@ -27,6 +27,7 @@ from tests.integration.helpers import (
     Served,
     batch_executions,
     executions_since,
+    settled_executions,
     task_keys,
 )
 
@@ -151,7 +152,7 @@ def test_typed_contents_are_read_as_triton_reads_them(ferry: Served,
 
 async def test_the_aio_client_is_served_and_concurrent_requests_are_batched(
         ferry: Served, triton_server: TritonServer) -> None:
-    before = batch_executions(triton_server.grpc_url, "simple")
+    before = await settled_executions(triton_server.grpc_url, "simple")  # earlier tests' too
     async with triton_grpc_aio.InferenceServerClient(ferry.grpc) as client:
         results = await asyncio.gather(*(client.infer("simple",  # new inputs: none cached
                                                       simple_inputs(1, offset=100 + i))

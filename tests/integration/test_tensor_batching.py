@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     executions_since,
     gateway_settings,
     running_stack,
+    settled_executions,
 )
 
 pytestmark = [pytest.mark.integration]  # Triton's tensors: the Redis Cluster adds nothing
@@ -63,7 +64,7 @@ async def test_tensor_requests_travel_together_within_the_models_rows(
 ) -> None:
     url, rng = triton_server.grpc_url, np.random.default_rng(16)
     pairs = [(random_rows(rng, n), random_rows(rng, n)) for n in rng.integers(1, 4, 20)]
-    before = batch_executions(url, "simple")
+    before = await settled_executions(url, "simple")  # an earlier test's last ones counted
     async with running_stack(gateway_settings(redis_url, url), batcher_settings(
             redis_url, url, max_wait_ms=300, adaptive_flush=False)) as stack:
         results = await admit_all(stack, [simple_task(a, b) for a, b in pairs])
