@@ -25,7 +25,7 @@ import redis
 import tritonclient.grpc as triton_grpc
 
 from ferry import keys
-from ferry.batcher.budget import SharedBudget
+from ferry.batcher.budget import SharedBudget, Slot
 from ferry.batcher.worker import Batcher
 from ferry.redis_conn import lean
 from ferry.resp.client import Commands
@@ -194,25 +194,70 @@ async def hot(redis_url: str) -> AsyncIterator[Commands]:
     await client.close()
 
 
+async def slot_of(budget: SharedBudget, model: str, limits: dict[str, int]) -> Slot | None:
+    """The slot an ask takes (None: it waits in the queue)."""
+    return (await budget.take(model, limits)).slot
+
+
 async def test_a_freed_slot_goes_to_the_batcher_that_waited_longest(hot: Commands) -> None:
     model = f"budget-{time.monotonic_ns()}"
     limits = {"a": 1, "b": 1}
     x, y, z, w = (SharedBudget(hot, name, lease_ms=10_000) for name in "xyzw")
-    first, second = await x.take(model, limits), await y.take(model, limits)
+    first, second = await slot_of(x, model, limits), await slot_of(y, model, limits)
     assert first is not None and second is not None
     assert {first.endpoint, second.endpoint} == {"a", "b"}  # one batch on each server
-    assert await z.take(model, limits) is None  # every instance busy: z waits, first
+    assert await slot_of(z, model, limits) is None  # every instance busy: z waits, first
     await x.give(model, [first])
-    assert await w.take(model, limits) is None  # w came later: the slot is z's
-    taken = await z.take(model, limits)
+    assert await slot_of(w, model, limits) is None  # w came later: the slot is z's
+    taken = await slot_of(z, model, limits)
     assert taken is not None and taken.endpoint == first.endpoint
     await y.give(model, [second])
-    found = await w.take(model, limits)
+    found = await slot_of(w, model, limits)
     assert found is not None and found.endpoint == second.endpoint
     # A server's own instances bound it: with a's two, both go to a while b is full.
-    more = await x.take(model, {"a": 2, "b": 1})
+    more = await slot_of(x, model, {"a": 2, "b": 1})
     assert more is not None and more.endpoint == "a"
-    assert await y.take(model, {"a": 2, "b": 1}) is None
+    assert await slot_of(y, model, {"a": 2, "b": 1}) is None
+
+
+async def test_the_slot_that_frees_takes_the_other_waiters_work_along_once(
+    hot: Commands, redis_client: redis.Redis,
+) -> None:
+    """One queue for the fleet: batchers offer what they hold; the batcher that takes the next
+    slot takes the others' offers (high priority first, then oldest, up to its room), never its
+    own nor those of a batcher with a batch at Triton (that work waits for its own call); each
+    owner learns what went; an offer is taken once, and not after its owner left."""
+    model = f"budget-{time.monotonic_ns()}"
+    limits = {"a": 1, "b": 1}
+    x, y, z, busy, gone_away = (SharedBudget(hot, name, lease_ms=10_000)
+                                for name in ("x", "y", "z", "busy", "gone-away"))
+    held, kept = (await x.take(model, limits)).slot, (await busy.take(model, limits)).slot
+    assert held is not None and kept is not None
+    assert await busy.offer(model, [("s|9-0", 1.0)]) == []  # first in the set, but busy
+    waits = await y.take(model, limits, [("s|1-0", 20.0), ("s|2-0", 10.0)], room=8)
+    assert waits.slot is None and waits.gone == []
+    assert (await z.take(model, limits, [("s|3-0", 30.0), ("s|4-0", 5.0), ("s|5-0", 40.0)],
+                         room=8)).slot is None
+    assert (await gone_away.take(model, limits, [("s|6-0", 2.0)], room=8)).slot is None
+    await gone_away.give(model, (), leave=True)  # its offers leave with it
+    await x.give(model, [held])
+    taken = await y.take(model, limits, room=2)  # y waited longest: the slot is y's
+    assert taken.slot is not None
+    assert taken.riders == [("z", "s", "4-0"), ("z", "s", "3-0")]  # z's first two only
+    offers = redis_client.zrange(keys.budget_key(model, "offers"), 0, -1)
+    assert offers == [b"busy|s|9-0", b"z|s|5-0"]  # y's own went with its slot
+    told = await z.take(model, limits)
+    assert told.slot is None and sorted(told.gone) == ["s|3-0", "s|4-0"]
+    assert (await z.take(model, limits)).gone == []  # told once
+    await y.give(model, [taken.slot])
+    last = await z.take(model, limits, room=8)
+    assert last.slot is not None and last.riders == []  # its own stays its own; busy's waits
+    # A batcher whose batch is done and that waits gives its slot back and takes it on at once,
+    # ahead of the queue, with the others' offers: busy's own is withdrawn with the grant.
+    assert (await y.take(model, limits, [("s|8-0", 3.0)], room=8)).slot is None
+    again = await busy.take(model, limits, room=8, giving=[kept])
+    assert again.slot is not None and again.riders == [("y", "s", "8-0")]
+    assert redis_client.zrange(keys.budget_key(model, "offers"), 0, -1) == []
 
 
 async def test_a_slot_lapses_unless_renewed_and_a_silent_waiter_leaves(
@@ -221,23 +266,23 @@ async def test_a_slot_lapses_unless_renewed_and_a_silent_waiter_leaves(
     model = f"budget-{time.monotonic_ns()}"
     dying = SharedBudget(hot, "dying", lease_ms=300)
     living = SharedBudget(hot, "living", lease_ms=300)
-    lost = await dying.take(model, {"a": 1})
-    kept = await living.take(model, {"b": 1})
+    lost = await slot_of(dying, model, {"a": 1})
+    kept = await slot_of(living, model, {"b": 1})
     assert lost is not None and kept is not None
     other = SharedBudget(hot, "other", lease_ms=300, patience_ms=300)
-    assert await other.take(model, {"a": 1}) is None  # a is taken: other waits
+    assert await slot_of(other, model, {"a": 1}) is None  # a is taken: other waits
     for _ in range(4):  # the living renew; the dying do not
         await asyncio.sleep(0.15)
         assert await living.renew(model, [kept]) == 1
     assert redis_client.zscore(keys.budget_key(model, "slots"), kept.member) is not None
-    taken = await other.take(model, {"a": 1})  # the dead batcher's slot lapsed
+    taken = await slot_of(other, model, {"a": 1})  # the dead batcher's slot lapsed
     assert taken is not None and taken.endpoint == "a"
     quiet = SharedBudget(hot, "quiet", lease_ms=300, patience_ms=300)
-    assert await quiet.take(model, {"a": 1}) is None  # waits, then asks no more
+    assert await slot_of(quiet, model, {"a": 1}) is None  # waits, then asks no more
     await asyncio.sleep(0.4)
     await other.give(model, [taken])
     late = SharedBudget(hot, "late", lease_ms=300, patience_ms=300)
-    assert await late.take(model, {"a": 1}) is not None  # quiet left the queue: late's turn
+    assert await slot_of(late, model, {"a": 1}) is not None  # quiet left the queue: late's turn
 
 
 # -- the fleet on real servers ------------------------------------------------------------------
@@ -266,6 +311,34 @@ async def test_batchers_share_the_servers_instances_and_never_exceed_them(
         assert calls > 0, f"server {name} took no work"
         # A batch behind another at Triton waits a whole call (50 ms or more); none did.
         assert queued_ns < 0.1 * compute_ns, (name, calls, queued_ns, compute_ns)
+
+
+def inferences(server: Server) -> int:
+    """Triton's own count of ``fleet``'s requests inferred (rows), on ``server``."""
+    with triton_grpc.InferenceServerClient(server.url) as client:
+        stats = client.get_inference_statistics(MODEL, as_json=True)
+    return int(stats["model_stats"][0].get("inference_count", 0))
+
+
+async def test_one_queue_tasks_ride_the_slot_another_batcher_takes_and_run_once(
+    redis_url: str, fleet: tuple[Path, list[Server]],
+) -> None:
+    """Four batchers on one instance: what a batcher holds while another's batch is at Triton
+    rides the next slot taken, whoever takes it (one queue for the fleet, not four), and each
+    task runs once (Triton inferred as many rows as there were tasks) and is answered."""
+    _, servers = fleet
+    a = servers[0]
+    rows_before = inferences(a)
+    async with fleet_stack(redis_url, [a], 4) as (stack, concurrency):
+        ids = await load(stack, 120, 40.0, "riders")
+        results = await stack.results(ids, wait=30)
+        riders = sum(b.parts.metrics.budget_riders.labels(MODEL)._value.get()
+                     for b in stack.batchers)
+    assert statuses(results) == {"SUCCESS": len(ids)}
+    assert concurrency.most == {a.url: 1}
+    assert riders > 0, "no task rode another batcher's slot"
+    assert await wait_until(lambda: inferences(a) - rows_before == len(ids), 5), \
+        f"{inferences(a) - rows_before} rows inferred for {len(ids)} tasks"
 
 
 async def test_a_server_added_under_load_takes_work_within_seconds(

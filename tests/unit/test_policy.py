@@ -354,6 +354,15 @@ def test_at_light_load_a_freed_slot_still_waits_for_a_passenger_worth_it() -> No
     assert plan.wake_in == pytest.approx(0.0025)
 
 
+def test_a_slot_taken_from_the_fleets_budget_takes_the_queue_whatever_its_size_or_load() -> None:
+    # The handful and the light load above wait for company on a slot of their own; a slot of
+    # the fleet's shared budget, taken for them, leaves at once: its batch is the fleet's queue.
+    for backend in (Backend(1, 600.0, 0.040, 0.001, freed=True, taken=True),
+                    Backend(1, 400.0, 0.004, freed=True, taken=True)):
+        plan = ADAPT.plan([queue("m", 5, oldest=5.0)], now=5.0, backends={"m": backend})
+        assert plan.flush == (leave("m", 5, Reason.FREED),)
+
+
 def test_with_the_adaptive_flush_off_a_freed_slot_keeps_the_classic_rule() -> None:
     plan = POLICY.plan([queue("m", 2, oldest=5.0)], now=5.001,
                        backends={"m": Backend(1, 600.0, 0.040, 0.001, freed=True)})

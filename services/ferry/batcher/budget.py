@@ -7,8 +7,16 @@ With several, in Redis (``shared``): a batch leaves only with a slot taken from 
 budget (``lua/budget_take.lua``), on the server the slot names; a batcher that finds none free
 waits in the model's queue, first come first served, and takes the next slot that frees (a
 message on ``keys.BUDGET_CHANNEL`` tells it, and it asks again at least every
-``ASK_EVERY_S``). Its batch then holds everything that boarded meanwhile: two batchers sharing
-one instance send batches as large as one queue in front of it would.
+``ASK_EVERY_S``).
+
+One queue for the fleet: a batcher that waits offers the tasks it holds for the model, and the
+batcher that takes the next slot takes them with it, as riders (``Boarding``: they move to it in
+Redis, ``RedisStreamQueue.take_riders``, and board its batch). So the batch that leaves holds
+everything that boarded anywhere meanwhile, the batch one queue in front of the pool would make,
+and no task waits for another batcher's call as well as for its own: with four batchers on one
+instance a task waits for one call, not four. An offer is taken by one batcher at most, and
+never once its owner has a slot (the same script decides both); the owner drops what was taken
+from it at its next call, which the budget channel makes at once.
 
 A slot lapses a lease after it was taken unless renewed (every fifth of a lease, with the
 batcher's own heartbeat): a batcher that dies frees its slots within a lease, as its tasks are
@@ -20,19 +28,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 import random
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ferry import keys, lua
 from ferry.errors import RedisUnavailableError
 from ferry.resp.client import Commands
 
 log = logging.getLogger(__name__)
+batches_log = logging.getLogger("ferry.batches")  # a line per slot taken, at DEBUG
 ASK_EVERY_S = 0.1  # a waiting batcher asks again this often, even with no message
+OFFER_EVERY_S = 0.005  # what boards is offered at most this often (a call per boarding is
+# a Redis call per task; what boards in the last few ms before a slot frees rides the next)
 PATIENCE_MS = 1000  # a waiter that has not asked for this long leaves the queue
 MODES = ("auto", "shared", "local")
 
@@ -41,6 +54,8 @@ class TakeKeys(NamedTuple):
     slots: str
     queue: str
     seen: str
+    offers: str
+    taken: str
 
 
 class TakeArgs(NamedTuple):
@@ -48,11 +63,29 @@ class TakeArgs(NamedTuple):
     token: str
     lease_ms: int
     patience_ms: int
+    room: int  # riders wanted, should a slot be taken
+    model: str
 
 
 class TakeItem(NamedTuple):
-    endpoint: str
-    limit: int
+    kind: str  # 's': a server (name: endpoint, value: its instances); 'o': an offer of this
+    name: str  # batcher's (name: "stream|entry id", value: its place in the set)
+    value: int | float
+
+
+class OfferKeys(NamedTuple):
+    offers: str
+    taken: str
+
+
+class OfferArgs(NamedTuple):
+    consumer: str
+    lease_ms: int
+
+
+class OfferItem(NamedTuple):
+    member: str  # "stream|entry id"
+    place: float  # its place in the set: high priority first, then oldest first
 
 
 class GiveArgs(NamedTuple):
@@ -74,17 +107,50 @@ class SlotItem(NamedTuple):
 
 
 TAKE = lua.ScriptSpec("ferry.batcher", "budget_take", TakeKeys._fields, TakeArgs._fields,
-                      item=TakeItem._fields)
+                      item=TakeItem._fields, fragments=("budget_withdraw",),
+                      constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
+OFFER = lua.ScriptSpec("ferry.batcher", "budget_offer", OfferKeys._fields, OfferArgs._fields,
+                       item=OfferItem._fields)
 GIVE = lua.ScriptSpec("ferry.batcher", "budget_give", TakeKeys._fields, GiveArgs._fields,
-                      item=SlotItem._fields,
+                      item=SlotItem._fields, fragments=("budget_withdraw",),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
 RENEW = lua.ScriptSpec("ferry.batcher", "budget_renew", RenewKeys._fields, RenewArgs._fields,
                        item=SlotItem._fields)
 
 
 def _keys(model: str) -> TakeKeys:
-    return TakeKeys(keys.budget_key(model, "slots"), keys.budget_key(model, "queue"),
-                    keys.budget_key(model, "seen"))
+    return TakeKeys(*(keys.budget_key(model, part) for part in TakeKeys._fields))
+
+
+class Taken(NamedTuple):
+    """What an ask for a slot got: the slot (None: it waits in the queue), the offers of this
+    batcher's that others took ("stream|entry id" each), and the riders its slot takes along
+    (owner, stream, entry id)."""
+
+    slot: Slot | None
+    gone: list[str]
+    riders: list[tuple[str, str, str]]
+
+
+class Boarding(Protocol):
+    """The batcher's boarded work, as its budget offers and takes it."""
+
+    def offers(self, model: str) -> list[tuple[str, float]]:
+        """The model's boarded tasks that may ride another batcher's batch: ("stream|entry
+        id", place), high priority first, then oldest first."""
+        ...
+
+    def room(self, model: str) -> int:
+        """How many riders a batch of the model could take, beside what has boarded here."""
+        ...
+
+    def gone(self, model: str, members: set[str]) -> None:
+        """Another batcher took these boarded tasks: they are no longer held here."""
+        ...
+
+    async def riders(self, model: str, riders: list[tuple[str, str, str]]) -> None:
+        """Move the riders (owner, stream, entry id) here and board them."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +168,14 @@ class Slot:
 
 
 LOCAL = Slot("")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _running(desk: _Desk) -> bool:
+    return desk.task is not None and not desk.task.done()
 
 
 def capped(limits: dict[str, int], cap: int) -> dict[str, int]:
@@ -124,21 +198,40 @@ class SharedBudget:
         self.patience_ms = patience_ms
         self._take = hot.register_script(lua.source(TAKE))
         self._give = hot.register_script(lua.source(GIVE))
+        self._offer = hot.register_script(lua.source(OFFER))
         self._renew = hot.register_script(lua.source(RENEW))
 
-    async def take(self, model: str, limits: Mapping[str, int]) -> Slot | None:
-        """A slot of ``model`` on one of ``limits``' servers (each with its instances), or
-        None: this batcher waits in the model's queue."""
-        token = secrets.token_hex(6)
+    async def take(self, model: str, limits: Mapping[str, int],
+                   offers: Iterable[tuple[str, float]] = (), room: int = 0,
+                   giving: Iterable[Slot] = ()) -> Taken:
+        """A slot of ``model`` on one of ``limits``' servers (each with its instances), with up
+        to ``room`` of the other waiters' offers as riders; or none: this batcher waits in the
+        model's queue, offering ``offers`` (its tasks, "stream|entry id" and place). The slots
+        ``giving`` are given back first (its batches are done)."""
+        token = f"{self.consumer}.{secrets.token_hex(6)}"  # whose slot it is, for riders
         servers = list(limits.items())
         random.shuffle(servers)  # of those with the most room, the script takes the first
         reply: Any = await self.hot.execute(*self._take.command(
-            _keys(model), [*TakeArgs(self.consumer, token, self.lease_ms, self.patience_ms),
-                           *lua.items(TakeItem(e, n) for e, n in servers)]))
+            _keys(model),
+            [*TakeArgs(self.consumer, token, self.lease_ms, self.patience_ms, room, model),
+             *lua.items(TakeItem("s", e, n) for e, n in servers),
+             *lua.items(TakeItem("o", member, place) for member, place in offers),
+             *lua.items(TakeItem("g", slot.member, 0) for slot in giving)]))
+        gone = [_text(member) for member in reply[2]]
         if int(reply[0]) != 1:
-            return None
-        endpoint = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        return Slot(model, endpoint, token)
+            return Taken(None, gone, [])
+        riders = [(owner, stream, entry_id) for owner, stream, entry_id in (
+            _text(member).split("|", 2) for member in reply[3])]
+        return Taken(Slot(model, _text(reply[1]), token), gone, riders)
+
+    async def offer(self, model: str, offers: Iterable[tuple[str, float]]) -> list[str]:
+        """Offer tasks this batcher holds ("stream|entry id", place) to ``model``'s queue;
+        the offers of its that others took since it last asked."""
+        reply: Any = await self.hot.execute(*self._offer.command(
+            OfferKeys(*(keys.budget_key(model, part) for part in OfferKeys._fields)),
+            [*OfferArgs(self.consumer, self.lease_ms),
+                           *lua.items(OfferItem(m, p) for m, p in offers)]))
+        return [_text(member) for member in reply]
 
     async def give(self, model: str, slots: Iterable[Slot], *, leave: bool = False) -> None:
         """Give ``model``'s slots back (telling its waiters); with ``leave``, leave its queue."""
@@ -157,12 +250,19 @@ class SharedBudget:
 
 
 @dataclass
-class _Asking:
-    """A model's ask for a shared slot: the task that asks, and the bell that wakes it."""
+class _Desk:
+    """A model's dealings with the shared budget: the task that asks for slots and offers the
+    model's tasks, the bell that wakes it, and what it has offered."""
 
     bell: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    since: float = 0.0
+    since: float = 0.0  # when it began to want a slot
+    wants: bool = False  # a batch waits for a slot
+    told: bool = False  # the budget channel spoke of the model: others may have taken offers
+    queued: bool = False  # its last ask left it in the queue
+    last: float = -math.inf  # when it last asked or offered
+    giving: list[Slot] = field(default_factory=list)  # done: given back with its next ask
+    offered: set[str] = field(default_factory=set)  # "stream|entry id" offered, not taken
 
 
 class Budget:
@@ -172,8 +272,10 @@ class Budget:
     def __init__(self, shared: SharedBudget | None, *, mode: str = "auto",
                  limits: Callable[[str], Mapping[str, int]],
                  wake: Callable[[], None], clock: Callable[[], float],
-                 waited: Callable[[str, float], None] = lambda model, seconds: None) -> None:
+                 waited: Callable[[str, float], None] = lambda model, seconds: None,
+                 boarding: Boarding | None = None) -> None:
         self.shared_budget = shared
+        self.boarding = boarding  # None: this batcher's tasks wait for its own slots
         self.mode = mode if shared is not None else "local"
         self.limits = limits
         self.wake = wake
@@ -183,7 +285,7 @@ class Budget:
         self._shared_until = 0.0  # auto: shared until then since others were last seen
         self.granted: dict[str, list[Slot]] = {}  # taken, for the model's next batch
         self.held: set[Slot] = set()  # in use by batches at Triton
-        self._asking: dict[str, _Asking] = {}
+        self._desks: dict[str, _Desk] = {}
         self._giving: set[asyncio.Task[None]] = set()
 
     @property
@@ -191,6 +293,12 @@ class Budget:
         """Whether slots come from Redis now."""
         return self.mode == "shared" or (self.mode == "auto" and (
             self.live > 1 or self.clock() < self._shared_until))
+
+    @property
+    def fleet(self) -> int:
+        """Batchers whose work one slot's batch may carry: the live ones while the budget is
+        shared with riders, else this one."""
+        return max(1, self.live) if self.shared and self.boarding is not None else 1
 
     def saw(self, live: int, hold_s: float) -> None:
         """``live`` batchers hold a lease now. Auto: shared at once when others are seen, and
@@ -201,8 +309,9 @@ class Budget:
             self._shared_until = self.clock() + hold_s
 
     def asking(self, model: str) -> bool:
-        ask = self._asking.get(model)
-        return ask is not None and ask.task is not None and not ask.task.done()
+        """Whether a batch of the model waits for a slot of the shared budget."""
+        desk = self._desks.get(model)
+        return desk is not None and desk.wants and _running(desk)
 
     def free(self, model: str) -> int:
         """Slots taken for the model's next batches."""
@@ -222,43 +331,146 @@ class Budget:
 
     def ask(self, model: str, wanted: Callable[[], bool]) -> None:
         """Ask for a slot of ``model`` until one is taken or ``wanted`` says no more."""
-        if self.asking(model) or self.free(model):
+        if self.free(model):
             return
-        ask = self._asking.setdefault(model, _Asking())
-        ask.since = self.clock()
-        ask.task = asyncio.get_running_loop().create_task(self._ask(model, wanted, ask),
-                                                          name=f"ferry-budget-{model}")
+        desk = self._desk(model, wanted)
+        if not desk.wants:
+            desk.wants, desk.since = True, self.clock()
+            desk.bell.set()
 
-    async def _ask(self, model: str, wanted: Callable[[], bool], ask: _Asking) -> None:
+    def tend(self, models: Iterable[str], holds: Callable[[str], bool]) -> None:
+        """Offer what boarded since the last offer of each of ``models`` (those with work
+        boarded here), and let every model's desk see whether its work is gone (``holds``: a
+        model has work boarded). Only while the budget is shared with other batchers; no
+        Redis call when nothing boarded."""
+        if self.fleet <= 1:
+            return
+        for model in {*models, *(m for m, desk in self._desks.items() if _running(desk))}:
+            self._desk(model, functools.partial(holds, model)).bell.set()
+
+    def _desk(self, model: str, wanted: Callable[[], bool]) -> _Desk:
+        desk = self._desks.setdefault(model, _Desk())
+        if not _running(desk):
+            desk.wants = desk.told = desk.queued = False
+            desk.task = asyncio.get_running_loop().create_task(
+                self._deal(model, wanted, desk), name=f"ferry-budget-{model}")
+        return desk
+
+    def _fresh(self, model: str, desk: _Desk) -> list[tuple[str, float]]:
+        """The model's boarded tasks not offered yet."""
+        if self.boarding is None:
+            return []
+        return [offer for offer in self.boarding.offers(model) if offer[0] not in desk.offered]
+
+    async def _deal(self, model: str, wanted: Callable[[], bool], desk: _Desk) -> None:
+        """While the model has work here: ask for a slot when a batch waits for one, offer
+        what boards meanwhile, drop what others took. One task per model, so that an offer
+        never crosses the ask that takes its tasks (a grant takes its own offers off)."""
         assert self.shared_budget is not None
         while wanted() and self.shared:
-            ask.bell.clear()
-            try:
-                slot = await self.shared_budget.take(model, self.limits(model))
-            except RedisUnavailableError as exc:
-                log.warning("asking for a slot of %s failed: %s", model, exc)
-                slot = None
-            if slot is not None:
-                self.granted.setdefault(model, []).append(slot)
-                self.waited(model, self.clock() - ask.since)
-                self.wake()
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ask.bell.wait(), ASK_EVERY_S)
-        if self.shared:  # no more work for it: leave the queue, or the others wait for us
-            self._spawn(self.shared_budget.give(model, (), leave=True))
+            desk.bell.clear()
+            wait_s: float | None = None
+            if not self.granted.get(model):  # else a batch is about to use the slot
+                try:
+                    wait_s = await self._call(model, desk)
+                except RedisUnavailableError as exc:
+                    log.warning("the shared budget of %s is out of reach: %s", model, exc)
+                    wait_s = ASK_EVERY_S
+            if not desk.bell.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(desk.bell.wait(), wait_s)
+        if desk.giving or (self.shared and (desk.queued or desk.offered)):
+            self._spawn(self.shared_budget.give(model, desk.giving, leave=True))
+        desk.queued, desk.offered, desk.giving = False, set(), []
         self.wake()
 
+    async def _call(self, model: str, desk: _Desk) -> float | None:
+        """Ask or offer, as the model's work here needs, if it is time to; how long to wait for
+        the bell. A waiter asks again at once when told (a slot freed somewhere), with fresh
+        offers at most every ``OFFER_EVERY_S``, else every ``ASK_EVERY_S``; what boards while
+        it does not wait is offered at most as often."""
+        assert self.shared_budget is not None
+        # With a batch of the model at Triton, what boards here waits for that call (another
+        # batcher's slot would not take it: ``budget_take``); offered once it is done.
+        busy = any(slot.model == model for slot in self.held)
+        fresh = [] if busy else self._fresh(model, desk)
+        if not (desk.wants or fresh or desk.told or desk.giving):
+            return None
+        if not desk.told and not desk.giving and (desk.queued or not desk.wants):
+            due = desk.last + (OFFER_EVERY_S if fresh else ASK_EVERY_S)
+            if self.clock() < due:
+                return due - self.clock()
+        desk.told, desk.last = False, self.clock()
+        if not desk.wants:
+            self._gone(model, desk, await self.shared_budget.offer(model, fresh))
+            desk.offered.update(member for member, _ in fresh)
+            return None
+        return await self._ask_now(model, desk, fresh)
+
+    async def _ask_now(self, model: str, desk: _Desk, fresh: list[tuple[str, float]]
+                       ) -> float | None:
+        """Ask for a slot (giving back the slots of batches done): granted, with its riders
+        aboard, or in the queue with ``fresh`` offered."""
+        assert self.shared_budget is not None
+        room = self.boarding.room(model) if self.boarding is not None else 0
+        giving, desk.giving = desk.giving, []
+        try:
+            taken = await self.shared_budget.take(model, self.limits(model), fresh, room,
+                                                  giving)
+        except RedisUnavailableError:
+            self._spawn(self.shared_budget.give(model, giving))  # or they lapse in a lease
+            raise
+        self._gone(model, desk, taken.gone)
+        if taken.slot is None:
+            desk.queued = True
+            desk.offered.update(member for member, _ in fresh)
+            return ASK_EVERY_S
+        desk.wants = desk.queued = False
+        desk.offered = set()  # its own offers went off the set with the grant
+        if taken.riders and self.boarding is not None:
+            await self._riders(model, taken.riders)
+        self.granted.setdefault(model, []).append(taken.slot)
+        self.waited(model, self.clock() - desk.since)
+        if batches_log.isEnabledFor(logging.DEBUG):
+            batches_log.debug("slot at=%.4f model=%s endpoint=%s riders=%d waited_ms=%.1f",
+                              self.clock(), model, taken.slot.endpoint, len(taken.riders),
+                              (self.clock() - desk.since) * 1000)
+        self.wake()
+        return None
+
+    def _gone(self, model: str, desk: _Desk, gone: list[str]) -> None:
+        """Others took these offers: they ride elsewhere, and are no longer held here."""
+        if gone:
+            desk.offered -= set(gone)
+            if self.boarding is not None:
+                self.boarding.gone(model, set(gone))
+
+    async def _riders(self, model: str, riders: list[tuple[str, str, str]]) -> None:
+        assert self.boarding is not None
+        try:
+            await self.boarding.riders(model, riders)
+        except RedisUnavailableError as exc:  # still their owner's in Redis: reclaimed later
+            log.warning("taking %d rider(s) of %s failed: %s", len(riders), model, exc)
+
     def ring(self, model: bytes) -> None:
-        """A slot of ``model`` freed somewhere (the budget channel): ask again now."""
-        ask = self._asking.get(model.decode(errors="replace"))
-        if ask is not None:
-            ask.bell.set()
+        """A slot of ``model`` freed somewhere, or another batcher took offers (the budget
+        channel): ask again now, or learn what was taken."""
+        desk = self._desks.get(model.decode(errors="replace"))
+        if desk is not None and _running(desk):
+            desk.told = True
+            desk.bell.set()
 
     def give(self, slot: Slot) -> None:
-        """A batch's slot is free (its call is done at Triton)."""
+        """A batch's slot is free (its call is done at Triton): back to the shared budget, in
+        the model's next ask when one is waiting (one call, and the slot may stay here)."""
         self.held.discard(slot)
-        if slot.token and self.shared_budget is not None:
+        if not slot.token or self.shared_budget is None:
+            return
+        desk = self._desks.get(slot.model)
+        if desk is not None and desk.wants and _running(desk):
+            desk.giving.append(slot)
+            desk.bell.set()
+        else:
             self._spawn(self.shared_budget.give(slot.model, [slot]))
 
     def unused(self, models: Iterable[str]) -> None:
@@ -298,11 +510,11 @@ class Budget:
     async def close(self) -> None:
         """Stop asking (leaving the queues: a waiter gone would keep others waiting for up to
         ``PATIENCE_MS``); give back every slot taken and not used."""
-        for model, ask in self._asking.items():
-            if ask.task is not None and not ask.task.done():
-                ask.task.cancel()
+        for model, desk in self._desks.items():
+            if desk.task is not None and not desk.task.done():
+                desk.task.cancel()
                 if self.shared_budget is not None:
-                    self._spawn(self.shared_budget.give(model, (), leave=True))
+                    self._spawn(self.shared_budget.give(model, desk.giving, leave=True))
         self.unused(list(self.granted))
         if self._giving:
             await asyncio.wait(list(self._giving), timeout=1.0)

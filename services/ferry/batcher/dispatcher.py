@@ -17,6 +17,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Mapping
 
 from ferry.batcher.budget import Budget, Slot
 from ferry.batcher.executor import BatchExecutor, Desk, Outcome, Timing
@@ -26,7 +27,7 @@ from ferry.batcher.shared import Shared, wait
 from ferry.queue.base import Delivery
 from ferry.rules import fate, readahead
 from ferry.rules.breaker import CircuitBreaker
-from ferry.rules.policy import BatchPolicy, Departure, Lane, Reason
+from ferry.rules.policy import Backend, BatchPolicy, Departure, Lane, Reason
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
 from ferry.tasks.record import Status
@@ -76,10 +77,12 @@ class Dispatcher:
             draining = self.shared.stopping.is_set()
             now = self.clock()
             holding = self.gate.holding()  # Triton is down: hold boarded work until it is back
+            backends = self.models.backends(now, holding, self.budget)
             plan = self.policy.plan(self._buffer.views(self.models.lane_capacity), now,
-                                    self.models.backends(now, holding, self.budget),
-                                    draining=draining)
+                                    backends, draining=draining)
             self._depart(plan.flush)
+            if self.budget.fleet > 1:
+                self._queue_up(backends)
             self.metrics.buffered.set(len(self._buffer))
             if draining and (not self._buffer or holding) and self.shared.feeders_done():
                 return  # what is still held when Triton is down is handed back by stop()
@@ -103,6 +106,18 @@ class Dispatcher:
                         departure.reason, slot)
         if self.budget.granted:
             self.budget.unused([m for m, taken in self.budget.granted.items() if taken])
+
+    def _queue_up(self, backends: Mapping[str, Backend]) -> None:
+        """With the budget shared with other batchers: offer what boarded here to the fleet's
+        one queue, and, under load, wait in it for the next slot that frees anywhere, as a
+        free instance takes everything queued at Triton (that slot's batch leaves at once)."""
+        models = {lane.model for lane in self._buffer.lanes()}
+        for model in models:
+            backend = backends.get(model)
+            if backend is not None and not self.budget.free(model) and self.policy.loaded(
+                    self.models.lane_capacity(Lane(model)), backend):
+                self.budget.ask(model, functools.partial(self._buffer.holds, model))
+        self.budget.tend(models, self._buffer.holds)
 
     def launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason,
                slot: Slot | None = None) -> None:
@@ -144,7 +159,7 @@ class Dispatcher:
         only under load (``BatchPolicy.loaded``), where an idle instance costs capacity; at
         light load the read ahead would be a read more per batch for nothing."""
         expected = state.cost.time_at(size)
-        backend = state.backend(now, holding=False)
+        backend = state.backend(now, holding=False, fleet=self.budget.fleet)
         if expected > 0 and self.policy.loaded(self.models.lane_capacity(lane), backend):
             self.shared.ends[task] = now + expected
 

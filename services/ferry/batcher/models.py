@@ -87,21 +87,25 @@ class ModelState:
             breaker = self.breakers[version] = self.new_breaker()
         return breaker
 
-    def backend(self, now: float, holding: bool, shared: tuple[int, bool] | None = None
-                ) -> Backend:
+    def backend(self, now: float, holding: bool, shared: tuple[int, bool] | None = None,
+                fleet: int = 1) -> Backend:
         """What the policy plans the model with. With a shared budget (``shared``: the slots
         taken for its next batches, and whether an ask for one is under way), a slot taken
         is free and freed (what waited for it leaves at once: the pool is busy); with none
-        taken and none asked for, one may be asked for (the policy's departure asks)."""
+        taken and none asked for, one may be asked for (the policy's departure asks). Its
+        ``fleet`` batchers share the budget's one queue (``batcher.riders``): the model's
+        arrivals are theirs, each reading its share of the partitions (the slots, and the
+        company a batch waits for, are the fleet's)."""
         free = 0 if holding else max(0, self.slots - self.inflight)
-        freed = self.freed
+        freed, taken = self.freed, False
         if shared is not None and not holding:
             granted, asking = shared
-            free = granted if granted or asking else min(free, 1)
-            freed = freed or granted > 0
-        return Backend(free=free, rate=self.rate.at(now), fixed_s=self.cost.fixed_s,
+            free = granted if granted or asking else 1  # the budget bounds the fleet's
+            taken = granted > 0
+            freed = freed or taken
+        return Backend(free=free, rate=self.rate.at(now) * fleet, fixed_s=self.cost.fixed_s,
                        per_item_s=self.cost.per_item_s, slots=self.slots,
-                       late_s=self.cost.late_s, freed=freed)
+                       late_s=self.cost.late_s, freed=freed, taken=taken and fleet > 1)
 
 
 class ModelBook:
@@ -182,8 +186,8 @@ class ModelBook:
         it is shared), arrival rate and fixed cost."""
         if budget is None or not budget.shared:
             return {name: m.backend(now, holding) for name, m in self.states.items()}
-        return {name: m.backend(now, holding, (budget.free(name), budget.asking(name)))
-                for name, m in self.states.items()}
+        return {name: m.backend(now, holding, (budget.free(name), budget.asking(name)),
+                                budget.fleet) for name, m in self.states.items()}
 
     def lane_capacity(self, lane: Lane) -> int:
         """Suspects go one at a time; a model's lane takes what the model takes."""

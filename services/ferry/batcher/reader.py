@@ -324,8 +324,11 @@ class Reader:
         self.metrics.reclaimed.inc(len(fresh))
         await self.board(fresh)
 
-    async def board(self, deliveries: Sequence[Delivery]) -> None:
-        """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once."""
+    async def board(self, deliveries: Sequence[Delivery], *, riders: bool = False) -> None:
+        """Put readable tasks in the buffer; settle unreadable or over-delivered ones at once.
+        ``riders``: tasks another batcher read, and counted in its arrival rates: not counted
+        here, and boarded as of when they were enqueued (not now: they are no newcomers that
+        the adaptive flush would wait for company behind)."""
         now, now_ms = self.clock(), int(time.time() * 1000)
         rejected: list[Outcome] = []
         arrivals: dict[str, int] = {}
@@ -341,10 +344,14 @@ class Reader:
             if lane.signature:
                 tensor_models.add(lane.model)
             held.add(delivery.key)
-            buffer.add(lane, delivery, now, self._due(delivery, now, now_ms))
+            arrived = now
+            if riders and delivery.task is not None:
+                arrived = now - max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
+            buffer.add(lane, delivery, arrived, self._due(delivery, now, now_ms))
         for model, count in arrivals.items():
             state = await self.models.refresh(model, tensors=model in tensor_models)
-            state.rate.add(now, count)
+            if not riders:
+                state.rate.add(now, count)
         if rejected:
             await self.executor.settle(rejected)
         self.metrics.buffered.set(len(buffer))

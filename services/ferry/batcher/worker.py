@@ -29,6 +29,7 @@ from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.reader import Reader
 from ferry.batcher.reporter import Reporter
+from ferry.batcher.riders import FleetBoarding
 from ferry.batcher.served import StatisticsDesk
 from ferry.batcher.shared import Rounds, Shared
 from ferry.batcher.versions import VersionDesk
@@ -62,7 +63,7 @@ class Batcher:
         self._models = ModelBook(settings, parts.backend, parts.metrics)
         policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
                              adaptive=settings.adaptive_flush, aging_s=settings.priority_aging_s)
-        self._budget = self._make_budget(parts, timing)
+        self._budget = self._make_budget(parts, timing, policy)
         self._versions = VersionDesk(settings, parts.hot, parts.store, self.partitions,
                                      parts.metrics)
         self._statistics = StatisticsDesk(parts.hot, self._versions)
@@ -87,9 +88,10 @@ class Batcher:
         self._metrics_server: StatusServer | None = None
         self._stopped = False
 
-    def _make_budget(self, parts: BatcherParts, timing: Timing) -> Budget:
+    def _make_budget(self, parts: BatcherParts, timing: Timing, policy: BatchPolicy) -> Budget:
         """Each model's in-flight budget: its instances over the pool, shared with the other
-        batchers through Redis while there are others (``batcher.budget``)."""
+        batchers through Redis while there are others, with one queue for all of them: what
+        waits here rides another's slot (``batcher.budget``, ``batcher.riders``)."""
         settings, models, pool = parts.settings, self._models, parts.backend
         shared = None if settings.inflight_budget == "local" else SharedBudget(
             parts.hot, parts.consumer, lease_ms=settings.lease_ms)
@@ -104,8 +106,15 @@ class Batcher:
         def waited(model: str, seconds: float) -> None:
             self.metrics.budget_wait.labels(model).observe(seconds)
 
+        def board(deliveries: Sequence[Delivery]) -> Awaitable[None]:
+            return self._reader.board(deliveries, riders=True)  # the reader comes later
+
+        boarding = FleetBoarding(
+            self._shared, parts.queue, parts.metrics, board=board,
+            capacity=lambda model: policy.limit(models.state(model).capacity))
         return Budget(shared, mode=settings.inflight_budget, limits=limits,
-                      wake=self._shared.changed.set, clock=timing.clock, waited=waited)
+                      wake=self._shared.changed.set, clock=timing.clock, waited=waited,
+                      boarding=boarding if settings.budget_riders else None)
 
     async def renew_loop(self) -> None:
         """Five times a lease: how many batchers are alive, as the heartbeat counted them (the

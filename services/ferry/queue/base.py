@@ -79,6 +79,11 @@ class TaskQueue(Protocol):
         """Reset the idle time of held entries, (stream, entry id), so none reclaims them."""
         ...
 
+    async def take_riders(self, riders: Sequence[tuple[str, str, str]]) -> list[Delivery]:
+        """Move entries other batchers offered to a shared budget (owner, stream, entry id)
+        to this consumer, with their tasks; only those their owner still holds."""
+        ...
+
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Hand unfinished entries back as new ones (delivery count 1), for any consumer to
         read at once, without waiting ``claim_idle_ms`` or counting a failed delivery."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,7 +25,7 @@ from ferry.errors import RedisCommandError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery
 from ferry.redis_conn import ensure_group, text
-from ferry.resp.client import Commands, Packed
+from ferry.resp.client import Commands, Packed, Script
 from ferry.resp.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,25 @@ class FairReadArgs(NamedTuple):
     consumer: str
     want: int
     task_prefix: str
+
+
+class RiderKeys(NamedTuple):
+    stream: str
+
+
+class RiderArgs(NamedTuple):
+    group: str
+    consumer: str
+
+
+class RiderItem(NamedTuple):
+    entry_id: str
+    owner: str
+
+
+# Moves entries another batcher still holds, and offered to a shared budget, to this consumer.
+TAKE_RIDERS = lua.ScriptSpec("ferry.queue", "take_riders", RiderKeys._fields, RiderArgs._fields,
+                             item=RiderItem._fields)
 
 
 # Reads a stream, then moves the fair queue's tasks to it in fair order and reads them too.
@@ -477,6 +497,36 @@ class RedisStreamQueue:
         except RedisCommandError as exc:
             if exc.code != "NOGROUP":  # the group is gone (Redis lost it): nothing is owned
                 raise
+
+    @functools.cached_property
+    def _partition_of_any(self) -> dict[str, int]:
+        """Every partition's streams, to their partition."""
+        return {stream: partition for partition, stream in self.all_streams}
+
+    @functools.cached_property
+    def _take_riders(self) -> Script:
+        return self.redis.register_script(lua.source(TAKE_RIDERS))
+
+    async def take_riders(self, riders: Sequence[tuple[str, str, str]]) -> list[Delivery]:
+        """Move entries other batchers offered to a shared budget (``(owner, stream, entry
+        id)`` each; ``batcher.budget``) to this consumer, with their tasks: those their owner
+        still holds, delivery counts kept. One script per stream, in one round trip."""
+        by_stream: dict[str, list[RiderItem]] = {}
+        for owner, stream, entry_id in riders:
+            if stream in self._partition_of_any:  # a stream of this queue, nothing else
+                by_stream.setdefault(stream, []).append(RiderItem(entry_id, owner))
+        if not by_stream:
+            return []
+        streams = list(by_stream)
+        replies = await self.redis.pipeline([
+            self._take_riders.command(RiderKeys(stream),
+                                      [*RiderArgs(keys.CONSUMER_GROUP, self.consumer),
+                                       *lua.items(by_stream[stream])])
+            for stream in streams])
+        return [_delivery(self._partition_of_any[stream], stream, entry_id, _task_field(fields),
+                          int(count))
+                for stream, moved in zip(streams, replies, strict=True)
+                for entry_id, fields, count in moved]
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.

@@ -109,6 +109,13 @@ class BoardingBuffer(Generic[T]):
             yield Waiting(lane, len(queue), queue[0].arrived, queue[-1].arrived, capacity(lane),
                           self._due.get(lane))
 
+    def items(self, model: str) -> Iterator[tuple[Lane, T]]:
+        """The items of ``model``'s lanes, each with its lane, in arrival order per lane."""
+        for lane, queue in self._queues.items():
+            if lane.model == model:
+                for boarded in queue:
+                    yield lane, boarded.item
+
     def remove(self, unwanted: Callable[[T], bool]) -> list[T]:
         """Remove and return the items ``unwanted`` picks, wherever they wait."""
         removed: list[T] = []

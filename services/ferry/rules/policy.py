@@ -100,6 +100,8 @@ class Backend:
     slots: int = 1  # batches of the model that may be at the backend at once
     late_s: float = 0.0  # how far past t(B) calls run (90% of them within it)
     freed: bool = False  # a slot freed while every one was busy, and no batch has left since
+    taken: bool = False  # a slot of the fleet's shared budget was taken for it: what waits in
+    # the fleet's one queue leaves at once, as a free instance takes it at Triton
 
     def call_s(self, size: float) -> float:
         """The fitted time of a call of ``size`` requests (0 while no call was seen)."""
@@ -241,7 +243,12 @@ class BatchPolicy:
         """Whether what waited for a slot that freed leaves at once: under load, and when it is
         at least half the batch that greedy batching takes at this arrival rate (a handful
         that boarded just after another instance's batch left waits for company rather than
-        take an instance for a whole call)."""
+        take an instance for a whole call); or whatever it is, at any load, when the slot was
+        taken from the fleet's shared budget for it (asked for by a departure, or by work
+        waiting under load: the batch holds the whole fleet's queue, as Triton's own batcher
+        takes everything queued when an instance frees)."""
+        if backend.taken:
+            return True
         if not (self.adaptive and backend.freed and self.loaded(queue.capacity, backend)):
             return False
         greedy = min(backend.greedy_batch(), float(self.limit(queue.capacity)))

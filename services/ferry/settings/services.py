@@ -283,6 +283,10 @@ class BatcherSettings(CommonSettings):
                                    "over every Triton server) is: 'shared' by every batcher "
                                    "through Redis, 'local' to each batcher, or 'auto': shared "
                                    "while more than one batcher holds a live lease")
+    budget_riders: bool = setting(True, "with a shared budget, one queue for the fleet: a "
+                                  "batcher waiting for a slot offers its tasks of the model, "
+                                  "and the batch of the next slot taken anywhere takes them "
+                                  "along (off: each batcher's tasks wait for its own slots)")
     adaptive_flush: bool = setting(True, "send a batch early when Triton has a free instance "
                                    "and no other request is expected soon")
     slo_ms: float = setting(0.0, "latency objective of every task, from its submission to its "

@@ -76,7 +76,7 @@ class BatcherMetrics:
 
     def _pool_metrics(self, registry: CollectorRegistry) -> None:
         (self.endpoint_inflight, self.endpoint_batch, self.endpoint_state, self.budget_wait,
-         self.budget_shared) = _pool_metrics(registry)
+         self.budget_shared, self.budget_riders) = _pool_metrics(registry)
 
     def prime(self, models: Iterable[str]) -> None:
         """Make each model's series of known label values exist at 0 (a series that appears
@@ -84,6 +84,7 @@ class BatcherMetrics:
         for model in models:
             self.batch_size.labels(model, "")
             self.budget_wait.labels(model)
+            self.budget_riders.labels(model)
             self.infer_seconds.labels(model, "")
             self.queue_wait.labels(model, "")
             self.dispatch_gap.labels(model)
@@ -259,7 +260,7 @@ def _rollout_metrics(registry: CollectorRegistry) -> tuple[Gauge, Counter]:
 
 
 def _pool_metrics(registry: CollectorRegistry
-                  ) -> tuple[Gauge, Histogram, Gauge, Histogram, Gauge]:
+                  ) -> tuple[Gauge, Histogram, Gauge, Histogram, Gauge, Counter]:
     """The Triton servers of the pool (their series exist once the pool has found its
     servers), and the fleet's shared in-flight budget."""
     return (Gauge("ferry_endpoint_inflight", "This batcher's calls at each Triton server now",
@@ -274,7 +275,10 @@ def _pool_metrics(registry: CollectorRegistry
                       buckets=GAP_BUCKETS, registry=registry),
             Gauge("ferry_budget_shared", "1 while this batcher's in-flight budget is shared "
                   "with other batchers through Redis, 0 while counted here alone",
-                  registry=registry))
+                  registry=registry),
+            Counter("ferry_budget_riders_total", "Tasks another batcher held, waiting for a slot "
+                    "of the shared budget, that rode a batch of this one's (one queue for the "
+                    "fleet)", ["model"], registry=registry))
 
 
 GAP_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

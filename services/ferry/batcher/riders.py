@@ -1,0 +1,61 @@
+"""The batcher's boarded work as its share of the fleet's one queue (``budget.Boarding``): what
+it offers while it waits for a slot of a model's shared budget, what it drops when another
+batcher's slot took it, and how it brings aboard the riders its own slot takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from ferry.batcher.shared import Shared
+from ferry.priority import Priority
+from ferry.queue.base import Delivery, TaskQueue
+from ferry.rules.policy import RANKS
+from ferry.telemetry.metrics import BatcherMetrics
+
+# An offer's place in the model's set: high priority first, then oldest first (enqueued ms).
+PRIORITY_SPAN = 1e13
+
+
+def member(delivery: Delivery) -> str:
+    return f"{delivery.stream}|{delivery.entry_id}"
+
+
+class FleetBoarding:
+    """Offers, drops and takes riders for the budget, over the batcher's shared buffer."""
+
+    def __init__(self, shared: Shared, queue: TaskQueue, metrics: BatcherMetrics, *,
+                 capacity: Callable[[str], int],
+                 board: Callable[[Sequence[Delivery]], Awaitable[None]]) -> None:
+        self.shared = shared
+        self.queue = queue
+        self.metrics = metrics
+        self.capacity = capacity  # the model's largest batch
+        self.board = board  # the reader's boarding, as for what it reads
+
+    def offers(self, model: str) -> list[tuple[str, float]]:
+        """The model's boarded tasks, but those that travel alone (delivered before)."""
+        return [(member(d), (RANKS[Priority.HIGH] - RANKS[lane.priority]) * PRIORITY_SPAN
+                 + d.task.enqueued_at_ms)
+                for lane, d in self.shared.buffer.items(model)
+                if not lane.suspect and d.task is not None]
+
+    def room(self, model: str) -> int:
+        aboard = sum(1 for _ in self.shared.buffer.items(model))
+        return max(0, self.capacity(model) - aboard)
+
+    def gone(self, model: str, members: set[str]) -> None:
+        removed = self.shared.buffer.remove(
+            lambda d: d.task is not None and d.task.model == model and member(d) in members)
+        for delivery in removed:
+            self.shared.held.discard(delivery.key)
+        if removed:
+            self.metrics.buffered.set(len(self.shared.buffer))
+            self.shared.changed.set()
+
+    async def riders(self, model: str, riders: list[tuple[str, str, str]]) -> None:
+        moved = await self.queue.take_riders(riders)
+        fresh = [d for d in moved if d.key not in self.shared.held]
+        if fresh:
+            self.metrics.budget_riders.labels(model).inc(len(fresh))
+            await self.board(fresh)
