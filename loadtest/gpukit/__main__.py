@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--redis-masters", type=int, default=1, help="Ferry's Redis: one server "
                      "(1), or a Redis Cluster of this many masters, the partitions spread "
                      "over them")
+    run.add_argument("--setting", action="append", default=[], metavar="FERRY_NAME=VALUE",
+                     help="a Ferry setting for its gateway and batchers, over the kit's own "
+                     "(repeatable; named in the report)")
     run.add_argument("--input-kind", choices=("image", "bytes"), default="image",
                      help="what Ferry's gateway checks of each request: 'image' decodes it "
                      "(the default for an image model), 'bytes' nothing")
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                       arch=args.arch, interval_ms=args.interval_ms, threads=args.threads,
                       gateways=args.gateways, batchers=args.batchers,
                       input_kind=args.input_kind, redis_masters=args.redis_masters,
-                      instance_counts=tuple(int(n) for n in args.instances.split(",")))
+                      instance_counts=tuple(int(n) for n in args.instances.split(",")),
+                      settings=tuple(args.setting))
     result = asyncio.run(Kit(options).run())
     print((args.out / "gpu-kit.md").read_text())
     return 1 if result["errors"] else 0

@@ -33,7 +33,8 @@ def _machine(result: dict[str, Any]) -> str:
     return (f"{m.get('cores')} cores, Python {m.get('python')}, driver "
             f"{m.get('driver') or 'none'}. Ferry: {sizing.get('gateways', '?')} gateway "
             f"processes, {sizing.get('batchers', '?')} batchers, {_redis(result)}; result cache "
-            f"and request collapsing off. Input: one {result.get('image_bytes', 0):,}-byte JPEG, "
+            f"and request collapsing off{_settings(result)}. Input: one "
+            f"{result.get('image_bytes', 0):,}-byte JPEG, "
             f"made distinct per request; the gateway "
             f"{_check(result)}.")
 
@@ -51,7 +52,14 @@ def _redis(result: dict[str, Any]) -> str:
 def _variant(result: dict[str, Any]) -> str:
     kind = result.get("options", {}).get("input_kind", "image")
     check = "" if kind == "image" else ", no image check at the gateway"
-    return check + ("" if _masters(result) <= 1 else f", {_redis(result)}")
+    settings = result.get("options", {}).get("settings") or []
+    return check + ("" if _masters(result) <= 1 else f", {_redis(result)}") + "".join(
+        f", {setting}" for setting in settings)
+
+
+def _settings(result: dict[str, Any]) -> str:
+    settings = result.get("options", {}).get("settings") or []
+    return f"; {', '.join(settings)}" if settings else ""
 
 
 def _check(result: dict[str, Any]) -> str:

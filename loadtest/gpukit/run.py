@@ -56,6 +56,17 @@ RESERVE_S = 20.0  # kept for stopping the stack and writing the report (at most 
 DISTINCT_INPUTS = 1000
 
 
+def settings_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``FERRY_NAME=VALUE`` pairs as an environment (a clear error for anything else)."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.startswith("FERRY_"):
+            raise SystemExit(f"--setting wants FERRY_NAME=VALUE, not {pair!r}")
+        env[name] = value
+    return env
+
+
 @dataclass(frozen=True)
 class Options:
     out: Path
@@ -72,6 +83,7 @@ class Options:
     gateways: int = 0  # Ferry's gateway processes; 0: sized for the cores (stack.Sizing)
     batchers: int = 0  # Ferry's batchers; 0: likewise
     redis_masters: int = 1  # Ferry's Redis: one server, or a Cluster of this many masters
+    settings: tuple[str, ...] = ()  # FERRY_NAME=VALUE for Ferry's processes, over the kit's
 
     @property
     def engine(self) -> Engine:
@@ -164,7 +176,8 @@ class Kit:
         self.result["image_bytes"] = len(jpeg)
         self.stack = KitStack(work / "state", repository, sizing,
                               default_model=served[0].name,  # Ferry's copy, first count
-                              redis_masters=self.options.redis_masters)
+                              redis_masters=self.options.redis_masters,
+                              settings=settings_env(self.options.settings))
 
     def start(self) -> None:
         assert self.stack is not None

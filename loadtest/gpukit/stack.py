@@ -58,6 +58,7 @@ class KitStack:
     sizing: Sizing
     default_model: str
     redis_masters: int = 1  # more than one: a Redis Cluster of that many masters, no replicas
+    settings: dict[str, str] = field(default_factory=dict)  # FERRY_* over the kit's own
     processes: list[ManagedProcess] = field(default_factory=list)
     triton_grpc: str = ""
     triton_http: str = ""
@@ -102,7 +103,8 @@ class KitStack:
         self.pids["batchers"] = [p for b in batchers for p in family(b.pid or 0)]
 
     def _launch(self, name: str, command: str, env: dict[str, str]) -> ManagedProcess:
-        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", command], env=env_with(env),
+        proc = ManagedProcess(name, [sys.executable, "-m", "ferry", command],
+                              env=env_with({**env, **self.settings}),
                               log_path=self.state / "logs" / f"{name}.log")
         proc.start()
         self.processes.append(proc)

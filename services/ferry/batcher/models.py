@@ -158,7 +158,8 @@ class ModelBook:
         except BackendError:  # the executor reports it with the batch; chunking still applies
             return state
         state.capacity = capacity
-        state.window.resize(self.settings.max_inflight_batches or instances)
+        state.window.resize(self.settings.max_inflight_batches
+                            or instances * self.settings.batches_per_instance)
         return state
 
     def slots(self) -> int:

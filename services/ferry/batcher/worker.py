@@ -97,7 +97,8 @@ class Batcher:
             parts.hot, parts.consumer, lease_ms=settings.lease_ms)
 
         def limits(model: str) -> dict[str, int]:
-            found = pool.limits(model)
+            per = settings.batches_per_instance
+            found = {endpoint: n * per for endpoint, n in pool.limits(model).items()}
             cap = settings.max_inflight_batches
             if cap:  # the operator's cap on the model's batches: on the whole pool
                 found = capped(found, cap)
@@ -200,9 +201,9 @@ class Batcher:
                  "over %s", self.parts.consumer, ",".join(map(str, self.partitions)), s.max_batch,
                  s.max_wait_ms, f"HTTP {s.triton_http_url}" if s.triton_http_url
                  else f"gRPC {s.triton_url}")
-        log.info("Triton servers: %s; in-flight budget %s", ", ".join(
+        log.info("Triton servers: %s; in-flight budget %s, riders %s", ", ".join(
             f"{e.name} {e.state.value}" for e in self.parts.backend.endpoints.values()),
-            s.inflight_budget)
+            s.inflight_budget, "on" if s.budget_riders else "off")
 
     def _start_loops(self) -> list[asyncio.Task[None]]:
         """Every loop as a referenced task; those that may board work are the feeders."""

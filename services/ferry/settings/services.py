@@ -279,6 +279,10 @@ class BatcherSettings(CommonSettings):
     max_inflight_batches: int = setting(0, "batches of one model at Triton at once, over every "
                                         "server (and, with a shared budget, every batcher); 0: "
                                         "as many as Triton runs instances of the model")
+    batches_per_instance: int = setting(1, "Ferry's batches of a model at one Triton instance "
+                                        "at once: 1 (one runs, none waits at Triton), or 2 (one "
+                                        "runs and the next waits at Triton: no gap between "
+                                        "them, at the cost of a batch formed a call earlier)")
     inflight_budget: str = setting("auto", "whose the in-flight budget (each model's instances "
                                    "over every Triton server) is: 'shared' by every batcher "
                                    "through Redis, 'local' to each batcher, or 'auto': shared "
@@ -362,6 +366,9 @@ class BatcherSettings(CommonSettings):
         super().__post_init__()
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.slo_ms < 0:
             raise ConfigError("max_batch must be >= 1, max_wait_ms and slo_ms >= 0")
+        if self.batches_per_instance not in (1, 2):
+            raise ConfigError(f"batches_per_instance must be 1 or 2, not "
+                              f"{self.batches_per_instance}")
         if self.inflight_budget not in ("auto", "shared", "local"):
             raise ConfigError(f"inflight_budget must be auto, shared or local, not "
                               f"{self.inflight_budget!r}")
