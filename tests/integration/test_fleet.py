@@ -260,6 +260,22 @@ async def test_the_slot_that_frees_takes_the_other_waiters_work_along_once(
     assert redis_client.zrange(keys.budget_key(model, "offers"), 0, -1) == []
 
 
+async def test_a_batcher_whose_batch_runs_takes_the_waiters_offers_for_its_next(
+    hot: Commands,
+) -> None:
+    """While a batch runs on its slot, its batcher takes the waiters' offers (oldest first, up
+    to its room) for the next batch it sends on that slot; never its own."""
+    model = f"budget-{time.monotonic_ns()}"
+    holder, waiter = (SharedBudget(hot, name, lease_ms=10_000) for name in ("holder", "waiter"))
+    assert (await holder.take(model, {"a": 1})).slot is not None
+    queued = await waiter.take(model, {"a": 1}, [("s|2-0", 2.0), ("s|1-0", 1.0)], room=8)
+    assert queued.slot is None
+    assert await holder.pull(model, 1) == [("waiter", "s", "1-0")]
+    assert await waiter.pull(model, 8) == []  # its own offers are not riders for it
+    assert (await waiter.take(model, {"a": 1})).gone == ["s|1-0"]
+    assert await holder.pull(model, 8) == [("waiter", "s", "2-0")]
+
+
 async def test_a_slot_lapses_unless_renewed_and_a_silent_waiter_leaves(
     hot: Commands, redis_client: redis.Redis,
 ) -> None:

@@ -73,6 +73,19 @@ class TakeItem(NamedTuple):
     value: int | float
 
 
+class PullKeys(NamedTuple):
+    slots: str
+    offers: str
+    taken: str
+
+
+class PullArgs(NamedTuple):
+    consumer: str
+    room: int
+    lease_ms: int
+    model: str
+
+
 class OfferKeys(NamedTuple):
     offers: str
     taken: str
@@ -107,10 +120,13 @@ class SlotItem(NamedTuple):
 
 
 TAKE = lua.ScriptSpec("ferry.batcher", "budget_take", TakeKeys._fields, TakeArgs._fields,
-                      item=TakeItem._fields, fragments=("budget_withdraw",),
+                      item=TakeItem._fields, fragments=("budget_withdraw", "budget_ride"),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
 OFFER = lua.ScriptSpec("ferry.batcher", "budget_offer", OfferKeys._fields, OfferArgs._fields,
                        item=OfferItem._fields)
+PULL = lua.ScriptSpec("ferry.batcher", "budget_pull", PullKeys._fields, PullArgs._fields,
+                      fragments=("budget_ride",),
+                      constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
 GIVE = lua.ScriptSpec("ferry.batcher", "budget_give", TakeKeys._fields, GiveArgs._fields,
                       item=SlotItem._fields, fragments=("budget_withdraw",),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
@@ -142,6 +158,10 @@ class Boarding(Protocol):
 
     def room(self, model: str) -> int:
         """How many riders a batch of the model could take, beside what has boarded here."""
+        ...
+
+    def waiting(self, model: str) -> bool:
+        """Whether a task of the model is boarded here."""
         ...
 
     def gone(self, model: str, members: set[str]) -> None:
@@ -199,6 +219,7 @@ class SharedBudget:
         self._take = hot.register_script(lua.source(TAKE))
         self._give = hot.register_script(lua.source(GIVE))
         self._offer = hot.register_script(lua.source(OFFER))
+        self._pull = hot.register_script(lua.source(PULL))
         self._renew = hot.register_script(lua.source(RENEW))
 
     async def take(self, model: str, limits: Mapping[str, int],
@@ -223,6 +244,15 @@ class SharedBudget:
         riders = [(owner, stream, entry_id) for owner, stream, entry_id in (
             _text(member).split("|", 2) for member in reply[3])]
         return Taken(Slot(model, _text(reply[1]), token), gone, riders)
+
+    async def pull(self, model: str, room: int) -> list[tuple[str, str, str]]:
+        """Up to ``room`` of the other batchers' offers of ``model``, as riders for this
+        batcher's next batch (owner, stream, entry id)."""
+        reply: Any = await self.hot.execute(*self._pull.command(
+            PullKeys(*(keys.budget_key(model, part) for part in PullKeys._fields)),
+            [*PullArgs(self.consumer, room, self.lease_ms, model)]))
+        return [(owner, stream, entry_id) for owner, stream, entry_id in (
+            _text(member).split("|", 2) for member in reply)]
 
     async def offer(self, model: str, offers: Iterable[tuple[str, float]]) -> list[str]:
         """Offer tasks this batcher holds ("stream|entry id", place) to ``model``'s queue;
@@ -261,6 +291,7 @@ class _Desk:
     told: bool = False  # the budget channel spoke of the model: others may have taken offers
     queued: bool = False  # its last ask left it in the queue
     last: float = -math.inf  # when it last asked or offered
+    pulled: float = -math.inf  # when it last took riders while a batch of its ran
     giving: list[Slot] = field(default_factory=list)  # done: given back with its next ask
     offered: set[str] = field(default_factory=set)  # "stream|entry id" offered, not taken
 
@@ -313,6 +344,10 @@ class Budget:
         desk = self._desks.get(model)
         return desk is not None and desk.wants and _running(desk)
 
+    def holding(self, model: str) -> bool:
+        """Whether a batch of the model is at Triton from here, on a slot of the budget."""
+        return any(slot.model == model and slot.token for slot in self.held)
+
     def free(self, model: str) -> int:
         """Slots taken for the model's next batches."""
         return len(self.granted.get(model, ()))
@@ -327,6 +362,8 @@ class Budget:
             return None
         slot = granted.pop(0)
         self.held.add(slot)
+        if self.boarding is not None:  # its desk takes riders while the batch runs
+            self._desk(model, functools.partial(self.boarding.waiting, model))
         return slot
 
     def ask(self, model: str, wanted: Callable[[], bool]) -> None:
@@ -367,7 +404,8 @@ class Budget:
         what boards meanwhile, drop what others took. One task per model, so that an offer
         never crosses the ask that takes its tasks (a grant takes its own offers off)."""
         assert self.shared_budget is not None
-        while wanted() and self.shared:
+        riding = self.boarding is not None  # it takes riders while a batch of the model runs
+        while (wanted() or (riding and self.holding(model))) and self.shared:
             desk.bell.clear()
             wait_s: float | None = None
             if not self.granted.get(model):  # else a batch is about to use the slot
@@ -391,8 +429,12 @@ class Budget:
         it does not wait is offered at most as often."""
         assert self.shared_budget is not None
         # With a batch of the model at Triton, what boards here waits for that call (another
-        # batcher's slot would not take it: ``budget_take``); offered once it is done.
-        busy = any(slot.model == model for slot in self.held)
+        # batcher's slot would not take it: ``budget_ride``), and the others' offers ride it.
+        busy = self.holding(model)
+        if busy and self.boarding is not None:
+            pull_in = await self._pull(model, desk)
+            if not desk.wants:
+                return pull_in
         fresh = [] if busy else self._fresh(model, desk)
         if not (desk.wants or fresh or desk.told or desk.giving):
             return None
@@ -438,6 +480,21 @@ class Budget:
         self.wake()
         return None
 
+    async def _pull(self, model: str, desk: _Desk) -> float:
+        """While a batch of the model runs here: bring the waiters' offers aboard, at most
+        every ``OFFER_EVERY_S`` (its next batch leaves on the same slot when the call ends)."""
+        assert self.shared_budget is not None and self.boarding is not None
+        due = desk.pulled + OFFER_EVERY_S
+        if self.clock() < due:
+            return due - self.clock()
+        desk.pulled = self.clock()
+        room = self.boarding.room(model)
+        if room > 0:
+            riders = await self.shared_budget.pull(model, room)
+            if riders:
+                await self._riders(model, riders)
+        return OFFER_EVERY_S
+
     def _gone(self, model: str, desk: _Desk, gone: list[str]) -> None:
         """Others took these offers: they ride elsewhere, and are no longer held here."""
         if gone:
@@ -467,7 +524,17 @@ class Budget:
         if not slot.token or self.shared_budget is None:
             return
         desk = self._desks.get(slot.model)
-        if desk is not None and desk.wants and _running(desk):
+        if self.boarding is not None and self.boarding.waiting(slot.model):
+            # One queue: it keeps the slot for its next batch, which carries the riders it
+            # pulled while this one ran (no Redis call while the instance waits).
+            if desk is not None and desk.queued:
+                desk.queued = False
+                self._spawn(self.shared_budget.give(slot.model, (), leave=True))
+            if desk is not None:
+                desk.wants = False
+            self.granted.setdefault(slot.model, []).append(slot)
+            self.wake()
+        elif desk is not None and desk.wants and _running(desk):
             desk.giving.append(slot)
             desk.bell.set()
         else:

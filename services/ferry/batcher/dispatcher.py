@@ -112,9 +112,11 @@ class Dispatcher:
         one queue, and, under load, wait in it for the next slot that frees anywhere, as a
         free instance takes everything queued at Triton (that slot's batch leaves at once)."""
         models = {lane.model for lane in self._buffer.lanes()}
+        riding = self.budget.boarding is not None  # a batch at Triton keeps its slot on
         for model in models:
             backend = backends.get(model)
-            if backend is not None and not self.budget.free(model) and self.policy.loaded(
+            if backend is not None and not self.budget.free(model) and not (
+                    riding and self.budget.holding(model)) and self.policy.loaded(
                     self.models.lane_capacity(Lane(model)), backend):
                 self.budget.ask(model, functools.partial(self._buffer.holds, model))
         self.budget.tend(models, self._buffer.holds)

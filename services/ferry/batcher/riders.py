@@ -44,6 +44,9 @@ class FleetBoarding:
         aboard = sum(1 for _ in self.shared.buffer.items(model))
         return max(0, self.capacity(model) - aboard)
 
+    def waiting(self, model: str) -> bool:
+        return self.shared.buffer.holds(model)
+
     def gone(self, model: str, members: set[str]) -> None:
         removed = self.shared.buffer.remove(
             lambda d: d.task is not None and d.task.model == model and member(d) in members)

@@ -18,6 +18,7 @@
 -- in the same call, and takes it again at once, ahead of the queue (no message, no second
 -- round trip, while its batch's results are still being written): the batch it sends takes
 -- the other waiters' oldest offers along, so no task waits longer for it.
+-- Riders: ``budget_ride``.
 -- KEYS (TakeKeys): slots, queue, seen, offers, taken. Named args (TakeArgs): consumer, token,
 --   lease_ms, patience_ms, room, model; then items (TakeItem: kind, name, value): a server
 --   ('s', endpoint, its instances), an offer of this batcher ('o', stream|entry id, score) or
@@ -69,49 +70,6 @@ local function taken_from_me()
     gone[#gone + 1] = member
   end
   return gone
-end
-
--- The first ``room`` of the others' offers, in the set's order (its own went with the grant),
--- but those of batchers with a batch of the model at Triton (a slot's token begins with its
--- holder's name): their work waits for their own call, as a server's queue waits for its own
--- instance, and their batch, when it is done, takes its slot on at once. An offer of a batcher
--- that died rides too: the move takes only entries their owner still holds
--- (``take_riders``), so its tasks are rescued at once.
-local function ride()
-  local riders, told, owners = {}, {}, 0
-  local want = tonumber(room)
-  if want <= 0 then
-    return riders
-  end
-  local busy = {}
-  for _, slot in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
-    local holder = string.match(slot, '|([^|]*)%.[^.|]*$')
-    if holder then
-      busy[holder] = true
-    end
-  end
-  for _, member in ipairs(redis.call('ZRANGE', offers, 0, -1)) do
-    local owner, rest = string.match(member, '^([^|]*)|(.*)$')
-    if not busy[owner] then
-      redis.call('ZREM', offers, member)
-      riders[#riders + 1] = member
-      if not told[owner] then
-        owners = owners + 1
-      end
-      told[owner] = (told[owner] or '') .. rest .. '\n'
-      if #riders >= want then
-        break
-      end
-    end
-  end
-  for owner, list in pairs(told) do
-    redis.call('HSET', taken, owner, (redis.call('HGET', taken, owner) or '') .. list)
-  end
-  if owners > 0 then
-    redis.call('PEXPIRE', taken, tonumber(lease_ms) * 10)
-    redis.call('PUBLISH', BUDGET_CHANNEL, model)  -- the owners learn it at once
-  end
-  return riders
 end
 
 -- The slots this batcher gives back (its batches are done); whether it gave any.
@@ -173,4 +131,4 @@ redis.call('PEXPIRE', slots, ttl)
 if gave and free > 1 and redis.call('ZCARD', queue) > 0 then  -- room for others too
   redis.call('PUBLISH', BUDGET_CHANNEL, model)
 end
-return {1, best, gone, ride()}
+return {1, best, gone, ride(slots, offers, taken, consumer, tonumber(room), lease_ms, model)}
