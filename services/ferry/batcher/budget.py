@@ -518,8 +518,10 @@ class Budget:
             desk.bell.set()
 
     def give(self, slot: Slot) -> None:
-        """A batch's slot is free (its call is done at Triton): back to the shared budget, in
-        the model's next ask when one is waiting (one call, and the slot may stay here)."""
+        """A batch's slot is free (its call is done at Triton). With riders, kept for the
+        model's next batch while work of it is boarded here; else back to the shared budget:
+        in the model's next ask when one waits (one call, and the slot may stay here), or at
+        once."""
         self.held.discard(slot)
         if not slot.token or self.shared_budget is None:
             return
