@@ -35,7 +35,7 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ferry import keys, lua
 from ferry.errors import RedisUnavailableError
@@ -120,10 +120,11 @@ class SlotItem(NamedTuple):
 
 
 TAKE = lua.ScriptSpec("ferry.batcher", "budget_take", TakeKeys._fields, TakeArgs._fields,
-                      item=TakeItem._fields, fragments=("budget_withdraw", "budget_ride"),
+                      item=TakeItem._fields,
+                      fragments=("budget_withdraw", "budget_ride", "budget_told"),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
 OFFER = lua.ScriptSpec("ferry.batcher", "budget_offer", OfferKeys._fields, OfferArgs._fields,
-                       item=OfferItem._fields)
+                       item=OfferItem._fields, fragments=("budget_told",))
 PULL = lua.ScriptSpec("ferry.batcher", "budget_pull", PullKeys._fields, PullArgs._fields,
                       fragments=("budget_ride",),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
@@ -134,8 +135,18 @@ RENEW = lua.ScriptSpec("ferry.batcher", "budget_renew", RenewKeys._fields, Renew
                        item=SlotItem._fields)
 
 
-def _keys(model: str) -> TakeKeys:
-    return TakeKeys(*(keys.budget_key(model, part) for part in TakeKeys._fields))
+KeysT = TypeVar("KeysT", TakeKeys, PullKeys, OfferKeys, RenewKeys)
+
+
+def _keys(model: str, shape: type[KeysT]) -> KeysT:
+    """A script's KEYS: the model's budget keys its NamedTuple names."""
+    return shape(*(keys.budget_key(model, part) for part in shape._fields))
+
+
+def _riders(reply: Any) -> list[tuple[str, str, str]]:
+    """Riders as a script answers them (``owner|stream|entry id``): (owner, stream, entry id)."""
+    return [(owner, stream, entry_id) for owner, stream, entry_id in (
+        _text(member).split("|", 2) for member in reply)]
 
 
 class Taken(NamedTuple):
@@ -233,7 +244,7 @@ class SharedBudget:
         servers = list(limits.items())
         random.shuffle(servers)  # of those with the most room, the script takes the first
         reply: Any = await self.hot.execute(*self._take.command(
-            _keys(model),
+            _keys(model, TakeKeys),
             [*TakeArgs(self.consumer, token, self.lease_ms, self.patience_ms, room, model),
              *lua.items(TakeItem("s", e, n) for e, n in servers),
              *lua.items(TakeItem("o", member, place) for member, place in offers),
@@ -241,32 +252,26 @@ class SharedBudget:
         gone = [_text(member) for member in reply[2]]
         if int(reply[0]) != 1:
             return Taken(None, gone, [])
-        riders = [(owner, stream, entry_id) for owner, stream, entry_id in (
-            _text(member).split("|", 2) for member in reply[3])]
-        return Taken(Slot(model, _text(reply[1]), token), gone, riders)
+        return Taken(Slot(model, _text(reply[1]), token), gone, _riders(reply[3]))
 
     async def pull(self, model: str, room: int) -> list[tuple[str, str, str]]:
         """Up to ``room`` of the other batchers' offers of ``model``, as riders for this
         batcher's next batch (owner, stream, entry id)."""
-        reply: Any = await self.hot.execute(*self._pull.command(
-            PullKeys(*(keys.budget_key(model, part) for part in PullKeys._fields)),
-            [*PullArgs(self.consumer, room, self.lease_ms, model)]))
-        return [(owner, stream, entry_id) for owner, stream, entry_id in (
-            _text(member).split("|", 2) for member in reply)]
+        return _riders(await self.hot.execute(*self._pull.command(
+            _keys(model, PullKeys), [*PullArgs(self.consumer, room, self.lease_ms, model)])))
 
     async def offer(self, model: str, offers: Iterable[tuple[str, float]]) -> list[str]:
         """Offer tasks this batcher holds ("stream|entry id", place) to ``model``'s queue;
         the offers of its that others took since it last asked."""
         reply: Any = await self.hot.execute(*self._offer.command(
-            OfferKeys(*(keys.budget_key(model, part) for part in OfferKeys._fields)),
-            [*OfferArgs(self.consumer, self.lease_ms),
-                           *lua.items(OfferItem(m, p) for m, p in offers)]))
+            _keys(model, OfferKeys), [*OfferArgs(self.consumer, self.lease_ms),
+                                      *lua.items(OfferItem(m, p) for m, p in offers)]))
         return [_text(member) for member in reply]
 
     async def give(self, model: str, slots: Iterable[Slot], *, leave: bool = False) -> None:
         """Give ``model``'s slots back (telling its waiters); with ``leave``, leave its queue."""
         await self.hot.execute(*self._give.command(
-            _keys(model), [*GiveArgs(self.consumer, model, int(leave)),
+            _keys(model, TakeKeys), [*GiveArgs(self.consumer, model, int(leave)),
                            *lua.items(SlotItem(s.member) for s in slots)]))
 
     async def renew(self, model: str, slots: Iterable[Slot]) -> int:
@@ -275,7 +280,7 @@ class SharedBudget:
         if not members:
             return 0
         return int(await self.hot.execute(*self._renew.command(
-            RenewKeys(keys.budget_key(model, "slots")),
+            _keys(model, RenewKeys),
             [*RenewArgs(self.lease_ms), *lua.items(members)])))
 
 
@@ -375,15 +380,15 @@ class Budget:
             desk.wants, desk.since = True, self.clock()
             desk.bell.set()
 
-    def tend(self, models: Iterable[str], holds: Callable[[str], bool]) -> None:
+    def tend(self, models: Iterable[str]) -> None:
         """Offer what boarded since the last offer of each of ``models`` (those with work
-        boarded here), and let every model's desk see whether its work is gone (``holds``: a
-        model has work boarded). Only while the budget is shared with other batchers; no
-        Redis call when nothing boarded."""
-        if self.fleet <= 1:
+        boarded here), and let every model's desk see whether its work is gone. Only while
+        the budget is shared with other batchers, with riders; no Redis call when nothing
+        boarded."""
+        if self.fleet <= 1 or self.boarding is None:
             return
         for model in {*models, *(m for m, desk in self._desks.items() if _running(desk))}:
-            self._desk(model, functools.partial(holds, model)).bell.set()
+            self._desk(model, functools.partial(self.boarding.waiting, model)).bell.set()
 
     def _desk(self, model: str, wanted: Callable[[], bool]) -> _Desk:
         desk = self._desks.setdefault(model, _Desk())
@@ -580,7 +585,7 @@ class Budget:
         """Stop asking (leaving the queues: a waiter gone would keep others waiting for up to
         ``PATIENCE_MS``); give back every slot taken and not used."""
         for model, desk in self._desks.items():
-            if desk.task is not None and not desk.task.done():
+            if desk.task is not None and _running(desk):
                 desk.task.cancel()
                 if self.shared_budget is not None:
                     self._spawn(self.shared_budget.give(model, desk.giving, leave=True))

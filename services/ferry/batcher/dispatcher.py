@@ -119,7 +119,7 @@ class Dispatcher:
                     riding and self.budget.holding(model)) and self.policy.loaded(
                     self.models.lane_capacity(Lane(model)), backend):
                 self.budget.ask(model, functools.partial(self._buffer.holds, model))
-        self.budget.tend(models, self._buffer.holds)
+        self.budget.tend(models)
 
     def launch(self, lane: Lane, deliveries: list[Delivery], reason: Reason,
                slot: Slot | None = None) -> None:

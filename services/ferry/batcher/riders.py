@@ -41,7 +41,7 @@ class FleetBoarding:
                 if not lane.suspect and d.task is not None]
 
     def room(self, model: str) -> int:
-        aboard = sum(1 for _ in self.shared.buffer.items(model))
+        aboard = self.shared.buffer.count_by(lambda lane: lane.model).get(model, 0)
         return max(0, self.capacity(model) - aboard)
 
     def waiting(self, model: str) -> bool:

@@ -20,12 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ferry import keys, lua
-from ferry.codec import EnvelopeError, decode_task
 from ferry.errors import RedisCommandError
 from ferry.priority import BY_URGENCY, Priority
+from ferry.queue import entries as entry
 from ferry.queue.base import Delivery
+from ferry.queue.handover import RiderMove
 from ferry.redis_conn import ensure_group, text
-from ferry.resp.client import Commands, Packed, Script
+from ferry.resp.client import Commands, Packed
 from ferry.resp.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -116,54 +117,11 @@ class FairReadArgs(NamedTuple):
     task_prefix: str
 
 
-class RiderKeys(NamedTuple):
-    stream: str
-
-
-class RiderArgs(NamedTuple):
-    group: str
-    consumer: str
-
-
-class RiderItem(NamedTuple):
-    entry_id: str
-    owner: str
-
-
-# Moves entries another batcher still holds, and offered to a shared budget, to this consumer.
-TAKE_RIDERS = lua.ScriptSpec("ferry.queue", "take_riders", RiderKeys._fields, RiderArgs._fields,
-                             item=RiderItem._fields)
-
-
 # Reads a stream, then moves the fair queue's tasks to it in fair order and reads them too.
 FAIR_READ = lua.ScriptSpec("ferry.queue", "fair_read", FairReadKeys._fields,
                            FairReadArgs._fields,
                            constants=(("PENDING", "PENDING"), ("TASK_FIELD", keys.TASK_FIELD)),
                            fragments=("ferry.tasks:fair_flow", "entries"))
-
-
-def _delivery(partition: int, stream: str, entry_id: Any, raw: bytes,
-              deliveries: int = 1) -> Delivery:
-    try:
-        return Delivery(partition, stream, text(entry_id), raw, decode_task(raw),
-                        deliveries=deliveries)
-    except EnvelopeError as exc:
-        return Delivery(partition, stream, text(entry_id), raw, None, str(exc), deliveries)
-
-
-def _field(fields: Any, wanted: str) -> bytes | None:
-    """A field of an entry (its flat list of names and values), or None."""
-    key = wanted.encode()
-    values = iter(fields or ())
-    for name, value in zip(values, values, strict=False):
-        if name == key:
-            return bytes(value)
-    return None
-
-
-def _task_field(fields: Any) -> bytes:
-    """The envelope from an entry's fields (empty if it has none)."""
-    return _field(fields, keys.TASK_FIELD) or b""
 
 
 class RedisStreamQueue:
@@ -236,11 +194,11 @@ class RedisStreamQueue:
             if entries and self._priority_of_stream[stream] is not Priority.NORMAL:
                 self._rung[self._priority_of_stream[stream]] = self.clock()
             for entry_id, fields in entries:
-                raw = _task_field(fields)
+                raw = entry.task_field(fields)
                 if not raw and self._rings(fields, partition):
                     bells.append((name, entry_id))
                 else:
-                    deliveries.append(_delivery(partition, name, entry_id, raw))
+                    deliveries.append(entry.delivery(partition, name, entry_id, raw))
         if bells:
             await self._answer(bells)
         return deliveries
@@ -267,11 +225,11 @@ class RedisStreamQueue:
                 self.fair_waiting.discard((partition, priority))
             stream = keys.partition_stream(partition, priority)
             for entry_id, fields in entries or ():
-                raw = _task_field(fields)
+                raw = entry.task_field(fields)
                 if not raw and self._rings(fields, partition):
                     bells.append((stream, entry_id))  # answered with the plain read's
                 else:
-                    deliveries.append(_delivery(partition, stream, entry_id, raw))
+                    deliveries.append(entry.delivery(partition, stream, entry_id, raw))
         if failed is not None:
             if isinstance(failed, RedisCommandError) and failed.code == "NOGROUP":
                 self._regroup = True
@@ -393,9 +351,9 @@ class RedisStreamQueue:
     def _rings(self, fields: Any, partition: int) -> bool:
         """Whether the entry is a doorbell, and for which priority (it wakes that priority; a
         fair doorbell: its fair queue is read from now)."""
-        value = _field(fields, keys.BELL_FIELD)
+        value = entry.field(fields, keys.BELL_FIELD)
         if value is None:
-            fair = _field(fields, keys.FAIR_FIELD)
+            fair = entry.field(fields, keys.FAIR_FIELD)
             if fair is None:
                 return False
             with contextlib.suppress(ValueError):
@@ -454,7 +412,7 @@ class RedisStreamQueue:
             await self.redis.execute("XACK", stream, keys.CONSUMER_GROUP, *deleted)
         entries = [(entry_id, fields) for entry_id, fields in entries if fields]
         bells = [(stream, e) for e, fields in entries
-                 if not _task_field(fields) and self._rings(fields, partition)]
+                 if not entry.task_field(fields) and self._rings(fields, partition)]
         if bells:  # a dead consumer's doorbells: answered, and they wake their priority here
             await self._answer(bells)
             rung = {e for _, e in bells}
@@ -462,7 +420,7 @@ class RedisStreamQueue:
         if not entries:
             return []
         counts = await self._delivery_counts(stream, [text(e[0]) for e in entries])
-        return [_delivery(partition, stream, entry_id, _task_field(fields),
+        return [entry.delivery(partition, stream, entry_id, entry.task_field(fields),
                           counts.get(text(entry_id), 1))
                 for entry_id, fields in entries]
 
@@ -499,34 +457,13 @@ class RedisStreamQueue:
                 raise
 
     @functools.cached_property
-    def _partition_of_any(self) -> dict[str, int]:
-        """Every partition's streams, to their partition."""
-        return {stream: partition for partition, stream in self.all_streams}
-
-    @functools.cached_property
-    def _take_riders(self) -> Script:
-        return self.redis.register_script(lua.source(TAKE_RIDERS))
+    def _riders(self) -> RiderMove:
+        return RiderMove(self.redis, self.consumer, self.all_streams)
 
     async def take_riders(self, riders: Sequence[tuple[str, str, str]]) -> list[Delivery]:
-        """Move entries other batchers offered to a shared budget (``(owner, stream, entry
-        id)`` each; ``batcher.budget``) to this consumer, with their tasks: those their owner
-        still holds, delivery counts kept. One script per stream, in one round trip."""
-        by_stream: dict[str, list[RiderItem]] = {}
-        for owner, stream, entry_id in riders:
-            if stream in self._partition_of_any:  # a stream of this queue, nothing else
-                by_stream.setdefault(stream, []).append(RiderItem(entry_id, owner))
-        if not by_stream:
-            return []
-        streams = list(by_stream)
-        replies = await self.redis.pipeline([
-            self._take_riders.command(RiderKeys(stream),
-                                      [*RiderArgs(keys.CONSUMER_GROUP, self.consumer),
-                                       *lua.items(by_stream[stream])])
-            for stream in streams])
-        return [_delivery(self._partition_of_any[stream], stream, entry_id, _task_field(fields),
-                          int(count))
-                for stream, moved in zip(streams, replies, strict=True)
-                for entry_id, fields, count in moved]
+        """Move entries other batchers offered to a shared budget to this consumer, with their
+        tasks (``queue.handover``)."""
+        return await self._riders.move(riders)
 
     async def release(self, deliveries: Sequence[Delivery]) -> None:
         """Put unfinished entries back as new ones (delivery count 1), atomically with the ack.
@@ -573,7 +510,8 @@ class RedisStreamQueue:
                 if exc.code == "NOGROUP":  # a stream nobody has read: nothing held there
                     continue
                 raise
-            rescued += [_delivery(partition, stream, entry_id, _task_field(fields), int(n))
+            rescued += [entry.delivery(partition, stream, entry_id, entry.task_field(fields),
+                                       int(n))
                         for (entry_id, fields), n in zip(entries, counts, strict=True)]
             if left:
                 return rescued, True

@@ -4,14 +4,7 @@
 -- KEYS (OfferKeys): offers, taken. Named args (OfferArgs): consumer,
 --   lease_ms; then its offers (OfferItem: "stream|entry id", place in the set).
 -- Result: the offers of its that others took since it last asked ("stream|entry id" each).
-local gone = {}
-local found = redis.call('HGET', taken, consumer)
-if found then
-  redis.call('HDEL', taken, consumer)
-  for member in string.gmatch(found, '[^\n]+') do
-    gone[#gone + 1] = member
-  end
-end
+local gone = taken_from(taken, consumer)
 if #ARGV >= FIRST_ITEM then
   for i = FIRST_ITEM, #ARGV, ITEM_SIZE do
     redis.call('ZADD', offers, tonumber(ARGV[i + PLACE]), consumer .. '|' .. ARGV[i + MEMBER])

@@ -58,20 +58,6 @@ local function room_left()
   return free, best
 end
 
--- What other batchers took of this one's offers since it last asked (and forget it).
-local function taken_from_me()
-  local found = redis.call('HGET', taken, consumer)
-  if not found then
-    return {}
-  end
-  redis.call('HDEL', taken, consumer)
-  local gone = {}
-  for member in string.gmatch(found, '[^\n]+') do
-    gone[#gone + 1] = member
-  end
-  return gone
-end
-
 -- The slots this batcher gives back (its batches are done); whether it gave any.
 local function give_back()
   local gave = false
@@ -108,7 +94,7 @@ local now_ms = math.floor(now_us / 1000)  -- scripts run in one microsecond
 local ttl = tonumber(lease_ms) * 10
 prune(now_ms)
 local gave = give_back()
-local gone = taken_from_me()
+local gone = taken_from(taken, consumer)
 local free, best = room_left()
 local ahead = redis.call('ZRANK', queue, consumer)
 if gave then  -- its batch is done and it waits: the slot goes on with it at once (its batch
