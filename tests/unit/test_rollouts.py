@@ -18,7 +18,7 @@ from ferry.errors import (
     RedisConnectionError,
     UnauthorizedError,
 )
-from ferry.gateway.admin import RolloutAdmin
+from ferry.gateway.admin import AdminToken
 from ferry.gateway.versions import Versions
 from ferry.rollouts import latency
 from ferry.rollouts.cascade import parse_cascades, pending_review
@@ -277,12 +277,10 @@ def test_comparison_reports_agreement_and_label_shares() -> None:
 
 
 def test_the_admin_api_is_off_without_a_token_and_needs_it_otherwise() -> None:
-    off = RolloutAdmin.__new__(RolloutAdmin)
-    off.token = ""
+    off = AdminToken("")
     with pytest.raises(ForbiddenError):
         off.check("Bearer anything")
-    on = RolloutAdmin.__new__(RolloutAdmin)
-    on.token = "a" * 24
+    on = AdminToken("a" * 24)
     for wrong in (None, "Bearer " + "b" * 24, "Basic " + "a" * 24):
         with pytest.raises(UnauthorizedError):
             on.check(wrong)

@@ -40,12 +40,11 @@ Work = Callable[[], Awaitable[Any]]
 DOCUMENTED = (400, 401, 403, 404, 409)
 
 
-class RolloutAdmin:
-    """The operations behind the routes."""
+class AdminToken:
+    """The admin API's own bearer token (``admin_token``), apart from the clients' credentials:
+    every admin route checks it before it does anything."""
 
-    def __init__(self, gateway: Gateway, token: str) -> None:
-        self.gateway = gateway
-        self.store: RolloutStore = gateway.rollouts
+    def __init__(self, token: str) -> None:
         self.token = token
 
     def check(self, authorization: str | None) -> None:
@@ -58,6 +57,14 @@ class RolloutAdmin:
                                                                  self.token.encode()):
             raise UnauthorizedError("invalid_admin_token", "send the admin token as "
                                     "'Authorization: Bearer <admin_token>'")
+
+
+class RolloutAdmin:
+    """The operations behind the routes."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.store: RolloutStore = gateway.rollouts
 
     async def listing(self) -> dict[str, Any]:
         rollouts = await self.store.all()
@@ -168,13 +175,13 @@ Route = tuple[str, str, str, Callable[[Request, str], Awaitable[Any]], frozenset
 NONE: frozenset[str] = frozenset()  # a route that takes no query parameters
 
 
-def add_admin_routes(api: FastAPI, admin: RolloutAdmin) -> None:
+def add_admin_routes(api: FastAPI, admin: RolloutAdmin, token: AdminToken) -> None:
     """The rollouts' routes under ``/v1/admin/rollouts``, and ``/v1/admin/usage``
     (``gateway.usage_routes``), behind the same token."""
     for route in _rollout_routes(admin):
-        _add_route(api, admin, route)
+        _add_route(api, token, route)
     gateway = admin.gateway
-    add_usage_route(api, admin.check, LedgerReader(gateway.parts.hot,
+    add_usage_route(api, token.check, LedgerReader(gateway.parts.hot,
                                                    gateway.settings.partitions))
 
 
@@ -203,16 +210,16 @@ def _rollout_routes(admin: RolloutAdmin) -> list[Route]:
     ]
 
 
-def _add_route(api: FastAPI, admin: RolloutAdmin, route: Route) -> None:
+def _add_route(api: FastAPI, token: AdminToken, route: Route) -> None:
     method, under, summary, work, takes = route
     path = f"/v1/admin/rollouts{under}"
     named = f"{method} {path}"  # how a refusal of its query names it
 
     async def of_model(request: Request, model: str = MODEL) -> Response:
-        return await _answer(admin, request, lambda: work(request, model), takes, named)
+        return await _answer(token, request, lambda: work(request, model), takes, named)
 
     async def of_all(request: Request) -> Response:
-        return await _answer(admin, request, lambda: work(request, ""), takes, named)
+        return await _answer(token, request, lambda: work(request, ""), takes, named)
 
     tags: list[str | Enum] = ["Admin: rollouts"]
     api.add_api_route(path, of_model if "{model}" in path else of_all, methods=[method],
@@ -255,10 +262,10 @@ def _limit(raw: str | None) -> int:
     return int(raw)
 
 
-async def _answer(admin: RolloutAdmin, request: Request, work: Work,
+async def _answer(token: AdminToken, request: Request, work: Work,
                   takes: frozenset[str] = frozenset(), route: str = "") -> Response:
     try:
-        admin.check(request.headers.get("authorization"))
+        token.check(request.headers.get("authorization"))
         checked_query(request.query_params.multi_items(), takes, route)
         return JSONResponse(await work())
     except ClientError as exc:

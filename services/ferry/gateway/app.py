@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
 from ferry.errors import DependencyUnavailableError, clip_echoes
-from ferry.gateway.admin import RolloutAdmin, add_admin_routes
+from ferry.gateway.admin import AdminToken, RolloutAdmin, add_admin_routes
 from ferry.gateway.bulk.parts import job_parts
 from ferry.gateway.bulk.routes import add_job_routes
 from ferry.gateway.grpc_server import GrpcPort
@@ -87,7 +87,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
     oip = oip_router(discovery)
     add_infer_routes(oip, inference, gateway.access)
     add_job_routes(api, jobs.api, gateway.access)
-    add_admin_routes(api, RolloutAdmin(gateway, settings.admin_token))
+    add_admin_routes(api, RolloutAdmin(gateway), AdminToken(settings.admin_token))
     api.include_router(oip)
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
     api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
