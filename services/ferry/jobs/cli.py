@@ -5,7 +5,8 @@ inline, or referenced with ``--reference`` when the server reads that directory 
 sends a JSONL manifest, shows a progress line with the rate and the ETA, and writes every result
 to ``--out`` once the job ends. It remembers the job beside ``--out`` (``<out>.job``): run the
 same command again after Ctrl-C or a lost connection and it follows the same job, never submits
-it twice.
+it twice. It speaks to the gateway through ``ferry.client`` (its retries, its
+``Idempotency-Key``, its errors), the one way in that Python code has.
 """
 
 from __future__ import annotations
@@ -13,100 +14,25 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import secrets
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 import orjson
 
+from ferry.client import Client, ConnectionFailedError, FerryError, JobRecord
+from ferry.client.calls import new_idempotency_key
+
 DEFAULT_URL = "http://127.0.0.1:8000"
-FINAL = frozenset({"completed", "failed", "cancelled", "expired"})
-RETRY_S = (0.5, 1, 2, 4, 8)  # waits between attempts when the gateway cannot be reached
 POLL_S = 1.0
-UPLOAD_CHUNK = 1 << 20
 
 
-class JobClient:
-    """The ``/v1/jobs`` routes over HTTP, retrying what a lost connection interrupted."""
-
-    def __init__(self, url: str, api_key: str = "", timeout_s: float = 60.0) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s)
-
-    def close(self) -> None:
-        self.http.close()
-
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request; retried on a lost connection or a 502/503 (a submit, whose body is a
-        one-pass stream, is not: the command is run again, with the same Idempotency-Key)."""
-        once = method == "POST" and path == "/v1/jobs"
-        for wait_s in (None,) if once else (*RETRY_S, None):
-            try:
-                response = self.http.request(method, path, **kwargs)
-            except httpx.TransportError:
-                if wait_s is None:
-                    raise
-                time.sleep(wait_s)
-                continue
-            if response.status_code in (502, 503) and wait_s is not None:
-                time.sleep(wait_s)
-                continue
-            return response
-        raise AssertionError("unreachable")
-
-    def submit(self, body: Iterator[bytes], params: dict[str, str], key: str
-               ) -> dict[str, Any]:
-        """Submit once: ``key`` (an Idempotency-Key) makes a repeat get the job the first
-        created, if it got that far."""
-        response = self.call("POST", "/v1/jobs", content=body, params=params,
-                             headers={"Content-Type": "application/x-ndjson",
-                                      "Idempotency-Key": key})
-        return _json(response, 202)
-
-    def status(self, job_id: str) -> dict[str, Any]:
-        return _json(self.call("GET", f"/v1/jobs/{job_id}"), 200)
-
-    def results(self, job_id: str, out: Path, file: str = "") -> int:
-        """Write the job's results to ``out`` (atomically); how many lines."""
-        params = {"file": file} if file else {}
-        temp = out.with_name(f".{out.name}.part")
-        lines = 0
-        with self.http.stream("GET", f"/v1/jobs/{job_id}/results", params=params) as response:
-            if response.status_code != 200:
-                response.read()
-                _json(response, 200)
-            with temp.open("wb") as handle:
-                for chunk in response.iter_bytes():
-                    handle.write(chunk)
-                    lines += chunk.count(b"\n")
-        os.replace(temp, out)
-        return lines
-
-
-class JobError(Exception):
-    """An answer that is not the one expected: its status and the server's error."""
-
-
-def _json(response: httpx.Response, expected: int) -> dict[str, Any]:
-    if response.status_code != expected:
-        raise JobError(f"{response.request.method} {response.request.url.path}: "
-                       f"{response.status_code} {_explained(response)}")
-    doc: dict[str, Any] = response.json()
-    return doc
-
-
-def _explained(response: httpx.Response) -> str:
-    try:
-        error = response.json()["error"]
-    except (ValueError, KeyError, TypeError):
-        return response.text[:500]
+def _explained(error: FerryError) -> str:
+    """The gateway's error, with an invalid manifest's lines, one per line."""
     lines = "".join(f"\n  line {p['line']}: {p['code']}: {p['message']}"
-                    for p in error.get("lines", []))
-    return f"{error.get('code')}: {error.get('message')}{lines}"
+                    for p in error.details.get("lines", []) if isinstance(p, Mapping))
+    return f"{error}{lines}"
 
 
 def directory_manifest(root: Path, reference: bool) -> Iterator[bytes]:
@@ -123,13 +49,18 @@ def directory_manifest(root: Path, reference: bool) -> Iterator[bytes]:
         yield orjson.dumps(item) + b"\n"
 
 
-def file_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as handle:
-        while chunk := handle.read(UPLOAD_CHUNK):
-            yield chunk
+def manifest_file(source: Path, reference: bool, beside: Path) -> Path:
+    """The JSONL file to upload: ``source`` itself, or a directory's manifest written to
+    ``beside`` first (so the client streams it from disk and sends it whole again if a retry
+    needs it, without holding the directory in memory)."""
+    if not source.is_dir():
+        return source
+    with beside.open("wb") as handle:
+        handle.writelines(directory_manifest(source, reference))
+    return beside
 
 
-def progress_line(doc: dict[str, Any]) -> str:
+def progress_line(doc: Mapping[str, Any]) -> str:
     counts = doc["request_counts"]
     total, pending = counts["total"], counts["pending"]
     done = total - pending
@@ -142,7 +73,7 @@ def progress_line(doc: dict[str, Any]) -> str:
             f"(failed {counts['failed']})")
 
 
-def listing(doc: dict[str, Any], as_json: bool = False) -> str:
+def listing(doc: Mapping[str, Any], as_json: bool = False) -> str:
     """``ferry jobs list``: a line per job, or (``as_json``) the API's JSON."""
     if as_json:
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
@@ -150,19 +81,30 @@ def listing(doc: dict[str, Any], as_json: bool = False) -> str:
                    for job in doc["data"])
 
 
-def follow(client: JobClient, job_id: str, stream: TextIO) -> dict[str, Any]:
+def follow(client: Client, job_id: str, stream: TextIO) -> JobRecord:
     """Show the job's progress until it ends; its last record."""
-    while True:
-        doc = client.status(job_id)
-        stream.write("\r" + progress_line(doc))
+
+    def show(record: JobRecord) -> None:
+        stream.write("\r" + progress_line(dict(record.raw or {})))
         stream.flush()
-        if doc["status"] in FINAL:
-            stream.write("\n")
-            return doc
-        time.sleep(POLL_S)
+
+    record = client.wait_job(job_id, on_progress=show, poll_s=POLL_S)
+    stream.write("\n")
+    return record
 
 
-def submit_command(client: JobClient, args: argparse.Namespace, stream: TextIO) -> int:
+def write_results(client: Client, job_id: str, out: Path, file: str = "") -> int:
+    """Write the ended job's result lines to ``out`` (atomically, each item once, in line
+    order); how many lines."""
+    lines = client.final_results(job_id, file or None)
+    temp = out.with_name(f".{out.name}.part")
+    with temp.open("wb") as handle:
+        handle.writelines(orjson.dumps(line.raw) + b"\n" for line in lines)
+    os.replace(temp, out)
+    return len(lines)
+
+
+def submit_command(client: Client, args: argparse.Namespace, stream: TextIO) -> int:
     out = Path(args.out)
     state = out.with_name(out.name + ".job")
     remembered = state.read_text().split() if state.exists() else []
@@ -170,21 +112,23 @@ def submit_command(client: JobClient, args: argparse.Namespace, stream: TextIO) 
         job_id = remembered[1]
         stream.write(f"following job {job_id} (from {state}; delete it to submit anew)\n")
     else:
-        key = remembered[0] if remembered else secrets.token_hex(16)
+        key = remembered[0] if remembered else new_idempotency_key()
         state.write_text(key + "\n")  # before sending: a lost answer is asked again with it
-        source = Path(args.source)
-        body = (directory_manifest(source, args.reference) if source.is_dir()
-                else file_chunks(source))
-        params = {k: v for k, v in (("model", args.model), ("priority", args.priority),
-                                    ("completion_window", args.completion_window)) if v}
-        job_id = client.submit(body, params, key)["job_id"]
+        upload = manifest_file(Path(args.source), args.reference,
+                               out.with_name(f".{out.name}.manifest"))
+        job_id = client.submit_job(upload, model=args.model or None,
+                                   priority=args.priority or None,
+                                   completion_window=args.completion_window or None,
+                                   idempotency_key=key).job_id
         state.write_text(f"{key} {job_id}\n")
+        if upload != Path(args.source):
+            upload.unlink()
         stream.write(f"submitted job {job_id}\n")
-    doc = follow(client, job_id, stream)
-    lines = client.results(job_id, out)
+    record = follow(client, job_id, stream)
+    lines = write_results(client, job_id, out)
     state.unlink()
-    stream.write(f"job {job_id} {doc['status']}: {lines} result lines in {out}\n")
-    return 0 if doc["status"] == "completed" else 1
+    stream.write(f"job {job_id} {record.status.value}: {lines} result lines in {out}\n")
+    return 0 if record.status.value == "completed" else 1
 
 
 def add_parser(commands: Any) -> None:
@@ -219,15 +163,15 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, stream: TextIO = sys.stderr) -> int:
-    client = JobClient(args.url, args.api_key)
+    client = Client(args.url, api_key=args.api_key or None, timeout_s=60.0)
     try:
         return _dispatch(client, args, stream)
-    except JobError as exc:
-        stream.write(f"\nferry jobs {args.action}: {exc}\n")
-        return 1
-    except httpx.TransportError as exc:
+    except ConnectionFailedError as exc:
         stream.write(f"\nferry jobs {args.action}: cannot reach {args.url} ({exc}); run the "
                      "same command again to resume\n")
+        return 1
+    except FerryError as exc:
+        stream.write(f"\nferry jobs {args.action}: {_explained(exc)}\n")
         return 1
     except KeyboardInterrupt:
         stream.write("\ninterrupted: the job goes on; run the same command again to follow "
@@ -237,19 +181,17 @@ def run(args: argparse.Namespace, stream: TextIO = sys.stderr) -> int:
         client.close()
 
 
-def _dispatch(client: JobClient, args: argparse.Namespace, stream: TextIO) -> int:
+def _dispatch(client: Client, args: argparse.Namespace, stream: TextIO) -> int:
     if args.action == "submit":
         return submit_command(client, args, stream)
     if args.action == "results":
-        lines = client.results(args.job_id, Path(args.out), args.file)
+        lines = write_results(client, args.job_id, Path(args.out), args.file)
         stream.write(f"{lines} result lines in {args.out}\n")
         return 0
     if args.action == "list":
-        sys.stdout.write(listing(_json(client.call("GET", "/v1/jobs"), 200), args.json))
+        sys.stdout.write(listing(dict(client.jobs().raw), args.json))
         return 0
-    method, path, expected = {
-        "status": ("GET", "", 200), "cancel": ("DELETE", "", 202),
-        "retry": ("POST", "/retry", 202)}[args.action]
-    doc = _json(client.call(method, f"/v1/jobs/{args.job_id}{path}"), expected)
-    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    act = {"status": client.job, "cancel": client.cancel_job, "retry": client.retry_job}
+    record = act[args.action](args.job_id)
+    sys.stdout.write(orjson.dumps(record.raw, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
