@@ -24,6 +24,7 @@ from ferry.batcher.worker import Batcher
 from ferry.compose.gateway import sharded_announcements
 from ferry.gateway.app import create_app
 from ferry.gateway.serve import server_options
+from ferry.redis_conn import lean
 from ferry.resp.client import Commands, RedisAddress
 from ferry.resp.cluster import ClusterClient
 from ferry.resp.sharded import ShardedChannels
@@ -31,6 +32,9 @@ from ferry.resp.subscriber import Subscriber
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, free_ports, http_ok
 from ferry.stack.process import ManagedProcess, env_with
+from ferry.tasks.record import TaskRecord
+from ferry.tasks.redis_store import RedisTaskStore
+from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
 
 
@@ -100,6 +104,15 @@ def ferry_served(redis_url: str, triton_url: str, logs: Path, **gateway: Any
 class Stack:
     client: httpx.AsyncClient
     batchers: list[Batcher] = field(default_factory=list)
+    settings: GatewaySettings | None = None  # the gateway's, from running_stack
+
+    async def admit_directly(self, tasks: Sequence[Task]) -> None:
+        """Admit ``tasks`` through a task store of the test's own, past the gateway's
+        checks (as pending records made now)."""
+        assert self.settings is not None, "a stack from running_stack knows its settings"
+        async with task_store(self.settings) as store:
+            await asyncio.gather(*(store.admit(t, TaskRecord.pending(t, time.time()))
+                                   for t in tasks))
 
     async def submit(self, payload: bytes | str, model: str = "sim",
                      content_type: str = "application/octet-stream") -> str:
@@ -161,7 +174,7 @@ async def serving(settings: GatewaySettings) -> AsyncIterator[Served]:
 async def running_stack(gateway: GatewaySettings,
                         *batchers: BatcherSettings) -> AsyncIterator[Stack]:
     async with running_gateway(gateway) as client, running_batchers(*batchers) as started:
-        yield Stack(client, started)
+        yield Stack(client, started, gateway)
 
 
 @asynccontextmanager
@@ -278,3 +291,16 @@ async def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05)
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(interval_s)
+
+
+@asynccontextmanager
+async def task_store(settings: GatewaySettings) -> AsyncIterator[RedisTaskStore]:
+    """A task store of the test's own on the gateway's Redis, made as the gateway makes its
+    own: to admit a task past the gateway's checks."""
+    hot = lean(settings, "test-store")
+    try:
+        yield RedisTaskStore(hot, partitions=settings.partitions,
+                             result_ttl_s=settings.result_ttl_s,
+                             pending_ttl_s=settings.pending_ttl_s)
+    finally:
+        await hot.close()

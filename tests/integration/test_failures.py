@@ -17,7 +17,6 @@ from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.settings import BatcherSettings, to_env
 from ferry.stack.triton_server import TritonPorts, start_triton
-from ferry.tasks.record import Status, TaskRecord
 from ferry.v1.task_pb2 import Task
 from tests.conftest import TritonServer, build_test_repository
 from tests.integration.helpers import (
@@ -78,11 +77,9 @@ async def test_undecodable_image_fails_with_the_models_reason(
     async with running_stack(gateway_settings(redis_url, url),
                              batcher_settings(redis_url, url, max_wait_ms=5)) as stack:
         # Skip the gateway's check by admitting through the task store directly.
-        gateway = stack.client._transport.app.gateway  # type: ignore[attr-defined]
         task = Task(task_id=keys.new_task_id(), model="moderation", payload=b"not an image",
                     enqueued_at_ms=1)
-        await gateway.store.admit(task, TaskRecord(task.task_id, Status.PENDING,
-                                                   "moderation", 0.001))
+        await stack.admit_directly([task])
         result = await stack.result(task.task_id)
     assert result["status"] == "FAILED"
     assert "not a decodable image" in result["error"]

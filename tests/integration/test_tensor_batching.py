@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +14,6 @@ import redis
 
 from ferry import keys
 from ferry.oip.answer import answer_tensors
-from ferry.tasks.record import TaskRecord
 from ferry.v1.task_pb2 import Task, Tensor
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
@@ -43,9 +41,7 @@ def simple_task(a: Rows, b: Rows, outputs: Sequence[str] = ()) -> Task:
 
 async def admit_all(stack: Stack, tasks: Sequence[Task]) -> list[dict[str, Any]]:
     """Put the tasks straight into the queue (the gateway's store), then wait for their ends."""
-    gateway = stack.client._transport.app.gateway  # type: ignore[attr-defined]
-    await asyncio.gather(*(gateway.store.admit(t, TaskRecord.pending(t, time.time()))
-                           for t in tasks))
+    await stack.admit_directly(tasks)
     return await stack.results([t.task_id for t in tasks])
 
 

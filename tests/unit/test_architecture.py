@@ -209,17 +209,27 @@ def _responsibilities(cls: ast.ClassDef) -> list[list[str]]:
     return sorted(sorted(members) for members, _ in groups)
 
 
+def _ports() -> set[str]:
+    """The names of the tree's ports: its classes that are a ``Protocol``."""
+    return {node.name for tree in _modules().values() for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases)}
+
+
 def test_the_gateways_classes_each_have_one_reason_to_change() -> None:
     """A coordinator of the gateway is one piece of work: its methods share what they work
     on. A method that shares nothing with the others (the admin token's check in the
     rollouts' operations, as it was) is another class's, whatever the class's size: the
     count of methods, capped at 15 until 2026-11-28, measured size, and code was trimmed to
-    it rather than split where it parts."""
+    it rather than split where it parts. A port, and an adapter that declares the port it
+    implements (``GatewayTasks(Tasks)``: each of its methods done by another part), change
+    with the port: they are judged by it."""
+    ports = _ports()
     split = sorted(
         f"{module}.{node.name}: {groups}" for module, tree in _modules().items()
         if _room(module) == "gateway"
         for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-        if not any(isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases)
+        if not any(isinstance(b, ast.Name) and b.id in {*ports, "Protocol"} for b in node.bases)
         if len(groups := _responsibilities(node)) > 1)
     assert split == []
 
@@ -239,6 +249,39 @@ def test_a_class_of_two_responsibilities_is_seen() -> None:
     first, second = (node for node in tree.body if isinstance(node, ast.ClassDef))
     assert _responsibilities(first) == [["_x", "serve"], ["check"]]
     assert _responsibilities(second) == [["a"], ["b"]]
+
+
+def _through_the_gateway(tree: ast.Module) -> set[str]:
+    """Every use of a part reached through a ``Gateway`` (``gateway.catalog.metadata``,
+    ``self.gateway.parts.hot``): the object named ``gateway``, then two attributes."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            base = node.value.value
+            if (isinstance(base, ast.Name) and base.id == "gateway") or (
+                    isinstance(base, ast.Attribute) and base.attr == "gateway"):
+                found.add(ast.unparse(node))
+    return found
+
+
+def test_no_part_is_reached_through_the_gateway() -> None:
+    """``Gateway`` holds the operations its routes call, not the gateway's parts:
+    ``gateway.assembly`` makes them and ``create_app`` hands each route those it works with.
+    Nothing reaches a part through the gateway, and its constructor makes nothing."""
+    reached = sorted(f"{module}: {use}" for module, tree in _modules().items()
+                     for use in _through_the_gateway(tree))
+    assert reached == []
+    service = _modules()["ferry.gateway.service"]
+    (init,) = (item for node in service.body if isinstance(node, ast.ClassDef)
+               and node.name == "Gateway" for item in node.body
+               if isinstance(item, ast.FunctionDef) and item.name == "__init__")
+    assert [ast.unparse(call) for call in ast.walk(init) if isinstance(call, ast.Call)] == []
+
+
+def test_a_part_reached_through_the_gateway_is_seen() -> None:
+    tree = ast.parse("gateway.parts.hot\nself.gateway.catalog.metadata(m)\n"
+                     "gateway.submit(x)\nroom.parts.hot\n")
+    assert _through_the_gateway(tree) == {"gateway.parts.hot", "self.gateway.catalog.metadata"}
 
 
 def _drivers_imported(tree: ast.Module) -> set[str]:
@@ -269,11 +312,10 @@ def test_a_driver_import_is_seen_however_written() -> None:
 
 
 # Attributes set on another object's attribute that are allowed: data, not collaborators (a
-# protobuf message, FastAPI's state bag, the planner's simulated entities), and the batcher's
+# protobuf message, the planner's simulated entities), and the batcher's
 # blackboard (``batcher/shared.py``), which its reader, dispatcher and worker share until it
 # is split (issue 46, item 4).
 ASSIGNED_THROUGH = {
-    ("ferry.gateway.app", "api.state.gateway"),
     ("ferry.gateway.prepare", "envelope.task.model_version"),
     ("ferry.planner.simulate", "self.budget.in_flight"),
     ("ferry.planner.simulate", "batch.batcher.idle_until"),

@@ -27,9 +27,10 @@ from ferry.errors import (
     NotFoundError,
     UnauthorizedError,
 )
+from ferry.gateway.catalog import ModelCatalog
 from ferry.gateway.query import checked_query
-from ferry.gateway.service import Gateway
 from ferry.gateway.usage_routes import add_usage_route
+from ferry.gateway.versions import Versions
 from ferry.rollouts.rollout import TRIAL, Rollout, amended, declared
 from ferry.rollouts.store import RolloutStore
 from ferry.usage.store import LedgerReader
@@ -62,9 +63,10 @@ class AdminToken:
 class RolloutAdmin:
     """The operations behind the routes."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.store: RolloutStore = gateway.rollouts
+    def __init__(self, store: RolloutStore, versions: Versions, catalog: ModelCatalog) -> None:
+        self.store = store
+        self.versions = versions  # this gateway's picks, forgotten at a change
+        self.catalog = catalog
 
     async def listing(self) -> dict[str, Any]:
         rollouts = await self.store.all()
@@ -120,7 +122,7 @@ class RolloutAdmin:
         await self._rollout(model)
         await self.store.remove(model, {"at": time.time(), "action": "delete", "by": "admin",
                                         "reason": "deleted through the admin API"})
-        self.gateway.versions.forget()
+        self.versions.forget()
         return {"model": model, "deleted": True}
 
     async def compare(self, model: str, candidate: str) -> dict[str, Any]:
@@ -144,7 +146,7 @@ class RolloutAdmin:
         if not await self.store.change(before, after, entry):
             raise ConflictError("rollout_changed", f"model {after.model!r}'s rollout changed "
                                 "meanwhile (the guard or another admin); read it and try again")
-        self.gateway.versions.forget()
+        self.versions.forget()
         return after.to_json()
 
     async def _rollout(self, model: str) -> Rollout:
@@ -165,7 +167,7 @@ class RolloutAdmin:
         for version in (rollout.stable, rollout.candidate):
             if version:
                 try:
-                    await self.gateway.catalog.metadata(model, version)
+                    await self.catalog.metadata(model, version)
                 except BackendError as exc:
                     raise NotFoundError("unknown_model_version", f"model {model!r} has no "
                                         f"version {version} ready: {exc}") from None
@@ -175,14 +177,13 @@ Route = tuple[str, str, str, Callable[[Request, str], Awaitable[Any]], frozenset
 NONE: frozenset[str] = frozenset()  # a route that takes no query parameters
 
 
-def add_admin_routes(api: FastAPI, admin: RolloutAdmin, token: AdminToken) -> None:
+def add_admin_routes(api: FastAPI, admin: RolloutAdmin, token: AdminToken,
+                     ledger: LedgerReader) -> None:
     """The rollouts' routes under ``/v1/admin/rollouts``, and ``/v1/admin/usage``
-    (``gateway.usage_routes``), behind the same token."""
+    (``gateway.usage_routes``, reading ``ledger``), behind the same token."""
     for route in _rollout_routes(admin):
         _add_route(api, token, route)
-    gateway = admin.gateway
-    add_usage_route(api, token.check, LedgerReader(gateway.parts.hot,
-                                                   gateway.settings.partitions))
+    add_usage_route(api, token.check, ledger)
 
 
 def _rollout_routes(admin: RolloutAdmin) -> list[Route]:

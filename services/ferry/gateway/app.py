@@ -24,6 +24,7 @@ from ferry import __version__
 from ferry.compose.gateway import GatewayParts, gateway_parts
 from ferry.errors import DependencyUnavailableError, clip_echoes
 from ferry.gateway.admin import AdminToken, RolloutAdmin, add_admin_routes
+from ferry.gateway.assembly import GatewayRoom, assemble
 from ferry.gateway.bulk.parts import job_parts
 from ferry.gateway.bulk.routes import add_job_routes
 from ferry.gateway.grpc_server import GrpcPort
@@ -40,6 +41,7 @@ from ferry.redis_conn import unavailable
 from ferry.settings import GatewaySettings, load
 from ferry.telemetry.metrics import GatewayMetrics
 from ferry.triton.base import InferenceBackend
+from ferry.usage.store import LedgerReader
 
 DESCRIPTION = "Batches inference requests that arrive one at a time for Triton."
 SWAGGER_UI = Path(__file__).parent / "static" / "swagger-ui"
@@ -57,13 +59,14 @@ def error_response(status: int, code: str, message: str,
 def create_app(settings: GatewaySettings, backend: InferenceBackend | None = None, *,
                parts: GatewayParts | None = None) -> HotLane:
     """The gateway app; connections open in its lifespan, never at import."""
-    gateway = Gateway(parts or gateway_parts(settings, backend=backend))
-    discovery = discovery_of(gateway)
-    inference = Inference(gateway, gateway.catalog.interface, settings.max_body_bytes,
-                          gateway.tracing)
-    grpc_port = (GrpcPort(settings, InferenceService(discovery, inference, gateway.metrics))
+    room = assemble(parts or gateway_parts(settings, backend=backend))
+    gateway, metrics, access = Gateway(room), room.parts.metrics, room.parts.access
+    discovery = discovery_of(room, gateway)
+    inference = Inference(gateway, room.catalog.interface, settings.max_body_bytes,
+                          room.parts.tracing)
+    grpc_port = (GrpcPort(settings, InferenceService(discovery, inference, metrics))
                  if settings.grpc_port else None)
-    jobs = job_parts(gateway, settings)
+    jobs = job_parts(room, settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
@@ -73,7 +76,7 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
                 await grpc_port.start()
             if settings.jobs:
                 await jobs.runner.start()
-            yield {STATE_KEY: read_timeouts(settings, gateway.metrics)}  # for each connection
+            yield {STATE_KEY: read_timeouts(settings, metrics)}  # for each connection
         finally:
             await jobs.runner.stop()
             if grpc_port is not None:
@@ -81,25 +84,26 @@ def create_app(settings: GatewaySettings, backend: InferenceBackend | None = Non
             await gateway.stop()
 
     api = FastAPI(lifespan=lifespan, **API_OPTIONS)
-    api.state.gateway = gateway
     _install_error_handlers(api)
-    _add_routes(api, gateway)
+    _add_routes(api, gateway, room.parts)
     oip = oip_router(discovery)
-    add_infer_routes(oip, inference, gateway.access)
-    add_job_routes(api, jobs.api, gateway.access)
-    add_admin_routes(api, RolloutAdmin(gateway), AdminToken(settings.admin_token))
+    add_infer_routes(oip, inference, access)
+    add_job_routes(api, jobs.api, access)
+    add_admin_routes(api, RolloutAdmin(room.rollouts, room.versions, room.catalog),
+                     AdminToken(settings.admin_token),
+                     LedgerReader(room.parts.hot, settings.partitions))
     api.include_router(oip)
     api.openapi = lambda: _openapi(api)  # type: ignore[method-assign]
-    api.add_middleware(MetricsMiddleware, metrics=gateway.metrics)
-    return HotLane(gateway, api)
+    api.add_middleware(MetricsMiddleware, metrics=metrics)
+    return HotLane(gateway, room.parts, api)
 
 
-def discovery_of(gateway: Gateway) -> Discovery:
+def discovery_of(room: GatewayRoom, gateway: Gateway) -> Discovery:
     """What the protocol's discovery answers come from: Triton, through the gateway's backend
     and catalog, and Ferry's own statistics."""
-    backend, metadata = gateway.parts.backend, gateway.catalog.metadata
-    return Discovery(backend, metadata, gateway.serving, gateway.access,
-                     ServedStatistics(backend, gateway.parts.hot, metadata))
+    backend, metadata = room.parts.backend, room.catalog.metadata
+    return Discovery(backend, metadata, gateway.serving, room.parts.access,
+                     ServedStatistics(backend, room.parts.hot, metadata))
 
 
 def app_from_environment() -> HotLane:
@@ -138,7 +142,9 @@ def _openapi(api: FastAPI) -> dict[str, Any]:
     return api.openapi_schema
 
 
-def _add_routes(api: FastAPI, gateway: Gateway) -> None:
+def _add_routes(api: FastAPI, gateway: Gateway, parts: GatewayParts) -> None:
+    metrics, capacity = parts.metrics, parts.capacity
+
     @api.get("/healthz", summary="The process is alive")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -147,11 +153,11 @@ def _add_routes(api: FastAPI, gateway: Gateway) -> None:
     async def readyz() -> JSONResponse:
         ready, checks = await gateway.readiness()
         return JSONResponse({"ready": ready, "checks": checks,
-                             "circuits": await gateway.circuits()}, 200 if ready else 503)
+                             "circuits": await capacity.circuits()}, 200 if ready else 503)
 
     @api.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-    async def metrics() -> Response:
-        return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    async def exposition() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     _add_docs(api)
 

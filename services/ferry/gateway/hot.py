@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from ferry.access import ANONYMOUS, Caller
+from ferry.compose.gateway import GatewayParts
 from ferry.errors import (
     BadRequestError,
     ClientError,
@@ -125,13 +126,13 @@ class HotLane:
     """Serves the hot routes itself and hands every other request (and the lifespan) to
     ``fallback``, the FastAPI app."""
 
-    def __init__(self, gateway: Gateway, fallback: FastAPI) -> None:
+    def __init__(self, gateway: Gateway, parts: GatewayParts, fallback: FastAPI) -> None:
         self.gateway = gateway
         self.fallback = fallback
-        self.settings = gateway.settings
-        self.metrics: GatewayMetrics = gateway.metrics
-        self.access = gateway.access
-        self.tracing = gateway.tracing
+        self.settings = parts.settings
+        self.metrics: GatewayMetrics = parts.metrics
+        self.access = parts.access
+        self.tracing = parts.tracing
         self.submit = Route(SUBMIT_PATH, {"POST": self._submit})
         self.result = Route(RESULT_ROUTE, {"GET": self._result, "DELETE": self._cancel})
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from ferry import keys
 from ferry.access import ANONYMOUS, Caller
-from ferry.compose.gateway import GatewayParts
 from ferry.errors import (
     BackendError,
     BadRequestError,
@@ -25,27 +23,20 @@ from ferry.errors import (
     RedisError,
     RedisUnavailableError,
 )
-from ferry.gateway.catalog import ModelCatalog
-from ferry.gateway.prepare import Prepared, Preparer
-from ferry.gateway.shadows import Outcome, Shadowing
-from ferry.gateway.versions import Versions
+from ferry.gateway.assembly import GatewayRoom
+from ferry.gateway.prepare import Prepared
 from ferry.oip.hold import Held
 from ferry.oip.schedule import TensorTask
-from ferry.oip.served import ServedDesk
 from ferry.redis_conn import check_cluster_mode, trouble, warn_of_eviction
 from ferry.rollouts.rollout import Sticky
-from ferry.rollouts.store import RolloutStore, apply_declared
-from ferry.settings import GatewaySettings
+from ferry.rollouts.store import apply_declared
 from ferry.submission import Submission
 from ferry.tasks import idempotency
-from ferry.tasks.admission import Admit, Admitter, Counted, MeasuredLimits, Submitted
-from ferry.tasks.base import Admitted, CancelOutcome, Owner
-from ferry.tasks.envelope import Envelope, Rules
-from ferry.tasks.idempotency import IdempotencyKeys
+from ferry.tasks.admission import Admit, Submitted
+from ferry.tasks.base import CancelOutcome, Owner
+from ferry.tasks.envelope import Envelope
 from ferry.tasks.record import Status, StoredRecord
-from ferry.tasks.repeats import Idempotent
 from ferry.tasks.waiters import Reader, as_due, final_by
-from ferry.telemetry.metrics import GatewayMetrics
 from ferry.v1.task_pb2 import Task
 
 log = logging.getLogger(__name__)
@@ -57,85 +48,52 @@ def deadline_of(task: Task) -> float | None:
     return task.deadline_ms / 1000.0 if task.deadline_ms else None
 
 
-def rules(settings: GatewaySettings) -> Rules:
-    """How this gateway makes tasks."""
-    return Rules(settings.default_timeout_s, settings.cache_ttl_s, settings.collapse_requests,
-                 settings.partitions)
-
-
-def counting(metrics: GatewayMetrics, served: ServedDesk) -> Counted:
-    """What an admission counts: every client task accepted, by version, and each answer
-    shared (a cache hit, a collapsed request); a shadow copy counts as sent, not accepted."""
-    def counted(task: Task, admitted: Admitted, accepted_at: float) -> None:
-        if task.shadow_of:
-            return
-        model = task.model
-        metrics.accepted_child(model, task.model_version).inc()
-        if admitted.how != "queued":
-            metrics.shared.labels(model, admitted.how, task.model_version).inc()
-            served.tally.shared(model, task.model_version, time.time() - accepted_at)
-    return counted
-
-
-def shadows_counted(metrics: GatewayMetrics) -> Callable[[str, Outcome], None]:
-    """Each shadow copy counted, sent or dropped."""
-    def counted(model: str, outcome: Outcome) -> None:
-        metrics.shadows.labels(model, outcome).inc()
-    return counted
-
-
 class Gateway:
-    """The gateway's parts and the operations its routes call."""
+    """The operations the routes call (submit, hold, read, cancel, readiness), and the
+    gateway's parts started and stopped together. It makes nothing: ``assemble`` made the
+    parts it is given, and the routes get theirs from there, not through it."""
 
-    def __init__(self, parts: GatewayParts) -> None:
-        self.parts = parts
-        self.settings = s = parts.settings
-        self.metrics = parts.metrics
-        self.store = parts.store
-        self.waiters = parts.waiters
-        self.capacity = parts.capacity
-        self.access = parts.access
-        self.tracing = parts.tracing
-        self.catalog = ModelCatalog(parts.backend, s.catalog_refresh_s,
-                                    on_names=self.metrics.prime)
-        self.rollouts = RolloutStore(parts.hot)
-        self.versions = Versions(self.rollouts)
-        self.served = ServedDesk(parts.hot)  # the protocol's statistics: answers shared
-        self.preparer = Preparer(self.catalog, self.versions, self.capacity, rules=rules(s),
-                                 tracing=self.tracing, default_model=s.default_model)
-        limits = MeasuredLimits(self.capacity, max_backlog=s.max_backlog,
-                                max_queue_wait_s=s.max_queue_wait_s, partitions=s.partitions)
-        self.shadows = Shadowing(Admitter(self.store, limits, counting(self.metrics, self.served)),
-                                 self.versions, self.rollouts, shadows_counted(self.metrics))
-        self.admit: Admit = self.shadows  # the one way in, shadows sent
-        self.idempotent = Idempotent(IdempotencyKeys(parts.hot), self.store, self.waiters,
-                                     self.metrics.replayed.inc)
+    def __init__(self, room: GatewayRoom) -> None:
+        parts = self._parts = room.parts
+        self._settings = parts.settings
+        self._metrics = parts.metrics
+        self._store = parts.store
+        self._waiters = parts.waiters
+        self._access = parts.access
+        self._tracing = parts.tracing
+        self._catalog = room.catalog
+        self._rollouts = room.rollouts
+        self._served = room.served
+        self._preparer = room.preparer
+        self._shadows = room.shadows
+        self._admit: Admit = room.shadows  # the one way in, shadows sent
+        self._idempotent = room.idempotent
 
     async def start(self) -> None:
-        self.tracing.start()
+        self._tracing.start()
         with contextlib.suppress(RedisUnavailableError):  # a Redis still starting: checked later
-            await check_cluster_mode(self.parts.settings, self.parts.hot)
-            await warn_of_eviction(self.parts.hot)
+            await check_cluster_mode(self._parts.settings, self._parts.hot)
+            await warn_of_eviction(self._parts.hot)
         with contextlib.suppress(RedisUnavailableError):  # the batchers write it too
-            await apply_declared(self.rollouts, self.settings.declared_rollouts)
-        await self.parts.backend.start()
+            await apply_declared(self._rollouts, self._settings.declared_rollouts)
+        await self._parts.backend.start()
         with contextlib.suppress(DependencyUnavailableError):  # metrics primed, as at every
-            await self.catalog.names()  # read of the models (Triton may answer only later)
-        await self.parts.subscriber.start()
-        if self.parts.sharded is not None:
-            await self.parts.sharded.start()
-        await self.served.start()
+            await self._catalog.names()  # read of the models (Triton may answer only later)
+        await self._parts.subscriber.start()
+        if self._parts.sharded is not None:
+            await self._parts.sharded.start()
+        await self._served.start()
 
     async def stop(self) -> None:
-        await self.shadows.stop()
-        await self.parts.subscriber.stop()  # open long-polls were ended by uvicorn already
-        if self.parts.sharded is not None:
-            await self.parts.sharded.stop()
-        await self.served.stop()
-        await self.parts.access.close()
-        await self.parts.backend.close()
-        await self.parts.hot.close()
-        self.tracing.shutdown()
+        await self._shadows.stop()
+        await self._parts.subscriber.stop()  # open long-polls were ended by uvicorn already
+        if self._parts.sharded is not None:
+            await self._parts.sharded.stop()
+        await self._served.stop()
+        await self._parts.access.close()
+        await self._parts.backend.close()
+        await self._parts.hot.close()
+        self._tracing.shutdown()
 
     async def submit(self, submission: Submission, wait_s: float = 0.0,
                      idempotency_key: str | None = None, caller: Caller = ANONYMOUS) -> Submitted:
@@ -147,34 +105,34 @@ class Gateway:
         client_id = caller.client_for(submission.client_id)
         if client_id != submission.client_id:
             submission = replace(submission, client_id=client_id)
-        with self.access.waiting(caller) if wait_s > 0 else contextlib.nullcontext():
-            prepared = await self.preparer.prepare(submission)
+        with self._access.waiting(caller) if wait_s > 0 else contextlib.nullcontext():
+            prepared = await self._preparer.prepare(submission)
             if idempotency_key is None:
                 return await self._admitted(prepared.envelope, wait_s, caller.owner)
-            return await self.idempotent.once(
+            return await self._idempotent.once(
                 idempotency.redis_key(submission.client_id, idempotency_key),
                 prepared.envelope.task.task_id, prepared.digest(), wait_s,
                 functools.partial(self._admitted, prepared.envelope, wait_s, caller.owner))
 
     async def prepare(self, submission: Submission) -> Prepared:
         """The envelope a submission makes, checked against its model (a 4xx if it cannot)."""
-        return await self.preparer.prepare(submission)
+        return await self._preparer.prepare(submission)
 
     async def version_for(self, model: str, asked: str, sticky: Sticky) -> str:
         """The version a request goes to (``Preparer.version_for``)."""
-        return await self.preparer.version_for(model, asked, sticky)
+        return await self._preparer.version_for(model, asked, sticky)
 
     async def _admitted(self, envelope: Envelope, wait_s: float, owner: Owner) -> Submitted:
         """Admit the envelope; with ``wait_s``, watched from before its admission (no end
         missed), and its final record if it has one by then."""
         if wait_s <= 0:
-            await self.admit(envelope, owner)
+            await self._admit(envelope, owner)
             return Submitted(envelope.task.task_id)
         task_id, due = envelope.task.task_id, deadline_of(envelope.task)
-        with self.waiters.watch(task_id) as watch:
-            admitted = await self.admit(envelope, owner)
+        with self._waiters.watch(task_id) as watch:
+            admitted = await self._admit(envelope, owner)
             try:
-                record = await final_by(watch, wait_s, due, self.store.expire, admitted.record,
+                record = await final_by(watch, wait_s, due, self._store.expire, admitted.record,
                                         read_first=False)
             except Exception:  # accepted is accepted: the client polls instead of retrying
                 log.exception("waiting for task %s failed; answering 202", task_id)
@@ -195,52 +153,52 @@ class Gateway:
         submission = Submission(model=checked.model, payload=b"", content_type="",
                                 client_id=client_id, priority=tensors.priority,
                                 timeout_s=tensors.timeout_s)
-        envelope = self.preparer.envelope(checked.model, tensors.version, submission, tensors)
+        envelope = self._preparer.envelope(checked.model, tensors.version, submission, tensors)
         task_id = envelope.task.task_id
-        with self.access.waiting(caller), self.waiters.watch(task_id) as watch:
+        with self._access.waiting(caller), self._waiters.watch(task_id) as watch:
             due = deadline_of(envelope.task)
             if idempotency_key is None:
-                admitted = await self.admit(envelope, caller.owner)
-                yield Held(task_id, admitted.record, watch, due, self.store.expire)
+                admitted = await self._admit(envelope, caller.owner)
+                yield Held(task_id, admitted.record, watch, due, self._store.expire)
                 return
             first: list[StoredRecord] = []
 
             async def admit() -> Submitted:
-                first.append((await self.admit(envelope, caller.owner)).record)
+                first.append((await self._admit(envelope, caller.owner)).record)
                 return Submitted(task_id)
 
-            submitted = await self.idempotent.once(
+            submitted = await self._idempotent.once(
                 idempotency.redis_key(client_id, idempotency_key), task_id,
                 tensors.request_digest, 0.0, admit)
             if first:
-                yield Held(task_id, first[0], watch, due, self.store.expire)
+                yield Held(task_id, first[0], watch, due, self._store.expire)
                 return
-            with self.waiters.watch(submitted.task_id) as replayed:
-                record = await self.store.read(submitted.task_id)
+            with self._waiters.watch(submitted.task_id) as replayed:
+                record = await self._store.read(submitted.task_id)
                 if record is None:
                     raise NotFoundError("unknown_task", f"the task of this Idempotency-Key, "
                                         f"{submitted.task_id}, has expired with its result")
                 yield Held(submitted.task_id, record, replayed, record.deadline_at,
-                           self.store.expire)
+                           self._store.expire)
 
     async def result(self, task_id: str, wait_s: float, caller: Caller = ANONYMOUS
                      ) -> StoredRecord:
         """The task's record, waiting up to ``wait_s`` for a final one; 404 if there is none
         (or it is another client's)."""
-        if not 0 <= wait_s <= self.settings.max_poll_s:
+        if not 0 <= wait_s <= self._settings.max_poll_s:
             raise BadRequestError("invalid_wait", f"'wait' must be between 0 and "
-                                  f"{self.settings.max_poll_s:g} seconds, got {wait_s:g}")
+                                  f"{self._settings.max_poll_s:g} seconds, got {wait_s:g}")
         record = None
         if keys.is_task_id(task_id):
             read = self._reader(caller)
             if wait_s > 0:
-                with self.access.waiting(caller), self.waiters.watch(task_id, read) as watch:
+                with self._access.waiting(caller), self._waiters.watch(task_id, read) as watch:
                     record = await watch.final(0.0)
                     if record is not None and not record.status.final:
                         record = await final_by(watch, wait_s, record.deadline_at,
-                                                self.store.expire, record, read_first=False)
+                                                self._store.expire, record, read_first=False)
             else:
-                record = await as_due(task_id, await read(task_id), self.store.expire)
+                record = await as_due(task_id, await read(task_id), self._store.expire)
         if record is None:
             raise self._unknown(task_id)
         return record
@@ -248,16 +206,16 @@ class Gateway:
     def _reader(self, caller: Caller) -> Reader:
         client_id = caller.client_id
         if client_id is None:
-            return self.store.read
-        return functools.partial(self.store.read_owned, client_id=client_id)
+            return self._store.read
+        return functools.partial(self._store.read_owned, client_id=client_id)
 
     async def cancel(self, task_id: str, caller: Caller = ANONYMOUS) -> StoredRecord:
         """End a task CANCELLED if it has not reached Triton; 404 if unknown (or another
         client's), 409 if too late."""
         if not keys.is_task_id(task_id):
             raise self._unknown(task_id)
-        with self.waiters.watch(task_id) as watch:  # before asking: no answer missed
-            found = await self.store.cancel(task_id, caller.client_id or "")
+        with self._waiters.watch(task_id) as watch:  # before asking: no answer missed
+            found = await self._store.cancel(task_id, caller.client_id or "")
             if found.outcome is CancelOutcome.UNKNOWN:
                 raise self._unknown(task_id)
             if found.outcome is CancelOutcome.SHARED:
@@ -267,7 +225,7 @@ class Gateway:
             if found.outcome is CancelOutcome.SIGNALLED:  # it settles it unless it has sent it
                 record = await watch.final(CANCEL_WAIT_S, read_first=False)
         if record is not None and record.status is Status.CANCELLED:
-            self.metrics.cancelled.inc()
+            self._metrics.cancelled.inc()
             return record
         if record is not None and record.status.final:
             raise ConflictError("already_finished", f"task {task_id} has already ended "
@@ -277,21 +235,21 @@ class Gateway:
 
     def _unknown(self, task_id: str) -> NotFoundError:
         return NotFoundError("unknown_task", f"no task {task_id!r}: it never existed, or its "
-                             f"result expired ({self.settings.result_ttl_s} s after it finished)")
+                             f"result expired ({self._settings.result_ttl_s} s after it finished)")
 
     async def readiness(self) -> tuple[bool, dict[str, str]]:
         checks: dict[str, str] = {}
         try:
-            await self.parts.hot.execute("PING")
-            checks["redis"] = await trouble(self.parts.hot,
-                                            self.settings.redis_min_replicas) or "ok"
+            await self._parts.hot.execute("PING")
+            checks["redis"] = await trouble(self._parts.hot,
+                                            self._settings.redis_min_replicas) or "ok"
         except RedisError as exc:  # a refused INFO (permanent) too: not ready, and why
             checks["redis"] = f"unreachable: {exc}"
-        checks["triton"] = "ok" if await self.parts.backend.server_ready() else "not ready"
+        checks["triton"] = "ok" if await self._parts.backend.server_ready() else "not ready"
         try:
-            models = await self.parts.backend.ready_models()
-            ok = self.settings.default_model in models
-            checks["default_model"] = "ok" if ok else f"{self.settings.default_model!r} not ready"
+            models = await self._parts.backend.ready_models()
+            ok = self._settings.default_model in models
+            checks["default_model"] = "ok" if ok else f"{self._settings.default_model!r} not ready"
         except BackendError as exc:
             checks["default_model"] = f"unknown: {exc}"
         return all(v == "ok" for v in checks.values()), checks
@@ -300,18 +258,7 @@ class Gateway:
         """Whether a request could be served now: Redis answers and Triton is ready (the
         Open Inference Protocol's server readiness)."""
         try:
-            await self.parts.hot.execute("PING")
+            await self._parts.hot.execute("PING")
         except RedisError:
             return False
-        return await self.parts.backend.server_ready()
-
-    async def circuits(self) -> dict[str, str]:
-        """Each reported model's circuit breaker, and each of its versions' as
-        ``<model>/<version>`` (with the model's fallback while not closed)."""
-        circuits: dict[str, str] = {}
-        for model, c in (await self.capacity.all()).items():
-            states = [(model, c.breaker)] + [(f"{model}/{v}", state) for v, state, _ in c.versions]
-            for name, state in states:
-                circuits[name] = state + (f", fallback {c.fallback}" if c.fallback and
-                                          state != "closed" else "")
-        return circuits
+        return await self._parts.backend.server_ready()

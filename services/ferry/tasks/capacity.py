@@ -141,6 +141,17 @@ class CapacityBoard:
         await self.of("")
         return dict(self._models)
 
+    async def circuits(self) -> dict[str, str]:
+        """Each reported model's circuit breaker, and each of its versions' as
+        ``<model>/<version>`` (with the model's fallback while not closed): ``/readyz``'s."""
+        circuits: dict[str, str] = {}
+        for model, c in (await self.all()).items():
+            states = [(model, c.breaker)] + [(f"{model}/{v}", state) for v, state, _ in c.versions]
+            for name, state in states:
+                circuits[name] = state + (f", fallback {c.fallback}" if c.fallback and
+                                          state != "closed" else "")
+        return circuits
+
     async def _refresh(self) -> None:
         now = self.clock()
         self._read_at = now
