@@ -1,12 +1,13 @@
-"""The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry settings``,
-``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs submit|status|results|...``,
-``ferry rollout status|set|promote|rollback|compare|decisions``, ``ferry usage``.
+"""The ``ferry`` command: ``ferry up``, ``ferry gateway``, ``ferry batcher``, ``ferry logger``,
+``ferry settings``, ``ferry keys new``, ``ferry plan fit|size|curve``, ``ferry jobs
+submit|status|results|...``, ``ferry rollout status|set|promote|rollback|compare|decisions``,
+``ferry usage``, ``ferry log tail``.
 
 A subcommand's arguments, and the modules that define them, are loaded for the subcommand given
 only: ``ferry --help`` and a light subcommand import neither the services nor the planner, nor
 the HTTP client. Ctrl-C ends a client command (its work cut short) with exit code 130 and one
-line on stderr; the services (``up``, ``gateway``, ``batcher``) take it as a request to stop,
-stop gracefully and exit 0, as on SIGTERM.
+line on stderr; the services (``up``, ``gateway``, ``batcher``, ``logger``) take it as a request
+to stop, stop gracefully and exit 0, as on SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from ferry import __version__
 
 if TYPE_CHECKING:
     from ferry.settings import BatcherSettings, CommonSettings
+    from ferry.settings.services import LoggerSettings
 
-SERVICES = ("up", "gateway", "batcher")
+SERVICES = ("up", "gateway", "batcher", "logger")
 # Each subcommand's line in ``ferry --help``. plan, jobs and rollout give the same line to their
 # own parsers, which are built only when they run.
 SUMMARIES = {
     "up": "run the whole stack locally: Redis, Triton, gateway, batcher",
     "gateway": "run the HTTP gateway",
     "batcher": "run a batcher worker",
+    "logger": "run the inference log's logger: sampled records to files or a collector",
     "settings": "print every setting as a Markdown table; --effective SERVICE: the values in "
                 "effect here",
     "keys": "API keys for FERRY_AUTH=api_key",
@@ -37,10 +40,12 @@ SUMMARIES = {
     "jobs": "bulk jobs: submit, follow, collect",
     "rollout": "model versions: status, set, promote, rollback, compare, decisions",
     "usage": "what each client cost: tasks, rows, GPU seconds",
+    "log": "the inference log: a model's latest records",
 }
 # The commands that are clients (of the planner or a gateway): each module's add_parser and run.
 CLIENTS = {"plan": "ferry.planner.command", "jobs": "ferry.jobs.cli",
-           "rollout": "ferry.rollouts.cli", "usage": "ferry.usage.cli"}
+           "rollout": "ferry.rollouts.cli", "usage": "ferry.usage.cli",
+           "log": "ferry.inference_log.cli"}
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 
@@ -111,9 +116,11 @@ def _effective_service(argv: Sequence[str]) -> str | None:
 
 def _settings_class(name: str) -> type[CommonSettings]:
     from ferry.settings import BatcherSettings, GatewaySettings, UpSettings
+    from ferry.settings.services import LoggerSettings
 
     classes: dict[str, type[CommonSettings]] = {
-        "up": UpSettings, "gateway": GatewaySettings, "batcher": BatcherSettings}
+        "up": UpSettings, "gateway": GatewaySettings, "batcher": BatcherSettings,
+        "logger": LoggerSettings}
     return classes[name]
 
 
@@ -211,6 +218,7 @@ def run(command: str, settings: CommonSettings) -> int:
     only: a batcher process never loads the gateway's modules, nor a gateway the batcher's."""
     from ferry.errors import ConfigError
     from ferry.settings import BatcherSettings, GatewaySettings, UpSettings
+    from ferry.settings.services import LoggerSettings
 
     if isinstance(settings, UpSettings):
         from ferry.stack.up import LocalStack
@@ -222,6 +230,8 @@ def run(command: str, settings: CommonSettings) -> int:
         return serve(settings)
     if isinstance(settings, BatcherSettings):
         return run_batcher(settings)
+    if isinstance(settings, LoggerSettings):
+        return run_logger(settings)
     raise ConfigError(f"unknown command {command}")
 
 
@@ -239,3 +249,18 @@ def run_batcher(settings: BatcherSettings) -> int:
     if settings.follows_replicas:
         return uvloop.run(Supervisor(settings, factory=build).run())
     return uvloop.run(build(settings).run())
+
+
+def run_logger(settings: LoggerSettings) -> int:
+    """The inference log's logger, on its parts."""
+    import uvloop
+
+    from ferry.compose.logger import build_logger
+    from ferry.errors import ConfigError
+
+    try:
+        logger = build_logger(settings)
+    except ConfigError as exc:  # as a setting it refuses: one line, exit code 2
+        print(f"ferry logger: {exc}")
+        return 2
+    return uvloop.run(logger.run())

@@ -322,3 +322,20 @@ def budget_key(model: str, part: str) -> str:
     set of the slots taken, by when each lapses), ``queue`` (batchers waiting for one, by when
     each began to wait), ``seen`` (those batchers, by when each last asked)."""
     return f"{PREFIX}:budget:{{{model}}}:{part}"
+
+
+# The inference log (``ferry.inference_log``, docs/inference-log.md): per logged model, in the
+# model's own slot (a batch is of one model, so its hand-off is one script on one master, and
+# on a Redis Cluster the models' logs spread over the masters), the stream the batchers hand
+# sampled records to and the loggers drain, a ring of the latest records (``ferry log tail``)
+# and a count of the records dropped because the stream was at its bound.
+LOG_GROUP = "ferry-loggers"
+LOG_RECENT = 100  # records kept per model for ``ferry log tail``
+LOG_FIELD = "r"  # a log entry's one field: the record's JSON
+
+
+def log_key(model: str, part: str = "stream") -> str:
+    """One of a model's inference-log keys: ``stream`` (``ferry:log:{sim}``, the records for the
+    loggers), ``recent`` (the latest ``LOG_RECENT``) or ``dropped`` (a count)."""
+    base = f"{PREFIX}:log:{{{model}}}"
+    return base if part == "stream" else f"{base}:{part}"

@@ -43,6 +43,14 @@ VARIANTS = {
                  '"when": "unsafe"}}'),
     "redis-sentinel": ("values.yaml", "--set", "redis.sentinel.enabled=true",
                        "--set", "autoscaling.keda.enabled=true"),
+    "inference-log": ("values.yaml", "--set", "inferenceLog.enabled=true",
+                      "--set-json", 'inferenceLog.models={"moderation": 0.1, "sim": 1}',
+                      "--set-json", 'inferenceLog.redact=["password", "ssn"]'),
+    "inference-log-s3": ("values.yaml", "--set", "inferenceLog.enabled=true",
+                         "--set-json", 'inferenceLog.models={"moderation": 0.5}',
+                         "--set", "inferenceLog.sink=s3://shelf/log",
+                         "--set", "inferenceLog.s3Secret=shelf-s3",
+                         "--set", "redis.sentinel.enabled=true"),
 }
 
 
@@ -209,6 +217,12 @@ def test_triton_gets_gpus_and_gpu_nodes() -> None:
     (f"{EXTERNAL},redis.sentinel.enabled=true", "redis.sentinel.externalAddresses (host:port"),
     ("redis.sentinel.enabled=true,redis.sentinel.externalAddresses={s:26379}",
      "they need redis.builtin=false"),
+    ("inferenceLog.enabled=true", "inferenceLog.models names no model"),
+    ("inferenceLog.enabled=true,inferenceLog.models.m=1.5", "/inferenceLog/models/m"),
+    ("inferenceLog.enabled=true,inferenceLog.models.m=0", "/inferenceLog/models/m"),
+    ("inferenceLog.sink=ftp://x/y", "/inferenceLog/sink"),
+    ("inferenceLog.enabled=true,inferenceLog.models.m=1,inferenceLog.logger.replicas=2",
+     "needs ReadWriteMany"),
 ])
 def test_bad_values_are_refused_with_a_reason(setting: str, complaint: str) -> None:
     done = run(HELM, "template", "ferry", CHART, "--set", setting)
@@ -579,3 +593,46 @@ def test_only_ferry_and_the_group_itself_reach_its_nodes_and_sentinels(
     assert ("NetworkPolicy", "ferry-redis-sentinel") not in default
     (rule,) = default[("NetworkPolicy", "ferry-redis")]["spec"]["ingress"]
     assert len(rule["from"]) == 2  # the single Redis: the gateway and the batchers only
+
+
+def test_the_inference_log_reaches_the_batchers_and_its_logger(
+        rendered: dict[str, Path]) -> None:
+    """Off by default; on, the batchers hand records to it and a logger Deployment writes them
+    to a volume (or a bucket, its credentials a mounted Secret), reaching Redis through the
+    network policy, its metrics scraped, its probes on them."""
+    default = by_kind(rendered["values.yaml"].read_text())
+    assert not [name for kind, name in default if "logger" in name]
+    assert "FERRY_LOG_MODELS" not in _batcher_env(rendered["values.yaml"].read_text())
+    manifest = rendered["inference-log"].read_text()
+    items = by_kind(manifest)
+    env = _batcher_env(manifest)
+    assert (env["FERRY_LOG_MODELS"], env["FERRY_LOG_REDACT"], env["FERRY_LOG_MAX_RECORDS"]) == (
+        "moderation=0.1,sim=1", "password,ssn", "100000")
+    pod = items[("Deployment", "ferry-logger")]["spec"]["template"]["spec"]
+    logger = _container_env(pod)
+    assert pod["containers"][0]["args"] == ["logger"]
+    assert logger["FERRY_LOG_MODELS"] == env["FERRY_LOG_MODELS"]
+    assert logger["FERRY_LOG_SINK"] == "/var/lib/ferry/inference-log"
+    assert logger["FERRY_REDIS_URL"] == env["FERRY_REDIS_URL"]
+    assert {"name": "inference-log", "mountPath": "/var/lib/ferry/inference-log"} in pod[
+        "containers"][0]["volumeMounts"]
+    claim = items[("PersistentVolumeClaim", "ferry-inference-log")]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pod["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/readyz",
+                                                                 "port": "metrics"}
+    (rule,) = items[("NetworkPolicy", "ferry-redis")]["spec"]["ingress"]
+    assert {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            for p in rule["from"]} == {"gateway", "batcher", "logger"}
+    assert items[("Service", "ferry-logger")]["spec"]["ports"][0]["name"] == "metrics"
+    s3 = by_kind(rendered["inference-log-s3"].read_text())
+    pod = s3[("Deployment", "ferry-logger")]["spec"]["template"]["spec"]
+    logger = _container_env(pod)
+    assert logger["FERRY_LOG_SINK"] == "s3://shelf/log"
+    assert logger["FERRY_S3_SECRET_ACCESS_KEY_FILE"] == \
+        "/var/run/secrets/ferry/s3/AWS_SECRET_ACCESS_KEY"
+    assert ("PersistentVolumeClaim", "ferry-inference-log") not in s3
+    assert {"name": "s3", "secret": {"secretName": "shelf-s3", "defaultMode": 0o400}} in pod[
+        "volumes"]
+    (rule,) = s3[("NetworkPolicy", "ferry-redis-sentinel")]["spec"]["ingress"]
+    assert "logger" in {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                        for p in rule["from"]}

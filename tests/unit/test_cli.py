@@ -37,7 +37,10 @@ def loaded_after(argv: list[str]) -> list[str]:
 def test_help_loads_neither_the_planner_nor_the_services() -> None:
     assert loaded_after(["--help"]) == []
     assert loaded_after(["--version"]) == []
-    assert loaded_after(["keys", "new", "--client", "ci"]) == []
+    # ``keys new`` checks the client id by the settings' rule (``ferry.settings.auth``): the
+    # settings import no feature (test_architecture), so they load no service with them.
+    assert [m for m in loaded_after(["keys", "new", "--client", "ci"])
+            if not m.startswith("ferry.settings")] == []
 
 
 def test_the_planners_help_loads_no_triton_client() -> None:

@@ -275,6 +275,8 @@ OWN_STREAMS = {
     ("ferry.tasks", "complete", "XADD", "dead_letters"),
     ("ferry.batcher", "webhook_done", "XACK", "stream"),  # the webhook stream it read
     ("ferry.batcher", "webhook_done", "XDEL", "stream"),
+    ("ferry.inference_log", "hand_off", "XADD", "stream"),  # a model's log stream
+    ("ferry.inference_log", "hand_off", "XADD", "recent"),  # ... and its latest records
 }
 
 

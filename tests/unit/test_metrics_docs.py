@@ -8,14 +8,15 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics
+from ferry.telemetry.metrics import BatcherMetrics, GatewayMetrics, LoggerMetrics
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(ferry_[a-z_]+)` \| (\w+) \|([a-z_, ]*)\|")
 
 
 def documented() -> dict[str, dict[str, tuple[str, tuple[str, ...]]]]:
-    """Per process (the page's ``## Gateway`` and ``## Batcher``): name -> (type, labels)."""
+    """Per process (the page's ``## Gateway``, ``## Batcher`` and ``## Logger``): name ->
+    (type, labels)."""
     pages: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
     section = ""
     for line in PAGE.read_text().splitlines():
@@ -41,10 +42,11 @@ def test_the_page_lists_every_metric_with_its_type_and_labels() -> None:
     pages = documented()
     assert pages["gateway"] == registered(GatewayMetrics().registry)
     assert pages["batcher"] == registered(BatcherMetrics().registry)
+    assert pages["logger"] == registered(LoggerMetrics().registry)
 
 
 def test_priming_makes_every_series_with_labels_exist() -> None:
-    for metrics in (GatewayMetrics(), BatcherMetrics()):
+    for metrics in (GatewayMetrics(), BatcherMetrics(), LoggerMetrics()):
         metrics.prime(["m"])
         empty = [f.name for f in metrics.registry.collect() if not f.samples]
         assert empty == [] or set(empty) <= {  # labelled by what a batcher finds as it runs

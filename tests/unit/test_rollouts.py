@@ -21,7 +21,7 @@ from ferry.errors import (
 from ferry.gateway.admin import AdminToken
 from ferry.gateway.versions import Versions
 from ferry.rollouts import latency
-from ferry.rollouts.cascade import parse_cascades, pending_review
+from ferry.rollouts.cascade import parse_cascades, pending_review, wants_review
 from ferry.rollouts.cli import declaration, render, when
 from ferry.rollouts.cli import run as client_run
 from ferry.rollouts.compare import Comparison, compare, kind_of
@@ -251,8 +251,8 @@ def test_the_cascade_conditions() -> None:
         "c": {"review_model": "big", "when": "label_above:0.5"},
         "d": {"review_model": "big", "when": "labels:X,Y"}}).decode())
     answer = {"D": {"detections": [{"label": "X", "score": 0.4}], "unsafe": True}}
-    assert [cascades[m].wants_review(answer) for m in "abcd"] == [True, True, False, True]
-    assert not cascades["b"].wants_review({"D": {"unsafe": False}})
+    assert [wants_review(cascades[m], answer) for m in "abcd"] == [True, True, False, True]
+    assert not wants_review(cascades["b"], {"D": {"unsafe": False}})
     for bad in ('{"a": {}}', '{"a": {"review_model": "a"}}',
                 '{"a": {"review_model": "b", "when": "sometimes"}}',
                 '{"a": {"review_model": "b", "when": "label_above:2"}}'):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,7 @@ def test_reference_table_lists_every_setting() -> None:
     assert ("| `FERRY_MAX_BATCH` | `--max-batch` | `64` | "
             "a batch leaves when it holds this many requests | batcher, up |") in lines
     assert any(line.startswith("| `FERRY_REDIS_URL` | `--redis-url` |") and
-               line.endswith("| gateway, batcher, up |") for line in lines)
+               line.endswith("| gateway, batcher, up, logger |") for line in lines)
     assert any(line.startswith("| `FERRY_STATE_DIR` |") and line.endswith("| up |")
                for line in lines)
     assert any(line.startswith("| `FERRY_PORT` |") and line.endswith("| gateway, up |")
@@ -489,14 +490,29 @@ def test_parsed_values_follow_their_text_through_replace() -> None:
     assert one.fallbacks.of("m") == "n"
 
 
+def _parsed(cls: type) -> set[str]:
+    """The parsed values of a settings class: its cached properties, its bases' included."""
+    return {name for klass in cls.__mro__ for name, value in vars(klass).items()
+            if isinstance(value, functools.cached_property)}
+
+
+def test_parsed_values_are_parsed_when_built() -> None:
+    """Each parsed value is computed by ``__post_init__``: a bad one is refused when the
+    settings are built, not when it is first read."""
+    for cls in (CommonSettings, GatewaySettings, BatcherSettings, UpSettings):
+        assert _parsed(cls) <= set(vars(cls()))
+
+
 def test_parsed_values_are_not_settings() -> None:
     """Neither a flag, a variable nor a row of the table; compared through their text."""
-    parsed = {f.name for cls in (GatewaySettings, BatcherSettings)
-              for f in dataclasses.fields(cls) if not f.init}
+    parsed = _parsed(GatewaySettings) | _parsed(BatcherSettings)
+    assert not any(not f.init for cls in (GatewaySettings, BatcherSettings)
+                   for f in dataclasses.fields(cls))
     assert parsed == {"log_levels", "declared_rollouts", "webhook_hosts", "redis_sentinel_nodes",
                       "api_key_entries", "jwt_algorithm_names", "rate_limit_overrides",
                       "job_completion_window_s", "job_max_completion_window_s", "owned",
-                      "follows_replicas", "fallbacks", "declared_cascades", "client_weight_map"}
+                      "follows_replicas", "fallbacks", "declared_cascades", "client_weight_map",
+                      "log_rates", "log_redacted"}
     names = {f.name for cls in (GatewaySettings, BatcherSettings, UpSettings)
              for f in settable(cls)}
     assert not parsed & names

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from ferry.errors import ConfigError, UnauthorizedError
+from ferry.errors import UnauthorizedError
+from ferry.settings.auth import (
+    CLIENT_ID,
+    HMAC_ALGORITHMS,
+    MAX_WEIGHT,
+    PUBLIC_KEY_ALGORITHMS,
+    check_key_source,
+    parse_algorithms,
+)
 
-HMAC_ALGORITHMS = frozenset({"HS256", "HS384", "HS512"})
-PUBLIC_KEY_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-                                   "ES256", "ES384", "ES512", "EdDSA"})
-CLIENT_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")  # printable, no spaces: a key and a label
+# What a client id, a weight and a JWT algorithm may be is the settings' (they parse the keys,
+# weights and algorithms configured, and import no feature); named here too.
+__all__ = ["CLIENT_ID", "HMAC_ALGORITHMS", "MAX_WEIGHT", "PUBLIC_KEY_ALGORITHMS", "Authenticator",
+           "Credential", "Identity", "check_key_source", "missing", "parse_algorithms",
+           "valid_client_id", "valid_weight"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +49,6 @@ class Identity:
 
     client_id: str
     weight: float | None = None
-
-
-MAX_WEIGHT = 1_000_000.0  # weights are relative: anything above a million to one is a typo
 
 
 def valid_weight(value: object, source: str) -> float:
@@ -76,26 +81,3 @@ def valid_client_id(client_id: str, source: str) -> str:
         raise UnauthorizedError("invalid_client_id", f"the {source} names no usable client id "
                                 "(1-128 letters, digits or ._:@/+=-)", presented=True)
     return client_id
-
-
-def parse_algorithms(spec: str) -> tuple[str, ...]:
-    algorithms = tuple(a.strip() for a in spec.split(",") if a.strip())
-    unknown = [a for a in algorithms if a not in HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS]
-    if not algorithms or unknown:
-        raise ConfigError(f"jwt_algorithms {spec!r}: name one or more of "
-                          f"{sorted(HMAC_ALGORITHMS | PUBLIC_KEY_ALGORITHMS)} ('none' is never "
-                          "accepted)")
-    if set(algorithms) & HMAC_ALGORITHMS and set(algorithms) & PUBLIC_KEY_ALGORITHMS:
-        raise ConfigError("jwt_algorithms: HMAC (HS*) and public-key algorithms cannot be "
-                          "mixed: one key would serve as both (algorithm confusion)")
-    return algorithms
-
-
-def check_key_source(algorithms: tuple[str, ...], secret: str, public_key: str,
-                     jwks_url: str) -> None:
-    """That the configuration names a key for its algorithms (``ConfigError`` if not)."""
-    if set(algorithms) & HMAC_ALGORITHMS:
-        if len(secret) < 32:
-            raise ConfigError("HS* JWTs need jwt_secret of at least 32 characters")
-    elif not public_key and not jwks_url:
-        raise ConfigError("public-key JWTs need jwt_public_key (PEM) or jwt_jwks_url")

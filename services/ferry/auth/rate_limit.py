@@ -16,36 +16,13 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from ferry import keys, lua
-from ferry.errors import ConfigError, RateLimitedError
+from ferry.errors import RateLimitedError
 from ferry.resp.client import Commands
+from ferry.settings.auth import AUTO_BURST_MAX, Rate, parse_overrides, scaled_burst
 
-AUTO_BURST_MAX = 100  # the most requests at once that a rate's own burst allows
-
-
-def scaled_burst(per_min: int) -> int:
-    """The burst of a rate that names none: a tenth of the per-minute rate (six seconds of it),
-    at least 1 and at most ``AUTO_BURST_MAX``; so a low rate limits from the first request
-    (30 a minute: 3 at once, not 100)."""
-    return max(1, min(AUTO_BURST_MAX, per_min // 10))
-
-
-@dataclass(frozen=True)
-class Rate:
-    per_min: int
-    burst: int
-
-    @classmethod
-    def of(cls, per_min: int, burst: int = 0) -> Rate:
-        """The rate, its burst scaled from it when ``burst`` is 0."""
-        return cls(per_min, burst or scaled_burst(per_min))
-
-    @property
-    def interval_ms(self) -> float:
-        return 60_000.0 / self.per_min
-
-    @property
-    def policy(self) -> bytes:
-        return b"%d;w=60;burst=%d" % (self.per_min, self.burst)
+# A rate, and how the settings parse the per-client ones, are the settings': named here too.
+__all__ = ["AUTO_BURST_MAX", "GCRA", "Decision", "GcraArgs", "GcraKeys", "Rate", "RateLimiter",
+           "Verdict", "parse_overrides", "scaled_burst", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -82,25 +59,6 @@ def verdict(reply: Sequence[Any]) -> Verdict:
     if decision is Decision.ALLOWED:
         return Verdict(True, int(first), 0.0, float(reset) / 1000)
     return Verdict(False, 0, float(first) / 1000, float(reset) / 1000)
-
-
-def parse_overrides(spec: str, default_burst: int = 0) -> dict[str, Rate]:
-    """``client=per_min[/burst]`` entries, comma-separated (0 per minute: unlimited); an entry
-    without a burst gets ``default_burst`` (0: scaled from its own rate)."""
-    rates: dict[str, Rate] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        client, sep, value = part.rpartition("=")
-        per_min, _, burst = value.partition("/")
-        try:
-            given = int(burst) if burst else None
-            rate = Rate(-1, -1) if given == 0 else Rate.of(int(per_min), given or default_burst)
-        except ValueError:
-            rate = Rate(-1, -1)
-        if not sep or not client or rate.per_min < 0 or rate.burst < 1:
-            raise ConfigError(f"rate_limits: {part!r} is not 'client=per_min' or "
-                              "'client=per_min/burst'")
-        rates[client.strip()] = rate
-    return rates
 
 
 class RateLimiter:

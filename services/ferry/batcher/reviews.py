@@ -23,7 +23,7 @@ import orjson
 
 from ferry.codec import dumps
 from ferry.errors import ClientError, DependencyUnavailableError, RedisUnavailableError
-from ferry.rollouts.cascade import Cascade, pending_review
+from ferry.rollouts.cascade import Cascade, pending_review, wants_review
 from ferry.tasks.admission import Admitter, FixedLimits
 from ferry.tasks.base import NO_OWNER, NOT_SHARED, Admission, Admitted, Owner, Sharing
 from ferry.tasks.envelope import review_of
@@ -93,7 +93,7 @@ class Reviews:
         if task is None or status is not Status.SUCCESS or task.review_of or task.shadow_of:
             return None
         cascade = self.cascades.get(task.model)
-        if cascade is None or not cascade.wants_review(_plain(output)):
+        if cascade is None or not wants_review(cascade, _plain(output)):
             return None
         return cascade
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from ferry.compose.triton import triton_backend
 from ferry.errors import ConfigError
+from ferry.inference_log.handoff import HandOff, LoggedStore
+from ferry.inference_log.record import Shaping
 from ferry.queue.base import TaskQueue
 from ferry.queue.redis_streams import RedisStreamQueue
 from ferry.redis_conn import address, cluster_client, lean, locator
@@ -31,11 +33,13 @@ class BatcherParts:
     backend: TritonPool  # every Triton server (a test's one backend, as a pool of one)
     hot: Commands  # completion, and the occasional commands (groups, reclaim, webhooks...)
     queue: TaskQueue  # reads through a blocking lean connection of its own
-    store: RedisTaskStore  # completion, the cancel flags and backlog counts of a partition;
-    # reviews' admission and records' reads (``batcher.versions``)
+    store: RedisTaskStore | LoggedStore  # completion, the cancel flags and backlog counts of a
+    # partition; reviews' admission and records' reads (``batcher.versions``); with the
+    # inference log on, wrapped: each batch's sampled records handed to it once written
     metrics: BatcherMetrics
     listen: Listen  # a subscriber to a channel, made by the batcher with what handles it
     tracing: Tracing  # OTLP traces, when OTEL_* asks for them
+    hand_off: HandOff | None = None  # the inference log's (FERRY_LOG_MODELS), closed last
 
 
 Listen = Callable[[str, Callable[[bytes], None]], Subscriber]
@@ -76,13 +80,17 @@ def batcher_parts(settings: BatcherSettings, *, backend: InferenceBackend | None
                            min_replicas=settings.redis_min_replicas, wait_ms=settings.redis_wait_ms)
     metrics = metrics or BatcherMetrics()
     hooks = pool_hooks(metrics)
+    hand_off = HandOff(
+        hot, settings.log_rates, Shaping(settings.log_max_payload_bytes, settings.log_redacted),
+        max_records=settings.log_max_records, metrics=metrics) if settings.log_rates else None
+    logged = store if hand_off is None else LoggedStore(store, hand_off)
     return BatcherParts(
         settings=settings, consumer=consumer, listen=functools.partial(listener, settings),
         backend=_as_pool(backend, settings, hooks) if backend is not None else triton_backend(
             settings, infer_timeout_s=settings.infer_timeout_s,
             http_url=settings.triton_http_url, hooks=hooks),
-        hot=hot, queue=queue, store=store, metrics=metrics,
-        tracing=Tracing("ferry-batcher"))
+        hot=hot, queue=queue, store=logged, metrics=metrics,
+        tracing=Tracing("ferry-batcher"), hand_off=hand_off)
 
 
 def _as_pool(backend: InferenceBackend, settings: BatcherSettings, hooks: PoolHooks) -> TritonPool:

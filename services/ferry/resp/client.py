@@ -17,27 +17,31 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
 from ferry.errors import (
-    ConfigError,
     RedisCommandError,
     RedisConnectionError,
     RedisError,
     RedisUnavailableError,
     redis_reply_error,
 )
+from ferry.settings.redis import RedisAddress
+
+# Where Redis is (``RedisAddress``) is the settings' value, parsed from ``redis_url`` when they
+# are built (they import no feature): named here too, where every connection takes it.
+__all__ = ["HOLD_DOWN_S", "RECHECK_S", "Arg", "Command", "Commands", "Locate", "Packed",
+           "RedisAddress", "RespClient", "RespConnectionError", "RespTimeoutError", "Script",
+           "as_bytes", "handshake", "open_connection", "pack", "raise_first"]
 
 log = logging.getLogger(__name__)
 HOLD_DOWN_S = 0.5  # after a failed connection attempt, how long callers fail without retrying
 RECHECK_S = 0.5  # with Sentinel: how often a live connection's master is checked with them
 Arg = bytes | str | int | float
 Command = Sequence[Arg]  # or a Packed command, sent as it is
-Locate = Callable[[], Awaitable["RedisAddress"]]  # where the master is now (Redis Sentinel)
+Locate = Callable[[], Awaitable[RedisAddress]]  # where the master is now (Redis Sentinel)
 
 
 # Errors are Ferry's (``ferry.errors``): an error reply is made by ``redis_reply_error`` as it is
@@ -51,50 +55,6 @@ class RespConnectionError(RedisConnectionError, ConnectionError):
 
 class RespTimeoutError(RespConnectionError, TimeoutError):
     """Redis did not answer within the command's timeout; the connection was dropped."""
-
-
-@dataclass(frozen=True)
-class RedisAddress:
-    """Where and how to reach Redis, from a URL as redis-py reads it: ``redis://`` or
-    ``rediss://`` (TLS) with ``user:password@host:port/db``, or ``unix:///path.sock``; the
-    database may also be given as ``?db=N``. Anything else in the query is refused, so the two
-    clients of a service never disagree about where they are."""
-
-    host: str = "127.0.0.1"
-    port: int = 6379
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    path: str | None = None  # a Unix socket instead of host:port
-    ssl_context: ssl.SSLContext | None = field(default=None, compare=False)
-
-    @classmethod
-    def from_url(cls, url: str) -> RedisAddress:
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError(f"Redis URL {url!r} must start with redis://, rediss:// or "
-                              "unix://")
-        query = parse_qs(parts.query)
-        unknown = sorted(set(query) - {"db"})
-        if unknown:
-            raise ConfigError(f"Redis URL {url!r}: options {unknown} are not supported; give "
-                              "the database as /N or ?db=N")
-        database = query["db"][-1] if "db" in query else (
-            "" if parts.scheme == "unix" else parts.path.strip("/"))
-        try:
-            db = int(database) if database else 0
-        except ValueError:
-            raise ConfigError(f"Redis URL {url!r}: database {database!r} is not a number"
-                              ) from None
-        return cls(host=parts.hostname or "127.0.0.1", port=parts.port or 6379, db=db,
-                   username=unquote(parts.username) if parts.username else None,
-                   password=unquote(parts.password) if parts.password else None,
-                   tls=parts.scheme == "rediss",
-                   path=parts.path if parts.scheme == "unix" else None)
-
-    def __str__(self) -> str:
-        return self.path or f"{self.host}:{self.port}"
 
 
 def as_bytes(arg: Arg) -> bytes:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ferry.errors import ConfigError, RedisError
+from ferry.errors import RedisError
 from ferry.resp.client import (
     Command,
     RedisAddress,
@@ -24,17 +24,6 @@ from ferry.resp.client import (
     handshake,
     open_connection,
 )
-
-
-def sentinel_nodes(spec: str) -> list[tuple[str, int]]:
-    """``host:port,host:port`` as (host, port) pairs; a bad one is a ConfigError."""
-    nodes: list[tuple[str, int]] = []
-    for item in (part.strip() for part in spec.split(",")):
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"redis_sentinels: {item!r} is not host:port")
-        nodes.append((host.strip("[]"), int(port)))
-    return nodes
 
 
 class Sentinels:

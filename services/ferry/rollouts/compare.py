@@ -17,35 +17,15 @@ The kinds of comparison (a rollout's ``compare`` object, ``kind`` "auto" by defa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferry.errors import BadRequestError
+from ferry.settings.declarations import KINDS, Comparison
 
-KINDS = ("auto", "tensors", "moderation", "labels", "equal")
-
-
-@dataclass(frozen=True)
-class Comparison:
-    kind: str = "auto"
-    score: float = 0.0  # labels scoring below this are left out
-    atol: float = 1e-5
-    rtol: float = 1e-3
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Comparison:
-        unknown = set(doc) - {"kind", "score", "atol", "rtol"}
-        kind = str(doc.get("kind", "auto"))
-        if unknown or kind not in KINDS:
-            raise BadRequestError("invalid_rollout", f"compare takes kind (one of "
-                                  f"{', '.join(KINDS)}), score, atol and rtol; got {dict(doc)}")
-        try:
-            return cls(kind, float(doc.get("score", 0.0)), float(doc.get("atol", 1e-5)),
-                       float(doc.get("rtol", 1e-3)))
-        except (TypeError, ValueError):
-            raise BadRequestError("invalid_rollout", "compare's score, atol and rtol are "
-                                  "numbers") from None
+# How a rollout declares its comparison is the settings' (they check the ``rollouts`` setting
+# when they are built, and import no feature): named here too.
+__all__ = ["KINDS", "Comparison", "Verdict", "compare", "kind_of", "labels_of"]
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,15 @@ given twice is refused, never dropped or merged. The environment is read by ``lo
 
 The package, by concern: ``fields`` (how a setting is declared, a list's rules), ``redis``,
 ``triton``, ``webhooks``, ``auth``, ``jobs``, ``rollouts`` (rollouts, cascades, fallbacks),
-``partitions``, ``fairness``, ``logs``; ``services`` composes them into the services' settings,
-``loading`` builds those, and ``effective`` shows what they are (``ferry settings --effective``).
+``declarations`` (what a rollout and a cascade declare), ``partitions``, ``fairness``, ``logs``;
+``services`` composes them into the services' settings, ``loading`` builds those, and
+``effective`` shows what they are (``ferry settings --effective``).
+
+The settings sit below what they configure: they import no feature, only ``ferry.errors`` and
+``ferry.durations`` (test_architecture checks it). The values a setting is parsed into (an API
+key's entry, a rate, a rollout's record, a cascade, a Redis address, a Triton target, the log
+levels) live here, and ``auth``, ``rollouts``, ``resp``, ``triton`` and ``telemetry`` import
+them from here (and name them too, for their callers).
 """
 
 from ferry.settings.auth import AUTH_MODES, MIN_ADMIN_TOKEN

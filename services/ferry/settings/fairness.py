@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ferry.auth.base import CLIENT_ID, MAX_WEIGHT
 from ferry.errors import ConfigError
+from ferry.settings.auth import CLIENT_ID, MAX_WEIGHT
 from ferry.settings.fields import entries, refuse_duplicates
 
 

@@ -34,10 +34,12 @@ def settable(cls: type) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(cls) if f.init and "help" in f.metadata]
 
 
-def fill(settings: object, **values: Any) -> None:
-    """Set parsed fields on frozen settings (from their ``__post_init__``)."""
-    for name, value in values.items():
-        object.__setattr__(settings, name, value)
+def parse_now(settings: object, *names: str) -> None:
+    """Read the parsed values ``names`` of ``settings`` (each a ``functools.cached_property``,
+    which keeps what it computed in the instance's ``__dict__``) from its ``__post_init__``: a
+    bad value is refused when the settings are built, not when it is first read."""
+    for name in names:
+        getattr(settings, name)
 
 
 def naming(setting: str, parse: Callable[[str], T], text: str) -> T:

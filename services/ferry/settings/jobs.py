@@ -3,28 +3,29 @@ their items' URIs may name (``job_sources``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ferry.durations import parse_window
 from ferry.errors import BadRequestError, ConfigError
 from ferry.settings.fields import entries, refuse_duplicates
 
-if TYPE_CHECKING:
-    from ferry.settings.services import GatewaySettings
-
 LONGEST_WINDOW_S = 10 ** 9  # what job_max_completion_window may be: no bound of its own
 
 
-def job_windows(settings: GatewaySettings) -> tuple[float, float]:
-    """Check the jobs' limits; the default and the longest completion window, in seconds."""
-    smallest = min(settings.job_max_items, settings.job_max_bytes, settings.job_window,
-                   settings.job_max_unfinished, settings.job_record_ttl_s)
-    if smallest < 1 or settings.job_lease_s <= 0:
+def check_job_limits(*, job_max_items: int, job_max_bytes: int, job_window: int,
+                     job_max_unfinished: int, job_record_ttl_s: int, job_lease_s: float) -> None:
+    """The jobs' limits are positive."""
+    smallest = min(job_max_items, job_max_bytes, job_window, job_max_unfinished,
+                   job_record_ttl_s)
+    if smallest < 1 or job_lease_s <= 0:
         raise ConfigError("job_max_items, job_max_bytes, job_window, job_max_unfinished, "
                           "job_record_ttl_s and job_lease_s must be positive")
+
+
+def job_windows(job_completion_window: str,
+                job_max_completion_window: str) -> tuple[float, float]:
+    """The default and the longest completion window, in seconds."""
     try:
-        longest = parse_window(settings.job_max_completion_window, 0, LONGEST_WINDOW_S)
-        return parse_window(settings.job_completion_window, 0, longest), longest
+        longest = parse_window(job_max_completion_window, 0, LONGEST_WINDOW_S)
+        return parse_window(job_completion_window, 0, longest), longest
     except BadRequestError as exc:
         raise ConfigError(f"job_completion_window, job_max_completion_window: "
                           f"{exc.message}") from None

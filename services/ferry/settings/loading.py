@@ -17,7 +17,13 @@ from typing import Any, TypeVar
 from ferry.errors import ConfigError
 from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, RETIRED, settable
 from ferry.settings.rollouts import fallback_env, read_fallback_variables
-from ferry.settings.services import BatcherSettings, CommonSettings, GatewaySettings, UpSettings
+from ferry.settings.services import (
+    BatcherSettings,
+    CommonSettings,
+    GatewaySettings,
+    LoggerSettings,
+    UpSettings,
+)
 
 S = TypeVar("S", bound=CommonSettings)
 log = logging.getLogger(__name__)
@@ -154,7 +160,7 @@ def reference_table() -> str:
     rows = ["| variable | flag | default | meaning | used by |", "|---|---|---|---|---|"]
     seen: dict[str, list[str]] = {}
     docs: dict[str, dataclasses.Field[Any]] = {}
-    for cls in (GatewaySettings, BatcherSettings, UpSettings):
+    for cls in (GatewaySettings, BatcherSettings, UpSettings, LoggerSettings):
         for f in settable(cls):
             seen.setdefault(f.name, []).append(cls.__name__.removesuffix("Settings").lower())
             docs.setdefault(f.name, f)

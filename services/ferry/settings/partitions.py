@@ -3,26 +3,22 @@ built ('all', a list such as '0-7,12', or 'auto': the supervisor's, from the rep
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ferry.errors import ConfigError
 from ferry.settings.fields import entries, naming, refuse_duplicates
-
-if TYPE_CHECKING:
-    from ferry.settings.services import BatcherSettings
 
 AUTO = "auto"
 
 
-def owned(settings: BatcherSettings) -> tuple[int, ...]:
+def owned(*, owned_partitions: str, partitions: int, replicas: int, statefulset: str,
+          replicas_check_s: float) -> tuple[int, ...]:
     """The partitions ``owned_partitions`` names; none for 'auto' (after checking what the
     supervisor needs: it gives every batcher it starts a list of its own)."""
-    if not follows_replicas(settings.owned_partitions):
-        return naming("owned_partitions", lambda spec: parse_partitions(spec, settings.partitions),
-                      settings.owned_partitions)
-    if not settings.replicas and not settings.statefulset:
+    if not follows_replicas(owned_partitions):
+        return naming("owned_partitions", lambda spec: parse_partitions(spec, partitions),
+                      owned_partitions)
+    if not replicas and not statefulset:
         raise ConfigError("owned_partitions=auto needs replicas or statefulset")
-    if settings.replicas < 0 or settings.replicas_check_s <= 0:
+    if replicas < 0 or replicas_check_s <= 0:
         raise ConfigError("replicas must be >= 0 and replicas_check_s > 0")
     return ()
 

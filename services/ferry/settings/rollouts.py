@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.errors import ConfigError
-from ferry.rollouts.cascade import Cascade, parse_cascades
-from ferry.rollouts.rollout import parse_declared
+from ferry.settings.declarations import Cascade, parse_cascades, parse_declared
 from ferry.settings.fields import ENV_PREFIX, FILE_SUFFIX, entries, naming, refuse_duplicates
 
 FALLBACK_ENV_PREFIX = ENV_PREFIX + "FALLBACK_"

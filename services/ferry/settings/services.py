@@ -1,8 +1,10 @@
 """The services' settings: one flat, frozen dataclass per service, each setting a flag and a
 ``FERRY_*`` variable (``fields.setting``); beside the text of each structured setting, the typed
-value parsed from it when the settings are built (an ``init=False`` field): the code uses that
-value and never parses the text again. The checks and the parsing live by concern in this
-package (``redis``, ``triton``, ``webhooks``, ``auth``, ``jobs``, ``rollouts``, ``partitions``).
+value parsed from it when the settings are built (a ``functools.cached_property``, computed by
+``__post_init__`` through ``fields.parse_now``, so a bad value is refused then): the code uses
+that value and never parses the text again. The checks and the parsing live by concern in this
+package (``redis``, ``triton``, ``webhooks``, ``auth``, ``jobs``, ``rollouts``, ``partitions``),
+each a function of the values it reads: this module imports them, and they import none of it.
 
 Flat, not nested groups: the services' code and tests build and read settings by their field
 names (``GatewaySettings(redis_url=..., max_wait_ms=...)``), and ``auth``, ``jobs`` and
@@ -12,30 +14,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from ferry.auth.api_keys import KeyEntry
-from ferry.auth.rate_limit import Rate
 from ferry.errors import ConfigError
-from ferry.rollouts.cascade import Cascade
 from ferry.settings.auth import (
+    KeyEntry,
+    Rate,
     api_key_entries,
     check_admin_token,
     jwt_algorithm_names,
     rate_limit_overrides,
 )
+from ferry.settings.declarations import Cascade
 from ferry.settings.fairness import parse_weights
-from ferry.settings.fields import fill, setting
-from ferry.settings.jobs import check_job_sources, job_windows
-from ferry.settings.logs import log_levels
+from ferry.settings.fields import parse_now, setting
+from ferry.settings.inference_log import (
+    check_log_bounds,
+    check_log_sink,
+    check_rotation,
+    log_rates,
+    redacted_fields,
+)
+from ferry.settings.jobs import check_job_limits, check_job_sources, job_windows
+from ferry.settings.logs import LogLevels, log_levels
 from ferry.settings.partitions import follows_replicas, owned
-from ferry.settings.redis import redis_sentinel_nodes
+from ferry.settings.redis import check_redis, redis_sentinel_nodes
 from ferry.settings.rollouts import Fallbacks, declared_cascades, declared_rollouts, fallbacks_of
 from ferry.settings.triton import check_triton
 from ferry.settings.webhooks import webhook_hosts
-from ferry.telemetry.logs import LogLevels
 
 Declarations = Mapping[str, Mapping[str, Any]]  # model to its declared rollout's fields
+LOG_MODELS_HELP = ("the inference log: the models whose finished tasks are logged, and the "
+                   "share of each, 'model=rate,...' (a rate above 0 and at most 1; 'model' "
+                   "alone: 1), e.g. moderation=0.1,sim=1; empty: no log "
+                   "(docs/inference-log.md)")
 
 
 @dataclass(frozen=True)
@@ -93,17 +106,6 @@ class CommonSettings:
                             "to Redis when the declaration changes, changed by the admin API "
                             "and the guard")
 
-    # Parsed when the settings are built, each from the setting it names (neither a flag nor a
-    # variable, and compared through that setting's text):
-    log_levels: LogLevels = field(init=False, repr=False, compare=False)  # log_level
-    # rollouts: model to its declared rollout's fields
-    declared_rollouts: Declarations = field(init=False, repr=False, compare=False)
-    # webhook_allowed_hosts: 'host' and 'host:port', lower case; none: webhooks are off
-    webhook_hosts: frozenset[str] = field(init=False, repr=False, compare=False)
-    # redis_sentinels: (host, port) of each; none: no sentinels
-    redis_sentinel_nodes: tuple[tuple[str, int], ...] = field(init=False, repr=False,
-                                                              compare=False)
-
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ConfigError("partitions must be at least 1")
@@ -111,10 +113,42 @@ class CommonSettings:
             raise ConfigError("result_ttl_s and pending_ttl_s must be at least 1")
         if self.cache_ttl_s < 0:
             raise ConfigError("cache_ttl_s must be 0 (off) or more")
-        check_triton(self)
-        fill(self, log_levels=log_levels(self.log_level),
-             declared_rollouts=declared_rollouts(self.rollouts),
-             webhook_hosts=webhook_hosts(self), redis_sentinel_nodes=redis_sentinel_nodes(self))
+        check_triton(triton_url=self.triton_url,
+                     triton_http_url=getattr(self, "triton_http_url", ""),  # a batcher's
+                     triton_resolve_s=self.triton_resolve_s, triton_ssl=self.triton_ssl,
+                     triton_ca_file=self.triton_ca_file, triton_cert_file=self.triton_cert_file,
+                     triton_key_file=self.triton_key_file)
+        parse_now(self, "log_levels", "declared_rollouts", "webhook_hosts")
+        check_redis(redis_url=self.redis_url, redis_cluster=self.redis_cluster,
+                    redis_cert_file=self.redis_cert_file, redis_key_file=self.redis_key_file,
+                    redis_min_replicas=self.redis_min_replicas, redis_wait_ms=self.redis_wait_ms)
+        parse_now(self, "redis_sentinel_nodes")
+
+    # Parsed when the settings are built, each from the setting it names (neither a flag nor a
+    # variable, and compared through that setting's text):
+
+    @cached_property
+    def log_levels(self) -> LogLevels:
+        """``log_level``: the root level, and a level per logger."""
+        return log_levels(self.log_level)
+
+    @cached_property
+    def declared_rollouts(self) -> Declarations:
+        """``rollouts``: model to its declared rollout's fields."""
+        return declared_rollouts(self.rollouts)
+
+    @cached_property
+    def webhook_hosts(self) -> frozenset[str]:
+        """``webhook_allowed_hosts``: 'host' and 'host:port', lower case; none: webhooks are
+        off."""
+        return webhook_hosts(self.webhook_allowed_hosts, self.webhook_secret)
+
+    @cached_property
+    def redis_sentinel_nodes(self) -> tuple[tuple[str, int], ...]:
+        """``redis_sentinels``: (host, port) of each; none: no sentinels."""
+        return redis_sentinel_nodes(redis_sentinels=self.redis_sentinels,
+                                    redis_sentinel_master=self.redis_sentinel_master,
+                                    redis_cluster=self.redis_cluster)
 
     @property
     def triton_grpc_target(self) -> str:
@@ -191,7 +225,8 @@ class GatewaySettings(CommonSettings):
     job_store_url: str = setting("", "s3://bucket/prefix: keep jobs' files in an S3-compatible "
                                  "store instead of job_store_dir (credentials: AWS_* variables)")
     s3_endpoint: str = setting("", "endpoint of an S3-compatible store other than AWS's, for "
-                               "job_store_url and s3:// job sources (http:// allowed)")
+                               "job_store_url, s3:// job sources and an s3:// log_sink "
+                               "(http:// allowed)")
     s3_access_key_id: str = setting("", "S3 access key (or FERRY_S3_ACCESS_KEY_ID_FILE); empty: "
                                     "AWS_* variables or the pod's identity", secret=True)
     s3_secret_access_key: str = setting("", "its secret (or FERRY_S3_SECRET_ACCESS_KEY_FILE)",
@@ -217,31 +252,56 @@ class GatewaySettings(CommonSettings):
                                "24+ characters (or FERRY_ADMIN_TOKEN_FILE); empty: the admin "
                                "API answers 403", secret=True)
 
-    # Parsed when the settings are built, each from the setting it names:
-    # api_keys: (client id, key digest) of each; none unless auth=api_key
-    api_key_entries: tuple[KeyEntry, ...] = field(init=False, repr=False, compare=False)
-    # jwt_algorithms: none unless auth=jwt
-    jwt_algorithm_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
-    # rate_limits: client to its own rate
-    rate_limit_overrides: Mapping[str, Rate] = field(init=False, repr=False, compare=False)
-    # client_weights: client to its weight
-    client_weight_map: Mapping[str, float] = field(init=False, repr=False, compare=False)
-    # job_completion_window and job_max_completion_window, in seconds
-    job_completion_window_s: float = field(init=False, repr=False, compare=False)
-    job_max_completion_window_s: float = field(init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_serving()
-        check_admin_token(self)
+        check_admin_token(self.admin_token)
         check_job_sources(self.job_sources)
-        default_window_s, longest_window_s = job_windows(self)
-        fill(self, api_key_entries=api_key_entries(self),
-             jwt_algorithm_names=jwt_algorithm_names(self),
-             rate_limit_overrides=rate_limit_overrides(self),
-             client_weight_map=parse_weights(self.client_weights),
-             job_completion_window_s=default_window_s,
-             job_max_completion_window_s=longest_window_s)
+        check_job_limits(job_max_items=self.job_max_items, job_max_bytes=self.job_max_bytes,
+                         job_window=self.job_window, job_max_unfinished=self.job_max_unfinished,
+                         job_record_ttl_s=self.job_record_ttl_s, job_lease_s=self.job_lease_s)
+        parse_now(self, "job_completion_window_s", "job_max_completion_window_s",
+                  "api_key_entries", "jwt_algorithm_names", "rate_limit_overrides",
+                  "client_weight_map")
+
+    # Parsed when the settings are built, each from the setting it names:
+
+    @cached_property
+    def api_key_entries(self) -> tuple[KeyEntry, ...]:
+        """``api_keys``: (client id, key digest) of each; none unless auth=api_key."""
+        return api_key_entries(self.auth, self.api_keys)
+
+    @cached_property
+    def jwt_algorithm_names(self) -> tuple[str, ...]:
+        """``jwt_algorithms``: none unless auth=jwt."""
+        return jwt_algorithm_names(auth=self.auth, jwt_algorithms=self.jwt_algorithms,
+                                   jwt_secret=self.jwt_secret,
+                                   jwt_public_key=self.jwt_public_key,
+                                   jwt_jwks_url=self.jwt_jwks_url)
+
+    @cached_property
+    def rate_limit_overrides(self) -> Mapping[str, Rate]:
+        """``rate_limits``: client to its own rate."""
+        return rate_limit_overrides(rate_limits=self.rate_limits,
+                                    rate_limit_per_min=self.rate_limit_per_min,
+                                    rate_limit_burst=self.rate_limit_burst,
+                                    max_pending_per_client=self.max_pending_per_client,
+                                    max_waits_per_client=self.max_waits_per_client)
+
+    @cached_property
+    def client_weight_map(self) -> Mapping[str, float]:
+        """``client_weights``: client to its weight."""
+        return parse_weights(self.client_weights)
+
+    @cached_property
+    def job_completion_window_s(self) -> float:
+        """``job_completion_window``, in seconds."""
+        return job_windows(self.job_completion_window, self.job_max_completion_window)[0]
+
+    @cached_property
+    def job_max_completion_window_s(self) -> float:
+        """``job_max_completion_window``, in seconds."""
+        return job_windows(self.job_completion_window, self.job_max_completion_window)[1]
 
     def _check_serving(self) -> None:
         if self.max_body_bytes < 1:
@@ -336,7 +396,8 @@ class BatcherSettings(CommonSettings):
                                       "never starves low")
     read_block_ms: int = setting(200, "longest block of one stream read (bounds stop latency)")
     shutdown_grace_s: float = setting(10.0, "on stop, time given to in-flight batches")
-    metrics_host: str = setting("127.0.0.1", "address of the batcher's /metrics endpoint")
+    metrics_host: str = setting("127.0.0.1", "address of the batcher's (and the logger's) "
+                                "/metrics endpoint")
     metrics_port: int = setting(9400, "port of the batcher's /metrics endpoint (0: off)")
     cascades: str = setting("", "two-tier cascades: a JSON object, model to {review_model, "
                             "review_version, when: always | unsafe | label_above:S | "
@@ -348,19 +409,19 @@ class BatcherSettings(CommonSettings):
     client_labels: int = setting(20, "clients the per-client metrics name (those that cost "
                                  "the most GPU time, reranked each minute); the rest are "
                                  "'other' (docs/fairness.md)")
+    # The inference log (docs/inference-log.md): what the batcher hands to it.
+    log_models: str = setting("", LOG_MODELS_HELP)
+    log_max_records: int = setting(100_000, "the bound of each logged model's log stream: "
+                                   "records past it are dropped and counted "
+                                   "(ferry_log_dropped_total), never waited for")
+    log_max_payload_bytes: int = setting(65_536, "a logged request or answer whose JSON is "
+                                         "longer is cut to this many bytes, and marked")
+    log_redact: str = setting("", "JSON fields whose values the inference log replaces with "
+                              "'[redacted]' (in requests and answers, at any depth), "
+                              "comma-separated")
 
     # FERRY_FALLBACK_<MODEL>=<fallback> variables, by <MODEL>: read by the loader (no flag)
     fallback_variables: Mapping[str, str] = field(default_factory=dict, hash=False)
-
-    # Parsed when the settings are built, each from the setting it names:
-    # owned_partitions: the partitions it names (none for 'auto'), and whether it is 'auto'
-    # (the supervisor then starts each batcher on a list of its own, from the replica count)
-    owned: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    follows_replicas: bool = field(init=False, repr=False, compare=False)
-    # fallback_models and fallback_variables
-    fallbacks: Fallbacks = field(init=False, repr=False, compare=False)
-    # cascades: model to the cascade that reviews its answers
-    declared_cascades: Mapping[str, Cascade] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -382,13 +443,85 @@ class BatcherSettings(CommonSettings):
             raise ConfigError("lease_ms must be at least 100")
         if self.review_max_backlog < 1 or self.rollout_check_s <= 0:
             raise ConfigError("review_max_backlog must be >= 1 and rollout_check_s > 0")
-        fill(self, owned=owned(self), follows_replicas=follows_replicas(self.owned_partitions),
-             fallbacks=fallbacks_of(self.fallback_models, self.fallback_variables),
-             declared_cascades=declared_cascades(self.cascades))
+        parse_now(self, "owned", "follows_replicas", "fallbacks", "declared_cascades")
+        check_log_bounds(self.log_max_records, self.log_max_payload_bytes)
+        parse_now(self, "log_rates", "log_redacted")
+
+    # Parsed when the settings are built, each from the setting it names:
+
+    @cached_property
+    def owned(self) -> tuple[int, ...]:
+        """``owned_partitions``: the partitions it names; none for 'auto' (the supervisor then
+        starts each batcher on a list of its own, from the replica count)."""
+        return owned(owned_partitions=self.owned_partitions, partitions=self.partitions,
+                     replicas=self.replicas, statefulset=self.statefulset,
+                     replicas_check_s=self.replicas_check_s)
+
+    @cached_property
+    def follows_replicas(self) -> bool:
+        """``owned_partitions``: whether it is 'auto'."""
+        return follows_replicas(self.owned_partitions)
+
+    @cached_property
+    def fallbacks(self) -> Fallbacks:
+        """``fallback_models`` and ``fallback_variables``."""
+        return fallbacks_of(self.fallback_models, self.fallback_variables)
+
+    @cached_property
+    def declared_cascades(self) -> Mapping[str, Cascade]:
+        """``cascades``: model to the cascade that reviews its answers."""
+        return declared_cascades(self.cascades)
+
+    @cached_property
+    def log_rates(self) -> Mapping[str, float]:
+        """``log_models``: model to the share of its finished tasks logged (none: no log)."""
+        return log_rates(self.log_models)
+
+    @cached_property
+    def log_redacted(self) -> frozenset[str]:
+        """``log_redact``: the names of the fields redacted."""
+        return redacted_fields(self.log_redact)
 
 
 @dataclass(frozen=True)
-class UpSettings(GatewaySettings, BatcherSettings):
+class LoggerSettings(CommonSettings):
+    """The inference log's logger (``ferry logger``): it writes what the batchers hand off."""
+
+    log_models: str = setting("", LOG_MODELS_HELP)
+    log_sink: str = setting("inference-log", "where the logger writes records: a directory "
+                            "(or file://DIR) or s3://bucket/prefix (JSONL files, rotated), or "
+                            "an http(s):// CloudEvents collector (KServe's logger format)")
+    log_rotate_bytes: int = setting(64 << 20, "a log file is closed and the next begun at "
+                                    "about this size ...")
+    log_rotate_s: float = setting(300.0, "... or this many seconds after it was begun: its "
+                                  "records are acknowledged once it is closed")
+    log_metrics_port: int = setting(9401, "port of the logger's /metrics, /healthz and "
+                                    "/readyz (0: off)")
+    metrics_host: str = setting("127.0.0.1", "address of the batcher's (and the logger's) "
+                                "/metrics endpoint")
+    s3_endpoint: str = setting("", "endpoint of an S3-compatible store other than AWS's, for "
+                               "job_store_url, s3:// job sources and an s3:// log_sink "
+                               "(http:// allowed)")
+    s3_access_key_id: str = setting("", "S3 access key (or FERRY_S3_ACCESS_KEY_ID_FILE); empty: "
+                                    "AWS_* variables or the pod's identity", secret=True)
+    s3_secret_access_key: str = setting("", "its secret (or FERRY_S3_SECRET_ACCESS_KEY_FILE)",
+                                        secret=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_log_sink(self.log_sink)
+        check_rotation(self.log_rotate_bytes, self.log_rotate_s, self.log_metrics_port)
+        parse_now(self, "log_rates")
+
+    @cached_property
+    def log_rates(self) -> Mapping[str, float]:
+        """``log_models``: the models whose streams it drains (their rates are the
+        batchers')."""
+        return log_rates(self.log_models)
+
+
+@dataclass(frozen=True)
+class UpSettings(GatewaySettings, BatcherSettings, LoggerSettings):
     """``ferry up``: the whole local stack. Empty URLs mean 'start a private server'."""
 
     redis_url: str = setting("", "use this Redis instead of starting a private one")

@@ -13,6 +13,7 @@ from types import FrameType
 
 from ferry.errors import StartupError
 from ferry.settings import BatcherSettings, GatewaySettings, UpSettings, to_env
+from ferry.settings.services import LoggerSettings
 from ferry.stack.banner import banner, first_request, model_config_text
 from ferry.stack.ports import LOOPBACK, claim, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
@@ -20,6 +21,8 @@ from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
 
 DEFAULT_JOB_STORE = GatewaySettings.job_store_dir  # ferry up keeps jobs' files in its state dir
+DEFAULT_LOG_SINK = LoggerSettings.log_sink  # ... and the inference log's files
+REDIS_URL_FILE = "redis-url"  # its Redis's URL, for ``ferry log tail`` on this machine
 
 
 def bundled_repository() -> Path:
@@ -123,10 +126,28 @@ class LocalStack:
             job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
                            else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
+        self._save_redis_url(resolved.redis_url)
+        self._start_logger(resolved)
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
         gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,
                            self._stop.is_set)
         return resolved
+
+    def _save_redis_url(self, url: str) -> None:
+        """Where ``ferry log tail`` on this machine finds the stack's Redis."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        saved = self.state / REDIS_URL_FILE
+        saved.touch(mode=0o600)  # a URL may hold a password
+        saved.write_text(url + "\n")
+
+    def _start_logger(self, s: UpSettings) -> None:
+        """With ``log_models``, the inference log's logger: its files in the state directory
+        unless ``log_sink`` names a place; no /metrics of its own."""
+        if s.log_rates:
+            sink = str(self.state / "inference-log") if s.log_sink == DEFAULT_LOG_SINK \
+                else s.log_sink
+            self._start_service("logger", to_env(dataclasses.replace(
+                s, log_sink=sink, log_metrics_port=0), LoggerSettings))
 
     def _repository(self) -> Path:
         s = self.settings

@@ -5,34 +5,13 @@
 """
 
 import logging
-from typing import NamedTuple
 
-from ferry.errors import ConfigError
+from ferry.settings.logs import LEVELS, LogLevels
+from ferry.settings.logs import parse_log_levels as parse
 
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-class LogLevels(NamedTuple):
-    """A ``FERRY_LOG_LEVEL`` value, parsed: the level for everything, and those of single
-    loggers."""
-
-    root: str
-    named: dict[str, str]
-
-
-def parse(spec: str) -> LogLevels:
-    """The root level and the per-logger levels of a ``FERRY_LOG_LEVEL`` value."""
-    root, *named = [part.strip() for part in spec.split(",") if part.strip()] or ["INFO"]
-    levels: dict[str, str] = {}
-    for part in named:
-        name, _, level = part.partition("=")
-        levels[name.strip()] = level.strip().upper()
-    for level in (root.upper(), *levels.values()):
-        if level not in LEVELS:
-            raise ConfigError(f"log level {level!r} is not one of {', '.join(LEVELS)}")
-    if any(not name for name in levels):
-        raise ConfigError(f"log level {spec!r}: a logger's level is written name=LEVEL")
-    return LogLevels(root.upper(), levels)
+# What a level may be, and how a value is parsed, are the settings' (they parse it when they
+# are built, and import no feature): named here too.
+__all__ = ["LEVELS", "LogLevels", "apply", "configure", "parse", "root_level"]
 
 
 def root_level(spec: str) -> str:

@@ -59,8 +59,7 @@ class BatcherMetrics:
         self.buffered = Gauge("ferry_buffered_tasks", "Tasks read, waiting for a batch", registry=r)
         self.inflight, self.dispatch_gap = _dispatch_metrics(r)
         self._pool_metrics(r)
-        self.webhooks = Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered "
-                                "(a 2xx) or failed (retries spent)", ["outcome"], registry=r)
+        self.webhooks, self.log_records, self.log_dropped = _outbound_metrics(r)
         self.circuit, self.window = _model_gauges(r)
         self.queue_depth, self.partition_depth, self.partition_pending = _depth_metrics(r)
         self.client_tasks, self.client_gpu, self.client_wait = _client_metrics(r)
@@ -101,6 +100,9 @@ class BatcherMetrics:
                 self.rollout_decisions.labels(model, action)
             self.client_tasks.labels(OTHER_CLIENTS, model)
             self.client_gpu.labels(OTHER_CLIENTS, model)
+            self.log_records.labels(model)
+            for reason in LOG_DROP_REASONS:
+                self.log_dropped.labels(model, reason)
         for priority in Priority:
             self.client_wait.labels(OTHER_CLIENTS, priority.label)
         for outcome in ("delivered", "failed"):
@@ -126,6 +128,22 @@ def _client_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Histogram]:
             Histogram("ferry_client_queue_wait_seconds", "From acceptance by the gateway to "
                       "departure in a batch, by client and priority", ["client", "priority"],
                       buckets=LATENCY_BUCKETS, registry=r))
+
+
+LOG_DROP_REASONS = ("full", "busy", "error")
+
+
+def _outbound_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Counter]:
+    """What leaves for the outside: webhooks; and the inference log's hand-off
+    (docs/inference-log.md), records handed to a model's log stream and records dropped rather
+    than wait (the request path never does)."""
+    return (Counter("ferry_webhooks_total", "Webhooks sent, by outcome: delivered (a 2xx) or "
+                    "failed (retries spent)", ["outcome"], registry=r),
+            Counter("ferry_log_records_total", "Sampled tasks' records handed to the inference "
+                    "log's stream of their model", ["model"], registry=r),
+            Counter("ferry_log_dropped_total", "Sampled tasks' records dropped: the model's "
+                    "log stream at its bound (full), hand-offs queued past their bound (busy), "
+                    "or a Redis error (error)", ["model", "reason"], registry=r))
 
 
 def _recovery_metrics(r: CollectorRegistry) -> tuple[Counter, Counter, Counter]:
@@ -292,3 +310,30 @@ def _dispatch_metrics(registry: CollectorRegistry) -> tuple[Gauge, Histogram]:
             Histogram("ferry_dispatch_gap_seconds", "From a Triton call's end, with the model's "
                       "tasks waiting, to its next batch leaving", ["model"],
                       buckets=GAP_BUCKETS, registry=registry))
+
+
+class LoggerMetrics:
+    """What the inference log's logger measures (``ferry logger``): records the sink holds,
+    its failures, and what waits in each model's stream."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.written = Counter("ferry_log_written_total", "Records the sink holds (then "
+                               "acknowledged and deleted from the model's log stream)",
+                               ["model"], registry=r)
+        self.failures = Counter("ferry_log_sink_failures_total", "Writes the sink refused or "
+                                "failed (each retried, with backoff, until it takes them)",
+                                registry=r)
+        self.sink_up = Gauge("ferry_log_sink_up", "1 while the sink takes records, 0 from a "
+                             "failed write until one succeeds", registry=r)
+        self.waiting = Gauge("ferry_log_stream_length", "Records in a model's log stream: not "
+                             "yet held by the sink (its bound is FERRY_LOG_MAX_RECORDS)",
+                             ["model"], registry=r)
+
+    def prime(self, models: Iterable[str]) -> None:
+        """Each logged model's series, at 0 until it counts."""
+        for model in models:
+            self.written.labels(model)
+            self.waiting.labels(model)
+        self.sink_up.set(1)

@@ -316,3 +316,12 @@ seccompProfile:
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
+
+{{/* inferenceLog.models as FERRY_LOG_MODELS: model=rate, comma-separated, sorted */}}
+{{- define "ferry.logModels" -}}
+{{- $pairs := list -}}
+{{- range $model, $rate := .Values.inferenceLog.models -}}
+{{- $pairs = append $pairs (printf "%s=%v" $model $rate) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

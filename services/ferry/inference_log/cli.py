@@ -1,0 +1,95 @@
+"""``ferry log tail MODEL [-n N]``: a model's latest records in the inference log, oldest first,
+one JSON object a line (the last ``keys.LOG_RECENT`` handed off are kept, whether a logger has
+written them out yet or not). It reads Redis as the services do (``FERRY_REDIS_*``, or
+``--redis-url``); beside ``ferry up``, the Redis that ``ferry up`` started (its URL is in
+``.ferry/redis-url``). A count of records dropped at the stream's bound goes to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from ferry import keys
+from ferry.errors import ConfigError, RedisError
+from ferry.redis_conn import lean
+from ferry.settings import CommonSettings, load
+
+REDIS_URL_FILE = "redis-url"  # where ``ferry up`` keeps its Redis's URL, in its state directory
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("log", help="the inference log: a model's latest records")
+    actions = parser.add_subparsers(dest="action", required=True)
+    tail = actions.add_parser("tail", help="print a model's latest records, oldest first, as "
+                              "JSON lines")
+    tail.add_argument("model", help="a model named in FERRY_LOG_MODELS")
+    tail.add_argument("-n", type=count, default=10, help="how many (default 10, at most 100)")
+    tail.add_argument("--redis-url", default=None, help="Redis (default: FERRY_REDIS_URL, else "
+                      "ferry up's, else redis://127.0.0.1:6379/0)")
+    tail.add_argument("--state-dir", default=".ferry", help="ferry up's state directory, where "
+                      "it keeps its Redis's URL (default .ferry)")
+
+
+def count(text: str) -> int:
+    """``-n``: 1 to 100."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= keys.LOG_RECENT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count from 1 to {keys.LOG_RECENT}")
+    return value
+
+
+def redis_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+    """The Redis to read: the flag's, the variable's, else ``ferry up``'s (None: the
+    default)."""
+    if args.redis_url:
+        return str(args.redis_url)
+    if "FERRY_REDIS_URL" in environ:
+        return None  # the settings read it, as every service does
+    saved = Path(args.state_dir) / REDIS_URL_FILE
+    return saved.read_text().strip() if saved.is_file() else None
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    try:
+        settings = load(CommonSettings, None, os.environ)
+    except ConfigError as exc:
+        err.write(f"ferry log tail: {exc}\n")
+        return 2
+    url = redis_url(args, os.environ)
+    if url:
+        settings = dataclasses.replace(settings, redis_url=url)
+    try:
+        records, dropped = asyncio.run(latest(settings, args.model, args.n))
+    except RedisError as exc:
+        err.write(f"ferry log tail: Redis at {settings.redis_url}: {exc}\n")
+        return 1
+    for record in records:
+        out.write(record.decode() + "\n")
+    if dropped:
+        err.write(f"ferry log tail: {dropped} record(s) of {args.model} dropped so far: its "
+                  "log stream was at its bound (FERRY_LOG_MAX_RECORDS)\n")
+    return 0
+
+
+async def latest(settings: CommonSettings, model: str, n: int) -> tuple[list[bytes], int]:
+    """The model's ``n`` latest records, oldest first, and its count of dropped records."""
+    redis = lean(settings, "ferry-log-tail")
+    try:
+        newest_first, dropped = await redis.pipeline([
+            ("XREVRANGE", keys.log_key(model, "recent"), "+", "-", "COUNT", n),
+            ("GET", keys.log_key(model, "dropped"))])
+    finally:
+        await redis.close()
+    field = keys.LOG_FIELD.encode()
+    records = [dict(zip(f[::2], f[1::2], strict=True)).get(field, b"")
+               for _, f in reversed(newest_first)]
+    return [bytes(r) for r in records if r], int(dropped or 0)
