@@ -36,7 +36,7 @@ from loadtest.generator import run
 Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway, batcher, redis
 
 
-def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
+def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,  # noqa: PLR0913 - one bench round's knobs, keyword-only
             redis_pid: int | list[int], model: str, rates: list[float], seconds: float,
             seed: int, flow: str = "ferry-1req",
             env: dict[str, str] | None = None) -> dict[float, Row]:

@@ -85,7 +85,7 @@ async def drive(port: int, model: str, rate: float, count: int, *, nonce: str,
     return answered
 
 
-def one_tree(tree: str, state: Path, *, redis_url: str, triton: tuple[str, str], model: str,
+def one_tree(tree: str, state: Path, *, redis_url: str, triton: tuple[str, str], model: str,  # noqa: PLR0913 - one run's knobs, keyword-only
              rate: float, seconds: float, nonce: str, seed: int,
              redis_env: dict[str, str] | None = None) -> list[Answered]:
     """Start the tree's batcher and gateway, warm up, run, stop them (``redis_env``: the

@@ -134,6 +134,19 @@ def test_the_composition_root_imports_no_service() -> None:
     assert not imported & {"batcher", "gateway", "cli", "stack"}
 
 
+def test_settings_import_no_feature_package() -> None:
+    """Settings sit below what they configure: the values and parsers a setting needs live in
+    ``settings/``, and the features import them from there. Its modules import only each other
+    and two leaf utilities, ``ferry.errors`` and ``ferry.durations`` (imports in functions and
+    ``TYPE_CHECKING`` blocks count: ``_imported`` reads them all)."""
+    leaves = {"ferry.errors", "ferry.durations"}
+    imported = {(module, name) for module, tree in _modules().items()
+                if _room(module) == "settings" for name in _imported(module, tree)}
+    assert {name for _, name in imported} >= leaves  # it reads them
+    assert sorted(f"{module} imports {name}" for module, name in imported
+                  if _room(name) != "settings" and name not in leaves) == []
+
+
 def test_no_function_is_longer_than_40_lines() -> None:
     long = sorted(
         f"{module}.{node.name} ({node.end_lineno - node.lineno + 1} lines)"
@@ -312,17 +325,15 @@ def test_a_driver_import_is_seen_however_written() -> None:
 
 
 # Attributes set on another object's attribute that are allowed: data, not collaborators (a
-# protobuf message, the planner's simulated entities), and the batcher's
-# blackboard (``batcher/shared.py``), which its reader, dispatcher and worker share until it
-# is split (issue 46, item 4).
+# protobuf message, the planner's simulated entities). The batcher's loops share state whose
+# pieces each have an owner with methods (``batcher/shared.py``): none of its fields is set
+# from outside.
 ASSIGNED_THROUGH = {
     ("ferry.gateway.prepare", "envelope.task.model_version"),
     ("ferry.planner.simulate", "self.budget.in_flight"),
     ("ferry.planner.simulate", "batch.batcher.idle_until"),
     ("ferry.planner.simulate", "batch.batcher.in_flight"),
     ("ferry.planner.simulate", "batch.batcher.batch_work_until"),
-    ("ferry.batcher.reader", "self.shared.reading_ahead"),
-    ("ferry.batcher.worker", "self._shared.feeders"),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ferry.batcher.executor import BatchExecutor, Standalone, Timing
@@ -175,13 +175,16 @@ def test_the_slot_frees_once_when_the_whole_call_returns_before_any_answer_is_wr
     freed: list[str] = []
     store = Store()
 
-    def free() -> bool:
+    async def way() -> None:
+        freed.append("way made")
+
+    def free() -> Awaitable[None]:
         freed.append(f"freed with {len(store.completed)} written")
-        return True  # work waits: the executor makes way for it first
+        return way()  # work waits: the executor awaits the turn of the loop the slot woke
 
     backend = Watched(freed)
     asyncio.run(executor(backend, store, Context(set())).run("m", deliveries(3), free))
-    assert freed == ["freed with 0 written"] + ["answer built"] * 3
+    assert freed == ["freed with 0 written", "way made"] + ["answer built"] * 3
     assert backend.free_at_call == [False]
     assert len(store.completed) == 3
 
@@ -192,9 +195,8 @@ def test_a_batch_that_is_split_frees_its_slot_only_when_every_call_is_over() -> 
     spec_max = SPEC.max_batch_size
     backend = Watched(freed)
 
-    def free() -> bool:
+    def free() -> None:
         freed.append(f"after {len(backend.calls)} calls")
-        return False
 
     asyncio.run(executor(backend, store, Context(set())).run("m", deliveries(spec_max + 2),
                                                              free))
@@ -206,9 +208,8 @@ def test_a_retried_batch_frees_its_slot_when_the_retry_returns() -> None:
     freed: list[str] = []
     backend = Watched(freed, failures=1)
 
-    def free() -> bool:
+    def free() -> None:
         freed.append(f"after {len(backend.calls)} calls")
-        return False
 
     asyncio.run(executor(backend, Store(), Context(set())).run("m", deliveries(2), free))
     assert freed == ["after 2 calls"] + ["answer built"] * 2

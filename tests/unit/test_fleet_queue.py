@@ -4,9 +4,11 @@ policy plans a model with (the fleet's arrival rate, a slot to ask for, a slot t
 
 from __future__ import annotations
 
+import asyncio
+
 from ferry.batcher.models import ModelState
 from ferry.batcher.riders import PRIORITY_SPAN, FleetBoarding, member
-from ferry.batcher.shared import Shared
+from ferry.batcher.shared import Aboard, Signals
 from ferry.priority import Priority
 from ferry.queue.base import Delivery
 from ferry.rules.breaker import CircuitBreaker
@@ -16,43 +18,43 @@ from ferry.telemetry.metrics import BatcherMetrics
 from ferry.v1.task_pb2 import Task
 
 
-def boarded(shared: Shared, name: str, priority: Priority, enqueued_ms: int,
+def boarded(aboard: Aboard, name: str, priority: Priority, enqueued_ms: int,
             deliveries: int = 1) -> Delivery:
     task = Task(task_id=name, model="m", payload=b"x", priority=priority.value,
                 enqueued_at_ms=enqueued_ms)
     delivery = Delivery(0, "s", f"{name}-0", b"", task, deliveries=deliveries)
-    shared.buffer.add(Lane("m", priority, deliveries > 1), delivery, 0.0)
-    shared.held.add(delivery.key)
+    aboard.board(Lane("m", priority, deliveries > 1), delivery, 0.0, None)
     return delivery
 
 
-def boarding(shared: Shared) -> FleetBoarding:
+def boarding(aboard: Aboard, signals: Signals) -> FleetBoarding:
     async def board(_: object) -> None:
         raise AssertionError("not boarding here")
 
-    return FleetBoarding(shared, None, BatcherMetrics(), capacity=lambda model: 8,  # type: ignore[arg-type]
-                         board=board)
+    return FleetBoarding(aboard, signals, None, BatcherMetrics(),  # type: ignore[arg-type]
+                         capacity=lambda model: 8, board=board)
 
 
 def test_offers_go_high_priority_first_then_oldest_and_a_suspect_travels_alone() -> None:
-    shared = Shared()
-    old = boarded(shared, "old", Priority.NORMAL, 1_000)
-    urgent = boarded(shared, "urgent", Priority.HIGH, 5_000)
-    boarded(shared, "again", Priority.NORMAL, 500, deliveries=2)  # delivered before: alone
-    offers = sorted(boarding(shared).offers("m"), key=lambda offer: offer[1])
+    aboard = Aboard()
+    old = boarded(aboard, "old", Priority.NORMAL, 1_000)
+    urgent = boarded(aboard, "urgent", Priority.HIGH, 5_000)
+    boarded(aboard, "again", Priority.NORMAL, 500, deliveries=2)  # delivered before: alone
+    offers = sorted(boarding(aboard, Signals()).offers("m"), key=lambda offer: offer[1])
     assert [m for m, _ in offers] == [member(urgent), member(old)]
     assert offers[1][1] - offers[0][1] > PRIORITY_SPAN / 2  # priority outranks any age
 
 
 def test_room_is_the_batch_left_and_what_others_took_is_no_longer_held_here() -> None:
-    shared = Shared()
-    kept = boarded(shared, "kept", Priority.NORMAL, 1_000)
-    taken = boarded(shared, "taken", Priority.NORMAL, 2_000)
-    fleet = boarding(shared)
+    aboard, signals = Aboard(), Signals()
+    kept = boarded(aboard, "kept", Priority.NORMAL, 1_000)
+    taken = boarded(aboard, "taken", Priority.NORMAL, 2_000)
+    fleet = boarding(aboard, signals)
     assert fleet.room("m") == 6
     fleet.gone("m", {member(taken)})
-    assert [d for _, d in shared.buffer.items("m")] == [kept]
-    assert shared.held == {kept.key} and shared.changed.is_set()
+    assert [d for _, d in aboard.items("m")] == [kept]
+    assert aboard.held() == [kept.key]
+    assert asyncio.run(signals.changed(0))  # the dispatcher plans without them
 
 
 def state() -> ModelState:

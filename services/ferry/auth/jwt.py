@@ -87,7 +87,7 @@ class Jwks:
 
 
 class JwtAuthenticator:
-    def __init__(self, *, algorithms: tuple[str, ...], secret: str = "", public_key: str = "",
+    def __init__(self, *, algorithms: tuple[str, ...], secret: str = "", public_key: str = "",  # noqa: PLR0913 - its settings, keyword-only, defaulted
                  jwks_url: str = "", jwks_refresh_s: float = 300.0, issuer: str = "",
                  audience: str = "", client_claim: str = "sub", leeway_s: float = 30.0,
                  weight_claim: str = "") -> None:

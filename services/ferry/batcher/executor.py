@@ -16,7 +16,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -131,30 +130,34 @@ def tensor_tasks(items: Sequence[Delivery]) -> list[Task] | None:
     return [d.task for d in items if d.task is not None]
 
 
-Freed = Callable[[], bool]  # frees the batch's slot; whether work waits for it
-# The running batch's slot, and how many tasks its one whole call carries: that call's success
-# frees it before the answers are built (each batch runs in a task, with a context of its own).
-_SLOT: ContextVar[tuple[Freed, int] | None] = ContextVar("ferry_batch_slot", default=None)
+# Frees the batch's slot; what to await before its answers are built (None: nothing).
+Freed = Callable[[], Awaitable[None] | None]
 
 
-async def _make_way() -> None:
-    """Two turns of the event loop, before a batch that Triton is done with writes its results:
-    one for the dispatcher, woken by the freed slot, to launch the next batch, and one for that
-    batch to send its call. Preparing a large batch's results takes milliseconds on the loop:
-    before them, the freed instance would idle that long."""
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+class Release:
+    """The running batch's slot at Triton, freed once Triton is done with the batch: as soon as
+    its one whole call (of ``size`` tasks) returns, before its answers are built; after a split
+    or a retry, once every call is over. Each batch makes its own and hands it down its calls."""
 
+    __slots__ = ("_free", "_size")
 
-async def _done_at_triton(count: int) -> None:
-    """Free the running batch's slot if ``count`` is its whole call (once), and make way for
-    the next batch when work waits for it."""
-    slot = _SLOT.get()
-    if slot is None or slot[1] != count:
-        return
-    _SLOT.set(None)
-    if slot[0]():
-        await _make_way()
+    def __init__(self, free: Freed | None, size: int) -> None:
+        self._free = free
+        self._size = size
+
+    async def done_at_triton(self, count: int) -> None:
+        """A call of ``count`` tasks is over: if it is the batch's whole call, free the slot
+        (once), and when the freed slot woke a loop that work waits for, let that loop take its
+        turn before the answers are built (the next batch sends its call, or the reader its
+        read: building a large batch's answers takes milliseconds, and the freed instance
+        would idle that long)."""
+        free = self._free
+        if free is None or count != self._size:
+            return
+        self._free = None
+        way = free()
+        if way is not None:
+            await way
 
 
 @dataclass(frozen=True)
@@ -265,14 +268,13 @@ class BatchExecutor:
         """Give every delivery a final status and settle it; ``inferred`` is called once Triton
         is done with the batch (its slot is free then: as soon as its one whole call returns,
         before the answers are built; after a split or a retry, once every call is over), and
-        says whether work waits for the slot (the next batch is let go first)."""
+        gives what to await before the answers are built (the next batch is let go first)."""
         live, outcomes = self.unwanted(deliveries, model)
         self._observe_wait(model, live)
-        if inferred is not None:
-            _SLOT.set((inferred, len(live)))
+        release = Release(inferred, len(live))
         if live:
-            outcomes += await self._attempt(model, live, attempt=1)
-        await _done_at_triton(len(live))
+            outcomes += await self._attempt(model, live, 1, release)
+        await release.done_at_triton(len(live))
         await self.settle(outcomes)
 
     def unwanted(self, deliveries: Sequence[Delivery], model: str = ""
@@ -294,11 +296,12 @@ class BatchExecutor:
         return live, ended
 
     async def _attempt(self, model: str, items: Sequence[Delivery], attempt: int,
-                       *, fallback: bool = True) -> list[Outcome]:
+                       release: Release, *, fallback: bool = True) -> list[Outcome]:
         version = _version_of(items, model)
         breaker = self.breaker(model, version)
         if not breaker.allow(self.clock()):
-            return await self._circuit_open(model, version, items, attempt, fallback)
+            return await self._circuit_open(model, version, items, attempt, release,
+                                            fallback=fallback)
         try:
             tasks = tensor_tasks(items)
             if tasks is not None:
@@ -308,27 +311,29 @@ class BatchExecutor:
                 if len(chunks) > 1:  # too many rows for one call: each run of them its own
                     breaker.abandon()
                     return await self._gather(model, [items[c.start:c.stop] for c in chunks],
-                                              attempt)
+                                              attempt, release)
                 outcomes = await self._infer_tensors(model, version, interface.batched, items,
-                                                     tasks)
+                                                     tasks, release=release)
             else:
                 spec = await self.backend.model_spec(model)
                 if len(items) > spec.max_batch_size:
                     breaker.abandon()
-                    return await self._split(model, items, attempt, spec.max_batch_size)
-                outcomes = await self._infer(spec, items, version)
+                    return await self._split(model, items, attempt, spec.max_batch_size,
+                                             release)
+                outcomes = await self._infer(spec, items, version, release)
         except BackendError as exc:
-            return await self._recover(model, version, items, attempt, exc)
+            return await self._recover(model, version, items, attempt, exc, release=release)
         breaker.record(self.clock(), ok=True)
         return outcomes
 
     async def _circuit_open(self, model: str, version: str, items: Sequence[Delivery],
-                            attempt: int, fallback: bool) -> list[Outcome]:
+                            attempt: int, release: Release, *, fallback: bool
+                            ) -> list[Outcome]:
         """The version's breaker refuses calls: the model's fallback answers, or the tasks fail
         fast."""
         other = self.fallbacks.of(model) if fallback else None
         if other is not None:
-            outcomes = await self._attempt(other, items, attempt, fallback=False)
+            outcomes = await self._attempt(other, items, attempt, release, fallback=False)
             return [replace(o, answered_by=other) if o.status is Status.SUCCESS else o
                     for o in outcomes]
         breaker, now = self.breaker(model, version), self.clock()
@@ -348,7 +353,7 @@ class BatchExecutor:
         return Failure.PERMANENT
 
     async def _recover(self, model: str, version: str, items: Sequence[Delivery], attempt: int,
-                       exc: BackendError) -> list[Outcome]:
+                       exc: BackendError, *, release: Release) -> list[Outcome]:
         """Carry out the fate the pure rules give the batch after ``exc``."""
         failure = await self._classify(exc)
         if failure is not Failure.CONTRACT:
@@ -364,35 +369,35 @@ class BatchExecutor:
         if decision is Fate.WAIT:
             self.gate.close_for_outage(str(exc))
             if await self.gate.wait_open():
-                return await self._again(model, items, attempt)
+                return await self._again(model, items, attempt, release)
             return failed(items, f"Triton unreachable for {self.gate.budget_s:g} s: {exc}")
         if decision is Fate.SPLIT:
-            return await self._split(model, items, attempt, (len(items) + 1) // 2)
+            return await self._split(model, items, attempt, (len(items) + 1) // 2, release)
         if decision is Fate.RETRY:
             await self.sleep(backoff_delay(attempt, self.settings.backoff_base_ms / 1000.0,
                                            self.settings.backoff_max_ms / 1000.0, self.jitter()))
-            return await self._again(model, items, attempt + 1)
+            return await self._again(model, items, attempt + 1, release)
         if failure is Failure.CONTRACT:
             return failed(items, str(exc))
         log.warning("giving up on %d task(s) of %s after %d attempts: %s",
                     len(items), model, attempt, exc)
         return failed(items, f"failed after {attempt} attempt(s): {exc}")
 
-    async def _again(self, model: str, items: Sequence[Delivery],
-                     attempt: int) -> list[Outcome]:
+    async def _again(self, model: str, items: Sequence[Delivery], attempt: int,
+                     release: Release) -> list[Outcome]:
         """Another call for the batch, without the tasks that expired (or were cancelled) while
         it waited."""
         live, ended = self.unwanted(items, model)
         if live:
-            ended += await self._attempt(model, live, attempt)
+            ended += await self._attempt(model, live, attempt, release)
         return ended
 
-    async def _infer(self, spec: ModelSpec, items: Sequence[Delivery],
-                     version: str) -> list[Outcome]:
+    async def _infer(self, spec: ModelSpec, items: Sequence[Delivery], version: str,
+                     release: Release) -> list[Outcome]:
         payloads = [d.task.payload if d.task else b"" for d in items]
         inferred, seconds = await self._timed(spec.name, len(items),
                                               self.backend.infer(spec, payloads, version))
-        await _done_at_triton(len(items))
+        await release.done_at_triton(len(items))
         shares = ledger.shares_us(seconds, [1] * len(items))
         return [Outcome(d, Status.SUCCESS, output=outputs_to_json(row),
                         model_version=inferred.model_version, infer_s=seconds, rows=len(items),
@@ -400,7 +405,8 @@ class BatchExecutor:
                 for d, row, share in zip(items, inferred.rows, shares, strict=True)]
 
     async def _infer_tensors(self, model: str, version: str, batched: bool,
-                             items: Sequence[Delivery], tasks: Sequence[Task]) -> list[Outcome]:
+                             items: Sequence[Delivery], tasks: Sequence[Task], *,
+                             release: Release) -> list[Outcome]:
         """One call with the tasks' inputs joined; each task answered with its rows."""
         request_id = tasks[0].request_id if len(tasks) == 1 else ""
         call = self.backend.infer_tensors(model, version, joined_inputs(tasks, batched),
@@ -408,7 +414,7 @@ class BatchExecutor:
         each = [rows_of(task, batched) for task in tasks]
         rows = sum(each)  # Triton's batch: what it costs
         inferred, seconds = await self._timed(model, rows, call)
-        await _done_at_triton(len(items))
+        await release.done_at_triton(len(items))
         shares = ledger.shares_us(seconds, each)
         return [Outcome(d, Status.SUCCESS, output=answer, model_version=inferred.model_version,
                         infer_s=seconds, rows=rows, task_rows=own, gpu_us=share)
@@ -436,15 +442,17 @@ class BatchExecutor:
         self.metrics.observe_call(model, answer.model_version, size, seconds)
         return answer, seconds
 
-    async def _split(self, model: str, items: Sequence[Delivery], attempt: int,
-                     size: int) -> list[Outcome]:
+    async def _split(self, model: str, items: Sequence[Delivery], attempt: int, size: int,
+                     release: Release) -> list[Outcome]:
         return await self._gather(model, [items[i:i + size] for i in range(0, len(items), size)],
-                                  attempt)
+                                  attempt, release)
 
-    async def _gather(self, model: str, chunks: Sequence[Sequence[Delivery]],
-                      attempt: int) -> list[Outcome]:
-        """Each chunk attempted as its own call, at once."""
-        parts = await asyncio.gather(*(self._attempt(model, c, attempt) for c in chunks))
+    async def _gather(self, model: str, chunks: Sequence[Sequence[Delivery]], attempt: int,
+                      release: Release) -> list[Outcome]:
+        """Each chunk attempted as its own call, at once (none is the batch's whole call: the
+        slot frees once all are over)."""
+        parts = await asyncio.gather(*(self._attempt(model, c, attempt, release)
+                                       for c in chunks))
         return [outcome for part in parts for outcome in part]
 
     async def settle(self, outcomes: Sequence[Outcome]) -> bool:

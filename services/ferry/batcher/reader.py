@@ -3,6 +3,11 @@ ones, and boarding into the buffer (or settling at once what must not board).
 
 The reader reads every owned partition in one XREADGROUP, each priority within its own room in
 the buffer, so that waiting low-priority work never stops high-priority work from being read.
+
+Of what the loops share (``shared.py``) it boards into the work aboard (and marks taken-over
+tasks that a client cancelled), owns its pace (``ReadAhead``: parking and reading ahead), and
+asks the rest: which priorities are held, when the calls at Triton should end, whether Triton
+can be reached, whether the batcher stops.
 """
 
 from __future__ import annotations
@@ -12,19 +17,18 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 from ferry.backoff import backoff_delay
-from ferry.batcher.executor import BatchExecutor, Outcome
-from ferry.batcher.gate import BackendGate
+from ferry.batcher.executor import Outcome
 from ferry.batcher.models import ModelBook
-from ferry.batcher.shared import Shared, wait, wait_any
+from ferry.batcher.shared import Shared
 from ferry.batcher.tensor_batch import signature
 from ferry.errors import RedisUnavailableError
 from ferry.priority import BY_URGENCY, Priority
 from ferry.queue.base import Delivery, TaskQueue
-from ferry.rules import fate, readahead
+from ferry.rules import fate
 from ferry.rules.policy import Lane
 from ferry.settings import BatcherSettings
 from ferry.tasks.base import BatcherStore
@@ -36,6 +40,7 @@ PARK_MIN_S = 0.005
 MORE_READS = 4  # reads after the first, at once, while a stream gave all it was asked for
 ReadStep = tuple[int, list[Priority], bool]  # entries per stream, priorities, only some of them
 Woken = Literal["freed", "taken", "ahead", "poll"]  # why a reader parked while busy woke
+Settle = Callable[[Sequence[Outcome]], Awaitable[bool]]  # writes final outcomes (the executor's)
 
 
 def lane_of(delivery: Delivery) -> Lane:
@@ -60,31 +65,33 @@ def _saturated(deliveries: Sequence[Delivery], count: int) -> bool:
 
 
 class Reader:
-    """Fills the shared buffer from the queue: reads, reclaims, keeps held entries alive."""
+    """Boards work from the queue (of the owned partitions): reads, reclaims, keeps held
+    entries alive."""
 
     def __init__(self, settings: BatcherSettings, queue: TaskQueue, store: BatcherStore,
                  metrics: BatcherMetrics, *, shared: Shared, models: ModelBook,
-                 gate: BackendGate, executor: BatchExecutor, partitions: Sequence[int],
-                 clock: Callable[[], float]) -> None:
+                 settle: Settle) -> None:
+        """``settle`` ends at once the tasks that must not board."""
         self.settings = settings
         self.queue = queue
         self.store = store
         self.metrics = metrics
-        self.shared = shared
         self.models = models
-        self.gate = gate
-        self.executor = executor
-        self.partitions = tuple(partitions)
-        self.clock = clock
+        self.settle = settle
+        self.gate = shared.gate
+        self.clock = shared.clock
+        self.partitions = tuple(settings.owned)
         self.per_stream = max(1, math.ceil(settings.max_batch / len(self.partitions)))
         self.read_failures = 0  # queue reads failed in a row (Redis unreachable)
-        self.read_s = readahead.READ_S_INITIAL  # a read-ahead's typical duration
-        self.ahead_reads = 0  # read-aheads since a slot last freed
+        self._aboard = shared.aboard
+        self._holding = shared.holding  # priorities held: boarded, or at Triton
+        self._pace = shared.read_ahead  # this reader's own
+        self._signals = shared.signals
 
     def rooms(self) -> dict[Priority, int]:
         """Room per priority: each has its own quota, so that waiting low-priority work never
         stops high-priority work from being read."""
-        waiting = self.shared.buffer.count_by(lambda lane: lane.priority)
+        waiting = self._aboard.count_by(lambda lane: lane.priority)
         quota = self.models.buffer_quota()  # a batch per slot, and one more
         return {p: quota - waiting.get(p, 0) for p in BY_URGENCY}
 
@@ -105,10 +112,10 @@ class Reader:
         only then does the dispatcher plan: batches are as full and fresh as if it had read all
         along, and a high-priority task rides the next batch.
         """
-        shared = self.shared
+        signals = self._signals
         block_s = self.settings.read_block_ms / 1000.0
         freed = False  # a slot freed while parked: read every priority, then let the plan run
-        while not shared.stopping.is_set():
+        while not signals.stopping:
             caught_up, ahead = freed, False
             if not freed and self.models.all_busy():
                 woken = await self._park_busy()
@@ -119,20 +126,20 @@ class Reader:
             freed = False
             if step is None:  # full, or Triton is down: leave it queued
                 if caught_up:
-                    shared.changed.set()
-                await wait(shared.changed, block_s)
+                    signals.read_done()
+                await signals.changed(block_s)
                 continue
             count, readable, partial = step
             if partial:  # a blocked read would not see the full priority's room free: poll
-                shared.room_freed.clear()
+                self._pace.watch_room()
             block_ms = 0 if caught_up or partial else self.settings.read_block_ms
             deliveries = await self._take(count, block_ms, readable, ahead=ahead)
             if deliveries is None:
                 continue
             if caught_up:
-                shared.changed.set()  # a slot may have freed: the dispatcher plans again
+                signals.read_done()  # a slot may have freed: the dispatcher plans again
             if partial and not deliveries:  # until a batch leaves, a slot frees, or a moment
-                freed = await self._park(shared.room_freed, block_s)
+                freed = await self._pace.park(block_s, room=True)
 
     async def _take(self, count: int, block_ms: int, readable: list[Priority], *,
                     ahead: bool) -> list[Delivery] | None:
@@ -147,7 +154,7 @@ class Reader:
         try:
             await self.board(deliveries)
         finally:
-            self.shared.reading_ahead = False  # boarded: a slot that frees now plans with it
+            self._pace.done()  # boarded: a slot that frees now plans with it
         return deliveries
 
     async def _park_busy(self) -> Woken:
@@ -155,32 +162,26 @@ class Reader:
         batch read ahead has taken it and every slot is busy again), it is time to read ahead
         for the next batch (``ahead``, ``ferry.rules.readahead``), or the park times out
         (``poll``: read what has come, without blocking)."""
-        shared = self.shared
-        at = readahead.next_read(shared.ends.values(), readahead.lead(self.read_s),
-                                 shared.read_ahead_at, self.ahead_reads)
+        pace = self._pace
+        at = pace.next_at()
+        # at least PARK_MIN_S: reading less must not become polling
         timeout_s = max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0)
         if at is not None:
             timeout_s = min(timeout_s, max(0.0, at - self.clock()))
-        if await self._park(timeout_s=timeout_s):
-            self.ahead_reads = 0
-            fresh = readahead.fresh(shared.read_ahead_at, self.clock())
-            return "taken" if fresh and self.models.all_busy() else "freed"
+        if await pace.park(timeout_s):
+            return "taken" if pace.fresh() and self.models.all_busy() else "freed"
         return "ahead" if at is not None and self.clock() >= at else "poll"
 
     async def _read_ahead(self, count: int, readable: list[Priority]) -> list[Delivery]:
         """Read every priority for the next batch while every slot is busy; a slot that frees
-        before what it read has boarded waits for it (``Dispatcher._release``)."""
-        shared = self.shared
-        started = self.clock()
-        shared.reading_ahead = True
+        before what it read has boarded waits for it (``ReadAhead.slot_freed``)."""
+        started = self._pace.reading()
         try:
             deliveries = await self._read(count, 0, readable)
         except BaseException:
-            shared.reading_ahead = False
+            self._pace.done()  # nothing it read will board
             raise
-        shared.read_ahead_at = started
-        self.ahead_reads += 1
-        self.read_s = readahead.average(self.read_s, self.clock() - started)
+        self._pace.read(started)
         return deliveries
 
     async def _read(self, count: int, block_ms: int, readable: list[Priority]
@@ -193,7 +194,7 @@ class Reader:
         asked = count
         for _ in range(MORE_READS):
             rooms = self._rooms_after(deliveries)
-            rung = [p for p in self.queue.awake(self.shared.holding())
+            rung = [p for p in self.queue.awake(self._holding())
                     if p not in readable and rooms[p] > 0]
             again = [p for p in readable if rooms[p] > 0] if _saturated(last, asked) else []
             wanted = [p for p in BY_URGENCY if p in rung or p in again]
@@ -225,7 +226,7 @@ class Reader:
         asleep), and whether some priority is left out for want of room; None when nothing may
         be read (no room, or Triton is down)."""
         rooms = self.rooms()
-        awake = list(BY_URGENCY) if every else self.queue.awake(self.shared.holding(), poll=True)
+        awake = list(BY_URGENCY) if every else self.queue.awake(self._holding(), poll=True)
         readable = [p for p in awake if rooms[p] > 0]
         if not readable or not self.gate.is_open:
             return None
@@ -236,32 +237,15 @@ class Reader:
 
     async def _read_failed(self, exc: BaseException) -> None:
         self.read_failures += 1
-        self.shared.changed.set()  # whatever waited for this read plans without it
+        self._signals.read_done()  # whatever waited for this read plans without it
         log.warning("reading the queue failed (%s); retrying", exc)
         await asyncio.sleep(backoff_delay(self.read_failures + 1, 0.1, 2.0, jitter=1.0))
-
-    async def _park(self, also: asyncio.Event | None = None,
-                    timeout_s: float | None = None) -> bool:
-        """Until a slot frees, ``also`` is set, or ``timeout_s`` (by default a quarter of the
-        max wait, at least ``PARK_MIN_S``: reading less must not become polling); whether a
-        slot freed."""
-        shared = self.shared
-        shared.parked = True
-        shared.slot_freed.clear()
-        if timeout_s is None:
-            timeout_s = max(PARK_MIN_S, self.settings.max_wait_ms / 4000.0)
-        if also is None:
-            await wait(shared.slot_freed, timeout_s)
-        else:
-            await wait_any((shared.slot_freed, also), timeout_s)
-        shared.parked = False
-        return shared.slot_freed.is_set() and not shared.stopping.is_set()
 
     async def claim_loop(self) -> None:
         """Reclaim what dead consumers left, heal backlog counts, and look for fair queues
         whose doorbell was missed, every claim interval."""
         interval = self.settings.claim_interval_ms / 1000.0
-        while not await wait(self.shared.stopping, interval):
+        while not await self._signals.until_stopped(interval):
             try:
                 await self.reclaim()
                 await self.store.heal_backlog(self.partitions)
@@ -272,9 +256,9 @@ class Reader:
     async def keep_loop(self) -> None:
         """Reset the idle time of held entries, well within ``claim_idle_ms``, on its own timer."""
         interval = max(0.05, self.settings.claim_idle_ms / 3000.0)
-        while not await wait(self.shared.stopping, interval):
+        while not await self._signals.until_stopped(interval):
             try:
-                await self.queue.touch(list(self.shared.held))
+                await self.queue.touch(self._aboard.held())
             except RedisUnavailableError as exc:
                 log.warning("refreshing held tasks failed: %s", exc)
 
@@ -286,7 +270,7 @@ class Reader:
         while True:
             try:
                 dead = await self.queue.beat(self.settings.lease_ms)
-                if dead and not self.shared.stopping.is_set():
+                if dead and not self._signals.stopping:
                     await self.rescue(dead)
             except RedisUnavailableError as exc:
                 log.warning("renewing the lease failed: %s", exc)
@@ -313,13 +297,13 @@ class Reader:
 
     async def _take_over(self, claimed: Sequence[Delivery], why: str) -> None:
         """Board tasks taken from another consumer (those it was asked to cancel, cancelled)."""
-        fresh = [d for d in claimed if (d.stream, d.entry_id) not in self.shared.held]
+        fresh = [d for d in claimed if not self._aboard.is_held(d)]
         if not fresh:
             return
         flags = await self.store.cancel_requested(
             [d.task.task_id if d.task else "" for d in fresh])
-        self.shared.cancelled.update(d.task.task_id for d, flag in zip(fresh, flags, strict=True)
-                                     if flag and d.task is not None)
+        self._aboard.took_over(d.task.task_id for d, flag in zip(fresh, flags, strict=True)
+                               if flag and d.task is not None)
         log.info("took over %d task(s) %s", len(fresh), why)
         self.metrics.reclaimed.inc(len(fresh))
         await self.board(fresh)
@@ -333,7 +317,7 @@ class Reader:
         rejected: list[Outcome] = []
         arrivals: dict[str, int] = {}
         tensor_models: set[str] = set()
-        held, buffer = self.shared.held, self.shared.buffer
+        aboard = self._aboard
         for delivery in deliveries:
             verdict = self._rejection(delivery)
             if verdict is not None:
@@ -343,20 +327,19 @@ class Reader:
             arrivals[lane.model] = arrivals.get(lane.model, 0) + 1
             if lane.signature:
                 tensor_models.add(lane.model)
-            held.add(delivery.key)
             arrived = now
             if riders and delivery.task is not None:
                 arrived = now - max(0, now_ms - delivery.task.enqueued_at_ms) / 1000.0
-            buffer.add(lane, delivery, arrived, self._due(delivery, now, now_ms))
+            aboard.board(lane, delivery, arrived, self._due(delivery, now, now_ms))
         for model, count in arrivals.items():
             state = await self.models.refresh(model, tensors=model in tensor_models)
             if not riders:
                 state.rate.add(now, count)
         if rejected:
-            await self.executor.settle(rejected)
-        self.metrics.buffered.set(len(buffer))
+            await self.settle(rejected)
+        self.metrics.buffered.set(len(aboard))
         if deliveries:
-            self.shared.changed.set()
+            self._signals.boarded()
 
     def _due(self, delivery: Delivery, now: float, now_ms: int) -> float | None:
         """When the boarding task should be answered, on the batcher's clock (None: no

@@ -3,13 +3,11 @@ owned partitions for the dashboards."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 from ferry.batcher.models import ModelBook
-from ferry.batcher.shared import Rounds, wait
+from ferry.batcher.shared import Rounds, Shared
 from ferry.errors import RedisUnavailableError
 from ferry.queue.base import TaskQueue
 from ferry.resp.client import Commands
@@ -29,8 +27,8 @@ class Reporter:
 
     def __init__(self, settings: BatcherSettings, hot: Commands, queue: TaskQueue,
                  metrics: BatcherMetrics, *, consumer: str, models: ModelBook,
-                 policy: BatchPolicy, stopping: asyncio.Event,
-                 clock: Callable[[], float]) -> None:
+                 policy: BatchPolicy, shared: Shared) -> None:
+        """Of what the loops share it reads the clock and whether the batcher stops."""
         self.settings = settings
         self.hot = hot
         self.queue = queue
@@ -38,14 +36,14 @@ class Reporter:
         self.consumer = consumer
         self.models = models
         self.policy = policy
-        self.stopping = stopping
-        self.clock = clock
+        self.signals = shared.signals
+        self.clock = shared.clock
         self.depth_rounds = Rounds()  # of depth_loop
         self.fallbacks = settings.fallbacks
 
     async def report_loop(self) -> None:
         """Publish each model's measured capacity every second, for the gateways' admission."""
-        while not await wait(self.stopping, capacity.REPORT_INTERVAL_S):
+        while not await self.signals.until_stopped(capacity.REPORT_INTERVAL_S):
             try:
                 await capacity.report(self.hot, self.consumer, self.capacities(), time.time())
             except RedisUnavailableError as exc:
@@ -73,7 +71,7 @@ class Reporter:
     async def depth_loop(self) -> None:
         """Measure the queue's depth, and each owned partition's, every claim interval."""
         interval = self.settings.claim_interval_ms / 1000.0
-        while not await wait(self.stopping, interval):
+        while not await self.signals.until_stopped(interval):
             with self.depth_rounds.round():
                 try:
                     await self.measure_depth()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from ferry.batcher.shared import Shared
+from ferry.batcher.shared import Aboard, Signals
 from ferry.priority import Priority
 from ferry.queue.base import Delivery, TaskQueue
 from ferry.rules.policy import RANKS
@@ -22,12 +22,13 @@ def member(delivery: Delivery) -> str:
 
 
 class FleetBoarding:
-    """Offers, drops and takes riders for the budget, over the batcher's shared buffer."""
+    """Offers, drops and takes riders for the budget, over the batcher's boarded work."""
 
-    def __init__(self, shared: Shared, queue: TaskQueue, metrics: BatcherMetrics, *,
-                 capacity: Callable[[str], int],
+    def __init__(self, aboard: Aboard, signals: Signals, queue: TaskQueue,
+                 metrics: BatcherMetrics, *, capacity: Callable[[str], int],
                  board: Callable[[Sequence[Delivery]], Awaitable[None]]) -> None:
-        self.shared = shared
+        self.aboard = aboard
+        self.signals = signals
         self.queue = queue
         self.metrics = metrics
         self.capacity = capacity  # the model's largest batch
@@ -37,28 +38,26 @@ class FleetBoarding:
         """The model's boarded tasks, but those that travel alone (delivered before)."""
         return [(member(d), (RANKS[Priority.HIGH] - RANKS[lane.priority]) * PRIORITY_SPAN
                  + d.task.enqueued_at_ms)
-                for lane, d in self.shared.buffer.items(model)
+                for lane, d in self.aboard.items(model)
                 if not lane.suspect and d.task is not None]
 
     def room(self, model: str) -> int:
-        aboard = self.shared.buffer.count_by(lambda lane: lane.model).get(model, 0)
+        aboard = self.aboard.count_by(lambda lane: lane.model).get(model, 0)
         return max(0, self.capacity(model) - aboard)
 
     def waiting(self, model: str) -> bool:
-        return self.shared.buffer.holds(model)
+        return self.aboard.holds(model)
 
     def gone(self, model: str, members: set[str]) -> None:
-        removed = self.shared.buffer.remove(
+        removed = self.aboard.drop(
             lambda d: d.task is not None and d.task.model == model and member(d) in members)
-        for delivery in removed:
-            self.shared.held.discard(delivery.key)
         if removed:
-            self.metrics.buffered.set(len(self.shared.buffer))
-            self.shared.changed.set()
+            self.metrics.buffered.set(len(self.aboard))
+            self.signals.unboarded()
 
     async def riders(self, model: str, riders: list[tuple[str, str, str]]) -> None:
         moved = await self.queue.take_riders(riders)
-        fresh = [d for d in moved if d.key not in self.shared.held]
+        fresh = [d for d in moved if not self.aboard.is_held(d)]
         if fresh:
             self.metrics.budget_riders.labels(model).inc(len(fresh))
             await self.board(fresh)

@@ -1,11 +1,11 @@
 """The batcher worker: one class with ``start()`` and ``stop()``.
 
-Its loops share one ``Shared`` state: the reader fills the boarding buffer from the owned
-partitions (all of them in one XREADGROUP), the claimer adds entries that dead consumers left
-behind, the keeper tells Redis that the entries this batcher holds are alive (``reader.py``); the
-dispatcher asks the pure batching policy what to send and sends each batch as its own task
-(``dispatcher.py``); the reporter publishes capacities and depths (``reporter.py``). What each
-knows of a model is in the model book (``models.py``).
+Its loops share what ``shared.py`` holds, each piece with one owner: the reader boards work
+from the owned partitions (all of them in one XREADGROUP), the claimer adds entries that dead
+consumers left behind, the keeper tells Redis that the entries this batcher holds are alive
+(``reader.py``); the dispatcher asks the pure batching policy what to send and sends each batch
+as its own task (``dispatcher.py``); the reporter publishes capacities and depths
+(``reporter.py``). What each knows of a model is in the model book (``models.py``).
 ``stop()`` is two-phase: stop reading and send what has boarded, give batches
 ``shutdown_grace_s`` to finish, then cancel; whatever is left unfinished is put back in its
 stream as new, for any batcher to take at once.
@@ -24,7 +24,7 @@ from ferry import keys
 from ferry.backoff import backoff_delay
 from ferry.batcher.budget import Budget, SharedBudget, capped
 from ferry.batcher.dispatcher import Dispatcher
-from ferry.batcher.executor import REAL_TIME, Timing
+from ferry.batcher.executor import REAL_TIME, BatchContext, BatchExecutor, Timing
 from ferry.batcher.gate import BackendGate
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.reader import Reader
@@ -59,7 +59,7 @@ class Batcher:
         self.partitions = settings.owned
         self.failed = asyncio.Event()  # a loop died: the process should exit and be restarted
         self._gate = BackendGate(parts.backend, settings.outage_budget_s)
-        self._shared = Shared()
+        self._shared = Shared.of(self._gate, timing.clock)
         self._models = ModelBook(settings, parts.backend, parts.metrics)
         policy = BatchPolicy(settings.max_batch, settings.max_wait_ms / 1000.0,
                              adaptive=settings.adaptive_flush, aging_s=settings.priority_aging_s)
@@ -68,17 +68,15 @@ class Batcher:
                                      parts.metrics)
         self._statistics = StatisticsDesk(parts.hot, self._versions)
         self._dispatcher = Dispatcher(
-            settings, parts.backend, parts.store, parts.metrics, shared=self._shared,
-            models=self._models, gate=self._gate, policy=policy, tracing=parts.tracing,
-            timing=timing, budget=self._budget, desk=self._statistics)
+            settings, parts.metrics, shared=self._shared, models=self._models, policy=policy,
+            budget=self._budget, tracing=parts.tracing,
+            make_executor=lambda context: self._executor(context, timing))
         self._reader = Reader(
             settings, parts.queue, parts.store, parts.metrics, shared=self._shared,
-            models=self._models, gate=self._gate, executor=self._dispatcher.executor,
-            partitions=self.partitions, clock=timing.clock)
+            models=self._models, settle=self._dispatcher.executor.settle)
         self._reporter = Reporter(
             settings, parts.hot, parts.queue, parts.metrics, consumer=parts.consumer,
-            models=self._models, policy=policy, stopping=self._shared.stopping,
-            clock=timing.clock)
+            models=self._models, policy=policy, shared=self._shared)
         self._cancels = parts.listen(keys.CANCEL_CHANNEL, self._dispatcher.on_cancel)
         self._bells = parts.listen(keys.BUDGET_CHANNEL, self._budget.ring)  # slots that freed
         self._webhooks = _webhook_sender(settings, parts, self.partitions)
@@ -87,6 +85,13 @@ class Batcher:
         self._renewal: asyncio.Task[None] | None = None  # its slots' too
         self._metrics_server: StatusServer | None = None
         self._stopped = False
+
+    def _executor(self, context: BatchContext, timing: Timing) -> BatchExecutor:
+        """What runs each batch to its answers, asking ``context`` (the dispatcher)."""
+        parts = self.parts
+        return BatchExecutor(parts.settings, parts.backend, parts.store, parts.metrics,
+                             gate=self._gate, context=context, timing=timing,
+                             interfaces=self._models.interfaces, desk=self._statistics)
 
     def _make_budget(self, parts: BatcherParts, timing: Timing, policy: BatchPolicy) -> Budget:
         """Each model's in-flight budget: its instances over the pool, shared with the other
@@ -111,10 +116,10 @@ class Batcher:
             return self._reader.board(deliveries, riders=True)  # the reader comes later
 
         boarding = FleetBoarding(
-            self._shared, parts.queue, parts.metrics, board=board,
+            self._shared.aboard, self._shared.signals, parts.queue, parts.metrics, board=board,
             capacity=lambda model: policy.limit(models.state(model).capacity))
         return Budget(shared, mode=settings.inflight_budget, limits=limits,
-                      wake=self._shared.changed.set, clock=timing.clock, waited=waited,
+                      wake=self._shared.signals.slots_changed, clock=timing.clock, waited=waited,
                       boarding=boarding if settings.budget_riders else None)
 
     async def renew_loop(self) -> None:
@@ -145,12 +150,12 @@ class Batcher:
     @property
     def held_count(self) -> int:
         """Queue entries this batcher holds: boarded, or in a batch at Triton."""
-        return len(self._shared.held)
+        return self._shared.aboard.held_count
 
     @property
     def buffered(self) -> int:
         """Tasks boarded and waiting for their batch to leave."""
-        return len(self._shared.buffer)
+        return len(self._shared.aboard)
 
     @property
     def budget(self) -> Budget:
@@ -213,7 +218,7 @@ class Batcher:
             "ferry-keeper": reader.keep_loop(), "ferry-dispatcher": self._dispatcher.loop(),
             "ferry-reporter": reporter.report_loop(), "ferry-gauges": reporter.depth_loop()}
         tasks = [asyncio.create_task(loop, name=name) for name, loop in loops.items()]
-        self._shared.feeders = [t for t in tasks if t.get_name() != "ferry-dispatcher"]
+        self._shared.signals.feeding(t for t in tasks if t.get_name() != "ferry-dispatcher")
         for task in tasks:
             task.add_done_callback(self._loop_done)
         return tasks
@@ -262,7 +267,7 @@ class Batcher:
                 await asyncio.sleep(backoff_delay(attempt, 0.1, 1.0, jitter=1.0))
 
     def _loop_done(self, task: asyncio.Task[None]) -> None:
-        self._shared.changed.set()  # the dispatcher re-checks whether the feeders are done
+        self._shared.signals.loop_ended()  # the dispatcher sees whether the feeders are done
         if not task.cancelled() and task.exception() is not None:
             log.error("%s died: %r; the batcher stops", task.get_name(), task.exception())
             self.failed.set()
@@ -279,11 +284,11 @@ class Batcher:
         self._shared.stop()
         grace = self.settings.shutdown_grace_s
         _, pending = await asyncio.wait(self._loops, timeout=grace) if self._loops else ((), ())
-        batches = self._shared.batches
-        if batches and self._gate.is_open:  # in an outage they only wait: hand them back
-            await asyncio.wait(list(batches), timeout=max(0.1, grace / 2))
+        at_triton = self._shared.at_triton
+        if len(at_triton) and self._gate.is_open:  # in an outage they only wait: hand them back
+            await asyncio.wait(at_triton.tasks(), timeout=max(0.1, grace / 2))
         unfinished = self._shared.unfinished()
-        await _cancel([*pending, *batches], timeout_s=max(0.1, grace / 2))
+        await _cancel([*pending, *at_triton.tasks()], timeout_s=max(0.1, grace / 2))
         await self._release(unfinished)
         await self._close()
 
@@ -321,6 +326,8 @@ class Batcher:
             await _cancel([self._lease], timeout_s=1.0)
         with contextlib.suppress(RedisError):
             await parts.queue.forget_consumer()
+        if parts.hand_off is not None:  # the last batches' log records, before the connection
+            await parts.hand_off.close()
         await parts.hot.close()
         parts.tracing.shutdown()
 

@@ -85,7 +85,7 @@ class AsyncClient:
         return httpx.Timeout(self.timeout_s, read=self.timeout_s + call.hold_s)
 
     # Tasks.
-    async def infer(self, model: str | None, payload: calls.Payload | None = None, *,
+    async def infer(self, model: str | None, payload: calls.Payload | None = None, *,  # noqa: PLR0913 - the API's per-call options
               tensors: calls.Tensors | None = None, priority: str | None = None,
               timeout: float | None = None, version: str | int | None = None,
               idempotency_key: str | None = None, client_id: str | None = None,

@@ -78,7 +78,7 @@ class Client:
         return httpx.Timeout(self.timeout_s, read=self.timeout_s + call.hold_s)
 
     # Tasks.
-    def infer(self, model: str | None, payload: calls.Payload | None = None, *,
+    def infer(self, model: str | None, payload: calls.Payload | None = None, *,  # noqa: PLR0913 - the API's per-call options
               tensors: calls.Tensors | None = None, priority: str | None = None,
               timeout: float | None = None, version: str | int | None = None,
               idempotency_key: str | None = None, client_id: str | None = None,

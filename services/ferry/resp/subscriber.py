@@ -95,7 +95,7 @@ class Subscriber:
     """Listens on a set of channels until stopped, resubscribing after any loss of the
     connection."""
 
-    def __init__(self, address: RedisAddress, channel: str | Iterable[str],
+    def __init__(self, address: RedisAddress, channel: str | Iterable[str],  # noqa: PLR0913 - connection options, defaulted
                  on_message: Callable[[bytes], None], on_connect: Callable[[], None], *,
                  timeout_s: float = 10.0, ping_interval_s: float = 5.0,
                  name: str = "ferry-subscriber", locate: Locate | None = None,

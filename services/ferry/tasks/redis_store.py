@@ -106,7 +106,7 @@ class Slot(NamedTuple):
 class RedisTaskStore:
     """Task records and their lifecycle, over the lean pipelined client."""
 
-    def __init__(self, client: Commands, *, partitions: int, result_ttl_s: int,
+    def __init__(self, client: Commands, *, partitions: int, result_ttl_s: int,  # noqa: PLR0913 - its settings, keyword-only
                  pending_ttl_s: int, dead_letter_maxlen: int = 100_000,
                  inline_limit: int = INLINE_BODY_LIMIT, cache_ttl_s: int = 0,
                  min_replicas: int = 0, wait_ms: int = 500,
