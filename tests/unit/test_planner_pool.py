@@ -1,7 +1,8 @@
 """The simulation's shared in-flight budget (``ferry.planner.simulate``): the instances of every
-Triton replica are slots the batchers share, a freed slot goes to the batcher that waited
-longest, and one batcher runs as it did when it owned the instances; how a count of instances is
-laid out on replicas (``ferry.planner.layout``); and what ``ferry plan size`` answers with it."""
+Triton replica are slots the batchers share, first come, first served without riders (a freed
+slot goes to the batcher that waited longest; riders: test_planner_fleet.py), and one batcher
+runs as it did when it owned the instances; how a count of instances is laid out on replicas
+(``ferry.planner.layout``); and what ``ferry plan size`` answers with it."""
 
 from __future__ import annotations
 
@@ -38,14 +39,16 @@ def test_one_batcher_runs_as_it_did_when_it_owned_the_instances() -> None:
         assert outcome.flushes == {"adaptive": 115, "wait": 88, "full": 26}
 
 
+@pytest.mark.parametrize("riders", [False, True])
 @pytest.mark.parametrize("share", [0.5, 0.8, 0.95])
 def test_two_batchers_sharing_one_instance_form_batches_as_large_as_one_batcher(
-        share: float) -> None:
-    """The slot goes to the batcher that waited longest, which sends all it holds: the batches
-    are those one queue in front of the instance makes, within 10%, at light and heavy load."""
+        share: float, riders: bool) -> None:
+    """First come, first served, the slot goes to the batcher that waited longest, which sends
+    all it holds; with riders, the batch carries the other's too: either way the batches are
+    those one queue in front of the instance makes, within 10%, at light and heavy load."""
     load = arrivals.poisson(share * COST.throughput(64), 30, seed=1)
     alone = simulate(COST, Deployment(instances=1), load, seed=1)
-    shared = simulate(COST, Deployment(instances=1, batchers=2), load, seed=1)
+    shared = simulate(COST, Deployment(instances=1, batchers=2, riders=riders), load, seed=1)
     assert shared.mean_batch == pytest.approx(alone.mean_batch, rel=0.10)
     assert shared.served == alone.served
 
@@ -73,10 +76,11 @@ def test_a_freed_slot_goes_to_the_batcher_that_waited_longest() -> None:
     cost = CostModel(0.100, 0.0)
     times = [0.0, 0.02, 0.04, 0.05, 0.06]
     run = Simulation(cost, Deployment(instances=1, batchers=3, max_wait_s=0.01,
-                                      adaptive=False), warmup_s=0.0)
+                                      adaptive=False, riders=False), warmup_s=0.0)
     run._pick_batcher = iter([0, 1, 2, 1, 0]).__next__
     outcome = run.run(times)
-    answered = [0.11, 0.21, 0.31, 0.21, 0.41]  # 0.02 and 0.05 ride together
+    answered = [0.11, 0.21, 0.31, 0.21, 0.41]  # 0.02 and 0.05 leave together
+    assert outcome.handovers == 4  # every batch's slot goes back
     assert outcome.mean_batch == 5 / 4
     assert outcome.mean_s == pytest.approx(sum(a - t for a, t in zip(answered, times,
                                                                       strict=True)) / 5)

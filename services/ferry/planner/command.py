@@ -94,6 +94,10 @@ def _size_arguments(sizing: argparse.ArgumentParser) -> None:
                         help="with --no-cpu: tasks/s one gateway process serves")
     sizing.add_argument("--batcher-tasks-per-s", type=float, default=BATCHER_TASKS_PER_S,
                         help="with --no-cpu: tasks/s one batcher serves")
+    sizing.add_argument("--no-riders", action="store_true", help="size for "
+                        "FERRY_BUDGET_RIDERS=false: batchers sharing the budget take slots "
+                        "first come, first served, each with only its own tasks (default: the "
+                        "fleet's one queue, as Ferry)")
     _redis_arguments(sizing)
     sizing.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -259,7 +263,7 @@ def target_of(args: argparse.Namespace) -> Target:
                                 args.max_instances_per_replica or 0),
                   gateway_tasks_per_s=args.gateway_tasks_per_s,
                   batcher_tasks_per_s=args.batcher_tasks_per_s,
-                  check_seconds=args.seconds, seed=args.seed)
+                  check_seconds=args.seconds, seed=args.seed, riders=not args.no_riders)
 
 
 def _size(args: argparse.Namespace) -> int:
@@ -284,8 +288,7 @@ def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None 
                             f"of the model (instance_group count {d.instances_per_replica})"),
         ("GPU instances (Triton model instances)",
          f"{d.instances} in all: the in-flight budget, {d.instances} batches at once"),
-        ("batchers", f"{d.batchers}" + (", sharing the budget through Redis "
-                                        "(FERRY_INFLIGHT_BUDGET=auto)" if d.batchers > 1 else "")),
+        ("batchers", f"{d.batchers}" + _sharing(d)),
         ("partitions", f"{s.partitions}"),
         ("gateways", f"{s.gateways} processes (one per core)"),
         ("Redis", "one server" if s.redis_shards == 1
@@ -313,6 +316,14 @@ def sizing_table(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None 
             + f" ({s.candidates} simulated runs)")
     return "\n".join([head, ""] + [f"{name:<{width}}  {value}" for name, value in rows]
                      + ["", why(s)])
+
+
+def _sharing(d: Deployment) -> str:
+    """How several batchers share the budget."""
+    if d.batchers == 1:
+        return ""
+    return (", sharing the budget through Redis (FERRY_INFLIGHT_BUDGET=auto)"
+            + ("" if d.riders else ", first come, first served (FERRY_BUDGET_RIDERS=false)"))
 
 
 def _instances(count: int) -> str:
@@ -417,6 +428,7 @@ def sizing_json(s: Sizing, arrivals: str = "poisson", redis: RedisSizes | None =
         "deployment": {"gpu_instances": d.instances, "triton_replicas": d.replicas,
                        "instances_per_replica": d.instances_per_replica,
                        "inflight_budget": d.instances, "batchers": d.batchers,
+                       "budget_riders": d.riders,
                        "partitions": s.partitions,
                        "gateways": s.gateways, "redis_shards": s.redis_shards,
                        "max_batch": d.max_batch,

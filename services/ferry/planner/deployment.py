@@ -32,12 +32,15 @@ class Deployment:
     replicas: int = 1  # Triton replicas the instances are spread over, as many on each
     shared_budget: bool = True  # the batchers share the instances as their in-flight budget;
     # False: each batcher has its own window of them (FERRY_INFLIGHT_BUDGET=local)
+    riders: bool = True  # with the budget shared: the fleet's one queue, riders and a slot
+    # that stays with its batcher (FERRY_BUDGET_RIDERS); False: first come, first served
+    batches_per_instance: int = 1  # FERRY_BATCHES_PER_INSTANCE: one runs, the rest wait there
 
     def __post_init__(self) -> None:
         if min(self.instances, self.batchers, self.max_batch, self.gateways,
-               self.redis_shards, self.replicas) < 1:
-            raise ConfigError("instances, replicas, batchers, gateways, Redis shards and "
-                              "max_batch must be at least 1")
+               self.redis_shards, self.replicas, self.batches_per_instance) < 1:
+            raise ConfigError("instances, replicas, batchers, gateways, Redis shards, "
+                              "max_batch and batches per instance must be at least 1")
         if self.instances % self.replicas:
             raise ConfigError(f"{self.instances} instances do not spread evenly over "
                               f"{self.replicas} replicas")
@@ -50,13 +53,27 @@ class Deployment:
     def window(self) -> int:
         """The most batches one batcher may have at Triton at once (with a shared budget, the
         budget holds them back too)."""
-        return self.inflight or self.instances
+        return self.inflight or self.instances * self.batches_per_instance
 
     @property
     def slots(self) -> int:
         """The most batches at Triton at once: the shared budget, or without one every
         batcher's window."""
-        return self.instances if self.shared_budget else self.batchers * self.window
+        if self.shared_budget:
+            return self.instances * self.batches_per_instance
+        return self.batchers * self.window
+
+    @property
+    def shares_budget(self) -> bool:
+        """Whether batchers share the budget (through Redis, in Ferry): more than one, and
+        the budget shared."""
+        return self.shared_budget and self.batchers > 1
+
+    @property
+    def fleet(self) -> int:
+        """The batchers whose work a slot's batch may carry (``ferry.planner.fleet``): all of
+        them where they share the budget with riders, else its own batcher's."""
+        return self.batchers if self.riders and self.shares_budget else 1
 
     @property
     def instances_per_replica(self) -> int:
@@ -92,6 +109,9 @@ class Outcome:
     finished_s: float = 0.0  # when the last task was answered (the simulated clock)
     cpu_busy: dict[str, float] = field(default_factory=dict)  # busiest server of each process
     peak_in_flight: int = 0  # the most batches at Triton at once (the budget bounds it)
+    handovers: int = 0  # slots batchers gave back to the shared budget (Redis calls, in Ferry;
+    # none where one batcher, or none shares it); a slot kept for its next batch is none
+    riders: int = 0  # tasks that rode another batcher's batch (the fleet's one queue)
     stopped: bool = False  # stopped early, its bound broken: the figures cover only part of it
     slo_changes: bool | None = None  # with a shadow SLO: whether it would have changed one of
     # the batchers' decisions (None: no shadow asked)

@@ -74,6 +74,8 @@ class Target:
     max_instances: int = 4096
     cpu: CpuCost | None = None  # Ferry's CPU costs (None: processes sized by tasks per second)
     layout: Layout = field(default_factory=Layout)  # how instances are laid out on replicas
+    riders: bool = True  # several batchers share the budget as one queue (FERRY_BUDGET_RIDERS);
+    # False: first come, first served
 
     @property
     def design_qps(self) -> float:
@@ -218,7 +220,8 @@ def size(cost: CostModel, target: Target, arrivals: Arrivals,
     check_runs(target.headroom_runs)
     batchers, gateways, shards = _processes(target)
     base = Deployment(instances=1, batchers=batchers, overhead_s=target.overhead_s,
-                      cpu=target.cpu, gateways=gateways, redis_shards=shards)
+                      cpu=target.cpu, gateways=gateways, redis_shards=shards,
+                      riders=target.riders)
     runs = _Runs(cost, target, progress)
     search_load = arrivals(target.design_qps, target.search_seconds, target.seed)
     best = _search(cost, target, search_load, base, runs)

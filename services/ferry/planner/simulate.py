@@ -8,16 +8,21 @@ simulated clock) what leaves, whenever a request boards, a batch returns, or the
 look again. Requests are spread over batchers at random, as partitions spread them.
 
 The batchers share the model's in-flight budget, as Ferry's do (``FERRY_INFLIGHT_BUDGET``): the
-instances over all Triton replicas are as many slots, each a batch at Triton at once, whichever
-batcher sent it. A batcher with a batch ready (full, or due) and no free slot waits for one; a
-slot that frees goes to the batcher that has waited longest (FIFO), which then sends what it
-holds, up to the max batch (the batch forms when its slot is granted). A batch with a slot finds
-an idle instance (no replica runs more than its instances), taking t(B) plus the fit's jitter;
-the simulation does not tell the replicas apart. With one batcher the budget never holds it back
-(its window is at most the budget): the run is the one a batcher that owns the instances makes.
-Without a shared budget (``shared_budget=False``: ``FERRY_INFLIGHT_BUDGET=local``, and every
-Ferry before the budget was shared), each batcher has its own window of the instances, and
-batches past the instances queue at Triton, FIFO.
+instances over all Triton replicas (times ``FERRY_BATCHES_PER_INSTANCE``) are as many slots,
+each a batch at Triton at once, whichever batcher sent it (``ferry.planner.fleet``). With riders
+(``FERRY_BUDGET_RIDERS``, on), as one queue: a slot taken anywhere takes the oldest tasks of the
+batchers that hold none along, and leaves at once; a slot stays with its batcher while it has
+work, its batch taking the others' offers while it runs (``_plan_fleet``, ``_pull``). Without
+(``riders=False``), first come, first served: a batcher with a batch ready (full, or due) and no
+free slot waits for one; a slot that frees goes to the batcher that has waited longest, which
+then sends what it holds, up to the max batch (the batch forms when its slot is granted). A
+batch with a slot finds an idle instance (no replica runs more than its instances; past one
+batch an instance, it waits at Triton), taking t(B) plus the fit's jitter; the simulation does
+not tell the replicas apart. With one batcher the budget never holds it back (its window is at
+most the budget), nor do riders change anything: the run is the one a batcher that owns the
+instances makes. Without a shared budget (``shared_budget=False``:
+``FERRY_INFLIGHT_BUDGET=local``, and every Ferry before the budget was shared), each batcher has
+its own window of the instances, and batches past the instances queue at Triton, FIFO.
 
 Admission: above ``max_backlog`` unfinished tasks, arrivals are refused (429), as the gateway
 does. A task's latency is its time to its result, plus ``overhead_s`` (Ferry's own hops: gateway,
@@ -38,12 +43,13 @@ is the very same run, and need not be made.
 
 What it leaves out: other processes on the same cores, network jitter, and priorities (one
 lane). The batcher's read parking only delays reads until a batch could leave, which changes no
-batch; it is not modelled.
+batch; it is not modelled. Nor is the time a slot takes to pass between batchers through Redis
+(a round trip or two while the instance waits), nor its CPU: a hand-over is counted
+(``Outcome.handovers``), not timed.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import random
@@ -55,11 +61,13 @@ from ferry.errors import ConfigError
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import CpuCost
 from ferry.planner.deployment import Bound, Deployment, Outcome
-from ferry.rules.estimators import ArrivalRate, BatchCost, Window
+from ferry.planner.fleet import PULL_EVERY_S, Batcher, Budget, take_riders
+from ferry.planner.servers import Server
+from ferry.rules.estimators import Window
 from ferry.rules.policy import Backend, BatchPolicy, Lane, Plan, Waiting
 
 LANE = Lane("model")
-_DONE, _WAKE, _BOARD, _REACH = 0, 1, 2, 3
+_DONE, _WAKE, _BOARD, _REACH, _PULL = 0, 1, 2, 3, 4
 FORGET_EVERY = 256  # arrivals between two prunings of the servers' past work
 
 
@@ -67,136 +75,15 @@ class _Broken(Exception):
     """The run's bound can no longer hold."""
 
 
-class _Server:
-    """A process that does one piece of work at a time. Work is booked when the simulation
-    knows of it, which may be ahead of when it can start (a task's later steps are booked when
-    it arrives); each piece takes the first idle stretch at or after its start that holds it, so
-    work booked early never holds up work that is ready sooner."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-        self.busy_s = 0.0
-
-    def run(self, at: float, seconds: float) -> float:
-        """Work of ``seconds`` that may start at ``at``: when it is done."""
-        self.busy_s += seconds
-        starts, ends = self.starts, self.ends
-        if not ends or at >= ends[-1]:  # after all that is booked: the cheapest case
-            end = at + seconds
-            if ends and ends[-1] == at:
-                ends[-1] = end
-                return end
-            starts.append(at)
-            ends.append(end)
-            return end
-        return self._book(bisect.bisect_right(ends, at), at, seconds)
-
-    def forget(self, now: float) -> None:
-        """Drop the stretches that ended before ``now``: nothing is booked before the clock,
-        so they can no longer hold up any work (and the search for a gap stays short)."""
-        done = bisect.bisect_left(self.ends, now)
-        if done:
-            del self.starts[:done], self.ends[:done]
-
-    def _book(self, index: int, start: float, seconds: float) -> float:
-        """Book ``seconds`` in the first gap from stretch ``index`` on that holds them, joined
-        to the stretches it touches (so that a saturated server is one long stretch, not
-        thousands); when it ends. (Stretches never touch, so each skipped one ends after the
-        work's start so far.)"""
-        starts, ends = self.starts, self.ends
-        count = len(starts)
-        joins_previous = index > 0 and ends[index - 1] >= start
-        while index < count and starts[index] < start + seconds:
-            start = ends[index]
-            index += 1
-            joins_previous = True
-        end = start + seconds
-        if index < count and starts[index] <= end:  # touches the next
-            if joins_previous:
-                ends[index - 1] = ends[index]
-                del starts[index], ends[index]
-            else:
-                starts[index] = start
-        elif joins_previous:
-            ends[index - 1] = end
-        else:
-            starts.insert(index, start)
-            ends.insert(index, end)
-        return end
-
-
-@dataclass(slots=True)
-class _Batcher:
-    index: int
-    window: Window
-    server: _Server = field(default_factory=_Server)
-    batch_work_until: float = 0.0  # when its work on a batch (send, settle) is done
-    queue: deque[float] = field(default_factory=deque)
-    workers: deque[int] = field(default_factory=deque)  # each boarded task's gateway worker
-    rate: ArrivalRate = field(default_factory=ArrivalRate)
-    cost: BatchCost = field(default_factory=BatchCost)
-    in_flight: int = 0
-    wake_at: float = math.inf
-    allowed: int = 0  # window.allowed, read once each time the window changes
-    granted: int = 0  # slots of the budget handed to it while it waited, not yet used
-    waiting: bool = False  # in the queue for a slot
-    idle_until: float = 0.0  # asked without a slot, the policy let nothing leave before this
-
-    def __post_init__(self) -> None:
-        self.allowed = self.window.allowed
-
-
-@dataclass(slots=True)
-class _Budget:
-    """The model's in-flight budget: its slots nobody holds, the batchers with a batch ready
-    and no slot, longest waiting first (while one waits, no slot is spare), and the batches
-    holding one."""
-
-    spare: int
-    waiters: deque[_Batcher] = field(default_factory=deque)
-    in_flight: int = 0
-    peak: int = 0  # the most batches that held a slot at once
-
-    def free(self, batcher: _Batcher) -> int:
-        """The slots ``batcher`` may use now: those handed to it, and the spare."""
-        return self.spare + batcher.granted
-
-    def take(self, batcher: _Batcher) -> None:
-        """A batch of ``batcher`` leaves with a slot: one handed to it first."""
-        if batcher.granted:
-            batcher.granted -= 1
-        else:
-            self.spare -= 1
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-
-    def wait(self, batcher: _Batcher) -> None:
-        if not batcher.waiting:
-            batcher.waiting = True
-            self.waiters.append(batcher)
-
-    def hand_on(self) -> _Batcher | None:
-        """A slot frees (a batch returned, or a batcher handed back one it could not use): to
-        the batcher that has waited longest, which it returns, or to the spare."""
-        if not self.waiters:
-            self.spare += 1
-            return None
-        batcher = self.waiters.popleft()
-        batcher.waiting = False
-        batcher.granted += 1
-        return batcher
-
-
 @dataclass(slots=True)
 class _Batch:
-    batcher: _Batcher
+    batcher: Batcher
     arrivals: list[float]
     sent_at: float
     workers: list[int] = field(default_factory=list)  # each task's gateway worker (with CPU)
 
 
-_Boarding = tuple[_Batcher, float, int]  # a task read by its batcher: when it arrived, and its
+_Boarding = tuple[Batcher, float, int]  # a task read by its batcher: when it arrived, and its
 # gateway worker (a tuple: one is made a task)
 
 
@@ -221,16 +108,16 @@ class Simulation:
                                   adaptive=deployment.adaptive)
         self.rng = random.Random(seed)
         self.warmup_s = warmup_s
-        self.batchers = [_Batcher(i, Window(deployment.window))
+        self.batchers = [Batcher(i, Window(deployment.window))
                          for i in range(deployment.batchers)]
-        self.budget = _Budget(deployment.slots)
+        self.budget = Budget(deployment.slots)
+        self.fleet = deployment.fleet  # batchers whose work a slot's batch carries (riders)
         self.idle, self.at_triton = deployment.instances, deque[_Batch]()  # Triton: idle, queued
-        self.events: list[tuple[float, int, int, _Batch | _Batcher | _Boarding]] = []
-        self.cpu = deployment.cpu
-        if self.cpu is not None and deployment.slowdown != 1:
-            self.cpu = self.cpu.scaled(deployment.slowdown)
-        self.gateways = [_Server() for _ in range(deployment.gateways if self.cpu else 0)]
-        self.redis = [_Server() for _ in range(deployment.redis_shards)]
+        self.events: list[tuple[float, int, int, _Batch | Batcher | _Boarding]] = []
+        self.cpu = (deployment.cpu.scaled(deployment.slowdown)
+                    if deployment.cpu is not None and deployment.slowdown != 1 else deployment.cpu)
+        self.gateways = [Server() for _ in range(deployment.gateways if self.cpu else 0)]
+        self.redis = [Server() for _ in range(deployment.redis_shards)]
         self._pick_batcher = _chooser(self.rng, len(self.batchers))
         self._pick_worker = _chooser(self.rng, max(1, len(self.gateways)))
         self._pick_shard = _chooser(self.rng, len(self.redis))
@@ -238,7 +125,7 @@ class Simulation:
         self._warmup, self._late = warmup_s or 0.0, self.bound.p99_s
         self._backlog_limit = deployment.max_backlog or math.inf
         self._admit_s = _admission_work(self.cpu)
-        self.seq = 0
+        self.seq = self.riders = 0  # events pushed; tasks that rode another batcher's batch
         self.latencies: list[float] = []
         self.flushes: Counter[str] = Counter()
         self.batch_sizes = self.batches = self.backlog = self.refused = self.offered = 0
@@ -331,8 +218,10 @@ class Simulation:
             assert isinstance(item, _Batch)
             self._reach(item, now)
         else:
-            assert isinstance(item, _Batcher)
-            if now >= item.wake_at:
+            assert isinstance(item, Batcher)
+            if kind == _PULL:
+                self._pull(item, now)
+            elif now >= item.wake_at:
                 item.wake_at = math.inf
                 self._plan(item, now)
 
@@ -342,12 +231,25 @@ class Simulation:
             self._start(self.at_triton.popleft(), now)
         batcher, size = batch.batcher, len(batch.arrivals)
         batcher.in_flight -= 1
+        self.budget.in_flight -= 1
         seconds = now - batch.sent_at  # what the batcher sees: Triton's queue included
         batcher.window.observe(seconds, batcher.cost.time_at(size) if batcher.cost.settled
                                else 0.0)
         batcher.allowed = batcher.window.allowed
         batcher.cost.add(size, seconds)
         self.backlog -= size
+        kept = self.fleet > 1 and bool(batcher.queue)
+        if kept:  # riders: the slot stays, and its next batch leaves before this one's results
+            self.budget.keep(batcher)  # are written (Ferry's freed slot makes way first)
+            self._plan(batcher, now)
+        self._answered(batch, now)
+        if not kept:
+            self._release(now)
+        self._plan(batcher, now)
+
+    def _answered(self, batch: _Batch, now: float) -> None:
+        """The batch's tasks are answered: their latencies counted (the run stops once they
+        prove its bound broken)."""
         warmup, late, latencies = self._warmup, self._late, self.latencies
         answers = self._answers(batch, now)
         self.last_answer = max(self.last_answer, *answers)
@@ -358,11 +260,8 @@ class Simulation:
                     self.over += 1
         if self.over >= self.over_limit:
             raise _Broken
-        self.budget.in_flight -= 1
-        self._release(now)
-        self._plan(batcher, now)
 
-    def _shard(self) -> _Server:
+    def _shard(self) -> Server:
         """The Redis server of a task's partition (of a batch's, for its completion)."""
         return self.redis[self._pick_shard()]
 
@@ -383,12 +282,15 @@ class Simulation:
 
     # -- the batcher's decisions ----------------------------------------------------------------
 
-    def _plan(self, batcher: _Batcher, now: float) -> None:
+    def _plan(self, batcher: Batcher, now: float) -> None:
         """Ask the policy, as the batcher's dispatcher does, while a batch may start."""
         until = batcher.batch_work_until
         if until > now:  # settling or sending a batch (one event loop): it looks once done
             if until < batcher.wake_at:  # (self._wake, without the call: once a task)
                 self._wake(batcher, until)
+            return
+        if self.fleet > 1:
+            self._plan_fleet(batcher, now)
             return
         own = batcher.allowed - batcher.in_flight
         if own <= 0 or not batcher.queue:
@@ -400,12 +302,7 @@ class Simulation:
                 self._wake(batcher, batcher.idle_until)
             return
         plan = self._ask(batcher, now, free)
-        queue = batcher.queue
-        for departure in plan.flush:
-            riders = [queue.popleft() for _ in range(departure.size)]
-            workers = [batcher.workers.popleft() for _ in range(departure.size)]
-            self.flushes[departure.reason.value] += 1
-            self._send(_Batch(batcher, riders, now, workers), now)
+        self._depart(batcher, plan, now)
         if plan.wake_in == 0 and len(plan.flush) == free < own:
             self.budget.wait(batcher)  # a batch is ready, the budget has no slot: it waits
         elif plan.wake_in is not None and plan.wake_in > 0:
@@ -414,7 +311,82 @@ class Simulation:
             self._wake(batcher, now + plan.wake_in)
         self._give_back(batcher, now)
 
-    def _nothing_new(self, batcher: _Batcher, now: float) -> bool:
+    def _depart(self, batcher: Batcher, plan: Plan, now: float) -> None:
+        """Send the plan's batches."""
+        queue = batcher.queue
+        for departure in plan.flush:
+            tasks = [queue.popleft() for _ in range(departure.size)]
+            workers = [batcher.workers.popleft() for _ in range(departure.size)]
+            self.flushes[departure.reason.value] += 1
+            self._send(_Batch(batcher, tasks, now, workers), now)
+
+    def _plan_fleet(self, batcher: Batcher, now: float) -> None:
+        """As the batcher plans with the fleet's one queue (``ferry.planner.fleet``): a slot in
+        its hand (kept, handed to it or taken) sends what it holds at once, riders included;
+        without one, a batch that may leave, or under load any work while none of its batches
+        runs, takes a spare slot with riders, or waits in line, its tasks offered meanwhile."""
+        while batcher.queue and batcher.allowed > batcher.in_flight:
+            if batcher.batch_work_until > now:  # sending the batch that just left
+                self._wake(batcher, batcher.batch_work_until)
+                return
+            if not batcher.granted and not self._take_slot(batcher, now):
+                return
+            own = batcher.allowed - batcher.in_flight
+            plan = self._ask(batcher, now, min(own, batcher.granted), taken=True)
+            self._depart(batcher, plan, now)
+            if not plan.flush:  # the policy holds it for company (an SLO): the slot goes back
+                break
+        self._give_back(batcher, now)
+
+    def _take_slot(self, batcher: Batcher, now: float) -> bool:
+        """Whether a batcher with no slot in hand took a spare one, with riders, for a batch
+        that may leave, or, under load, for any work while none of its batches runs; else it
+        waits in line for one, or looks again when the policy says."""
+        free = min(batcher.allowed - batcher.in_flight, self.budget.spare)
+        if not free and self._nothing_new(batcher, now):
+            if not batcher.waiting:
+                self._wake(batcher, batcher.idle_until)
+            return False
+        plan = self._ask(batcher, now, free)
+        if plan.flush or plan.wake_in == 0 or (
+                not batcher.in_flight and self.policy.loaded(
+                    self.deployment.max_batch, self._backend(batcher, now, free))):
+            if not free:
+                self.budget.wait(batcher)
+                return False
+            self.budget.grab(batcher)
+            self._ride(batcher)
+            return True
+        if plan.wake_in is not None:
+            if not free:
+                batcher.idle_until = now + plan.wake_in
+            self._wake(batcher, now + plan.wake_in)
+        return False
+
+    def _ride(self, batcher: Batcher) -> None:
+        """A slot taken for ``batcher`` takes the others' oldest offers along, up to the max
+        batch."""
+        self.riders += take_riders(batcher, self.batchers, self.budget,
+                                   self.deployment.max_batch - len(batcher.queue))
+
+    def _pull(self, batcher: Batcher, now: float) -> None:
+        """While its batch runs, a batcher takes the others' offers, every ``PULL_EVERY_S``:
+        its next batch, which leaves on the same slot, carries the fleet's oldest work."""
+        batcher.pulling = False
+        if batcher.offering:  # its slot went back: its own work is offered now
+            return
+        before = self.riders
+        self._ride(batcher)
+        self._pull_later(batcher, now)
+        if self.riders > before:
+            self._plan(batcher, now)
+
+    def _pull_later(self, batcher: Batcher, now: float) -> None:
+        if not batcher.pulling:
+            batcher.pulling = True
+            self._push(now + PULL_EVERY_S, _PULL, batcher)
+
+    def _nothing_new(self, batcher: Batcher, now: float) -> bool:
         """Whether the policy, asked for a batcher without a slot, would answer as it last did
         (it would be asked on each of its arrivals, thousands a second): its batch is ready
         and it waits for a slot, or nothing of its queue may leave before ``idle_until`` but a
@@ -424,16 +396,23 @@ class Simulation:
         return (now < batcher.idle_until and len(batcher.queue) < self.deployment.max_batch
                 and not self.deployment.slo_s and (not self.shadow_slo_s or self.slo_changes))
 
-    def _ask(self, batcher: _Batcher, now: float, free: int) -> Plan:
-        """The policy's plan for the batcher's queue with ``free`` slots (and, while a shadow
-        SLO has changed nothing yet, whether it would change this plan)."""
+    def _backend(self, batcher: Batcher, now: float, free: int, taken: bool = False
+                 ) -> Backend:
+        """What the batcher's policy knows of the model's backend: with riders, the fleet's
+        arrival rate (its own times the batchers), and whether a slot was taken for it."""
+        return Backend(free=free, rate=batcher.rate.at(now) * self.fleet,
+                       fixed_s=batcher.cost.fixed_s, per_item_s=batcher.cost.per_item_s,
+                       slots=batcher.allowed, late_s=batcher.cost.late_s, taken=taken)
+
+    def _ask(self, batcher: Batcher, now: float, free: int, taken: bool = False) -> Plan:
+        """The policy's plan for the batcher's queue with ``free`` slots, ``taken`` for it or
+        not (and, while a shadow SLO has changed nothing yet, whether it would change this
+        plan)."""
         queue = batcher.queue
         slo = self.deployment.slo_s
         waiting = Waiting(LANE, len(queue), queue[0], queue[-1], self.deployment.max_batch,
                           due=queue[0] + slo if slo else None)
-        backend = Backend(free=free, rate=batcher.rate.at(now), fixed_s=batcher.cost.fixed_s,
-                          per_item_s=batcher.cost.per_item_s, slots=batcher.allowed,
-                          late_s=batcher.cost.late_s)
+        backend = self._backend(batcher, now, free, taken)
         plan = self.policy.plan([waiting], now, {LANE.model: backend})
         if self.shadow_slo_s and not self.slo_changes:
             told = replace(waiting, due=waiting.oldest + self.shadow_slo_s)
@@ -446,15 +425,17 @@ class Simulation:
         and sends what it holds (or hands it on, where nothing of it may leave now)."""
         batcher = self.budget.hand_on()
         if batcher is not None:
+            if self.fleet > 1:
+                self._ride(batcher)  # its take brings the others' oldest offers along
             self._plan(batcher, now)
 
-    def _give_back(self, batcher: _Batcher, now: float) -> None:
+    def _give_back(self, batcher: Batcher, now: float) -> None:
         """The slots a batcher was handed and did not use go on to the next waiter."""
         while batcher.granted:
             batcher.granted -= 1
             self._release(now)
 
-    def _wake(self, batcher: _Batcher, at: float) -> None:
+    def _wake(self, batcher: Batcher, at: float) -> None:
         """The batcher asks the policy again at ``at`` (unless it already will sooner)."""
         if at < batcher.wake_at:
             batcher.wake_at = at
@@ -465,6 +446,8 @@ class Simulation:
         batch.batcher.idle_until = 0.0  # its queue's oldest changed
         self.budget.take(batch.batcher)
         batch.batcher.in_flight += 1
+        if self.fleet > 1:  # riders: it takes the others' offers while its batch runs
+            self._pull_later(batch.batcher, now)
         self.batches += 1
         self.batch_sizes += len(batch.arrivals)
         if self.cpu is None:
@@ -477,8 +460,8 @@ class Simulation:
         self._push(sent, _REACH, batch)
 
     def _reach(self, batch: _Batch, now: float) -> None:
-        """The batch's call reaches Triton: an instance takes it, or it waits for one (never
-        with a shared budget: a batch holds a slot, and each slot is an instance)."""
+        """The batch's call reaches Triton: an instance takes it, or it waits for one (with
+        a shared budget, only where an instance may have more than one batch at Triton)."""
         batch.sent_at = now
         if self.idle > 0:
             self._start(batch, now)
@@ -492,7 +475,7 @@ class Simulation:
             self.busy_s += seconds
         self._push(now + seconds, _DONE, batch)
 
-    def _push(self, at: float, kind: int, item: _Batch | _Batcher | _Boarding) -> None:
+    def _push(self, at: float, kind: int, item: _Batch | Batcher | _Boarding) -> None:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, item))
 
@@ -510,7 +493,9 @@ class Simulation:
             mean_batch=self.batch_sizes / self.batches if self.batches else 0.0,
             flushes=dict(self.flushes), unfinished=unfinished, finished_s=self.last_answer,
             cpu_busy=self._cpu_busy(span), peak_in_flight=self.budget.peak, stopped=stopped,
-            slo_changes=self.slo_changes if self.shadow_slo_s else None)
+            slo_changes=self.slo_changes if self.shadow_slo_s else None,
+            handovers=self.budget.handovers if self.deployment.shares_budget else 0,
+            riders=self.riders)
 
     def _cpu_busy(self, span: float) -> dict[str, float]:
         """The busiest server of each process: the share of the run it worked (warm-up
@@ -530,7 +515,7 @@ def _admission_work(cpu: CpuCost | None) -> tuple[float, float, float]:
     return cpu.gateway_task_s / 2, cpu.redis_task_s / 2, cpu.batcher_task_s / 3
 
 
-def _effect(plan: Plan, batcher: _Batcher, now: float) -> tuple[object, ...]:
+def _effect(plan: Plan, batcher: Batcher, now: float) -> tuple[object, ...]:
     """What a plan makes the simulation do: the batches it sends, and when the batcher asks
     again where that is sooner than it already would (a later wake-up changes nothing)."""
     wake = now + plan.wake_in if plan.wake_in is not None and plan.wake_in > 0 else math.inf
