@@ -111,6 +111,10 @@ class Access:
             if not self._waits[client]:
                 del self._waits[client]
 
+    def open_waits(self, client_id: str) -> int:
+        """The client's long-polls held now in this process (what ``waiting`` bounds)."""
+        return self._waits[client_id]
+
     async def close(self) -> None:
         if self.authenticator is not None:
             await self.authenticator.close()

@@ -23,6 +23,7 @@ from ferry.batcher.models import ModelState
 from ferry.batcher.worker import Batcher
 from ferry.compose.gateway import sharded_announcements
 from ferry.gateway.app import create_app
+from ferry.gateway.hot import HotLane
 from ferry.gateway.serve import server_options
 from ferry.redis_conn import lean
 from ferry.resp.client import Commands, RedisAddress
@@ -48,6 +49,43 @@ def announcement_listener(client: Commands, redis_url: str, channel: str,
     if isinstance(client, ClusterClient):
         return sharded_announcements(client, partitions, [channel], on_message, on_connect)
     return Subscriber(RedisAddress.from_url(redis_url), channel, on_message, on_connect)
+
+
+FENCE = b"ferry-test-fence"  # never a message of Ferry's own
+
+
+async def fence(client: Commands, channel: str, *, sharded: bool = False,
+                partitions: int = 16) -> int:
+    """Publish ``FENCE`` on ``channel`` from wherever Ferry's scripts publish on it, after what
+    they published: a listener that has heard every fence has heard all of that (a Redis
+    server sends each subscriber what it publishes, across the cluster bus too, in the order
+    it was published), so nothing more of it can still be on its way. On a Redis Cluster:
+    from the master of each partition's slot, or (``sharded``, as ``announcement_listener``
+    hears) on every partition's copy of the channel. Returns how many fences a listener
+    hears."""
+    if not isinstance(client, ClusterClient):
+        await client.execute("PUBLISH", channel, FENCE)
+        return 1
+    tags = [keys.slot_tag(partition) for partition in range(partitions)]
+    if sharded:
+        for tag in tags:
+            await (await client.node_of(tag)).execute("SPUBLISH", channel + tag, FENCE)
+        return len(tags)
+    masters = {id(node): node for node in [await client.node_of(tag) for tag in tags]}
+    for node in masters.values():
+        await node.execute("PUBLISH", channel, FENCE)
+    return len(masters)
+
+
+def calls_at_triton(metrics_url: str) -> int:
+    """A batcher process's calls at Triton now, from its ``/metrics`` at ``metrics_url``
+    (``ferry_endpoint_inflight``, set as a call leaves and as it ends); 0 until it serves."""
+    try:
+        text = httpx.get(f"{metrics_url}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("ferry_endpoint_inflight{"))
 
 
 def gateway_settings(redis_url: str, triton_url: str, **overrides: Any) -> GatewaySettings:
@@ -134,12 +172,20 @@ class Stack:
 
 @asynccontextmanager
 async def running_gateway(settings: GatewaySettings) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_app(settings) as (_, client):
+        yield client
+
+
+@asynccontextmanager
+async def running_app(settings: GatewaySettings
+                      ) -> AsyncIterator[tuple[HotLane, httpx.AsyncClient]]:
+    """The gateway app in this event loop (what a test observes of it) and a client of it."""
     app = create_app(settings)
     async with app.fallback.router.lifespan_context(app.fallback):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://ferry.test",
                                      timeout=60) as client:
-            yield client
+            yield app, client
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     running_gateway,
     running_stack,
     stream_lengths,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.integration]  # the batching policy; its Redis parts run on a cluster too
@@ -190,9 +191,10 @@ async def test_long_poll_returns_when_the_result_is_written(
         assert pending["status"] == "PENDING"
         assert time.monotonic() - started >= 1.0
         assert _record_reads(redis_client) - reads_before == 1  # one read, then it waits
+        reads_before = _record_reads(redis_client)
         poll = asyncio.create_task(stack.result(task_id, wait=25))
-        await asyncio.sleep(0.3)
-        assert not poll.done()
+        assert await wait_until(lambda: _record_reads(redis_client) > reads_before, 5)
+        assert not poll.done()  # it has read the record, and waits
         batcher_started = time.monotonic()
         from ferry.batcher.worker import Batcher
 
@@ -217,7 +219,7 @@ async def test_result_expires_after_its_ttl(
                                               max_wait_ms=5)) as stack:
         task_id = await stack.submit("short-lived")
         assert (await stack.result(task_id))["status"] == "SUCCESS"
-        await asyncio.sleep(2.2)
+        await asyncio.sleep(2.2)  # past the 1 s TTL: time itself must pass
         response = await stack.client.get(f"/v1/result/{task_id}")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "unknown_task"

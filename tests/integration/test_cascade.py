@@ -137,7 +137,7 @@ async def _open_loop(client: httpx.AsyncClient, rate: float, seconds: float
 
     tasks, start = [], time.monotonic()
     for i in range(int(rate * seconds)):
-        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing: arrivals
         tasks.append(asyncio.create_task(one(i)))
     return list(await asyncio.gather(*tasks))
 

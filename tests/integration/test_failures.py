@@ -16,12 +16,14 @@ import redis
 from ferry import keys
 from ferry.batcher.worker import Batcher
 from ferry.settings import BatcherSettings, to_env
+from ferry.stack.ports import LOOPBACK, free_port
 from ferry.stack.triton_server import TritonPorts, start_triton
 from ferry.v1.task_pb2 import Task
 from tests.conftest import TritonServer, build_test_repository
 from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
+    calls_at_triton,
     dead_letters,
     executions_since,
     gateway_settings,
@@ -143,7 +145,8 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
 ) -> None:
     """A batcher process is killed with SIGKILL mid-inference; a live one finishes its tasks."""
     url = triton_server.grpc_url
-    doomed = batcher_settings(redis_url, url, max_wait_ms=5, metrics_port=0)
+    doomed = batcher_settings(redis_url, url, max_wait_ms=5, metrics_port=free_port())
+    metrics = f"http://{LOOPBACK}:{doomed.metrics_port}"
     env = {**os.environ, **to_env(doomed, BatcherSettings)}
     async with running_stack(gateway_settings(redis_url, url)) as stack:
         task_ids = [await stack.submit(f"orphan-{i}", model="sim_slow") for i in range(6)]
@@ -152,7 +155,7 @@ async def test_tasks_of_a_crashed_batcher_are_reclaimed(
         try:
             # sim_slow takes 1.5 s a batch: kill the batcher while its batch is at Triton.
             assert await wait_until(lambda: pending_count(redis_client) == 6, 20)
-            await asyncio.sleep(0.3)
+            assert await wait_until(lambda: calls_at_triton(metrics) == 1, 20, interval_s=0.02)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)

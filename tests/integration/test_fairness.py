@@ -131,7 +131,7 @@ async def light_latencies(redis_url: str, triton_url: str, fair_after: int,
     gateway = gateway_settings(redis_url, triton_url, fair_share_after=fair_after)
 
     async def light(client: httpx.AsyncClient, i: int) -> float:
-        await asyncio.sleep(1.5 + 0.25 * i)
+        await asyncio.sleep(1.5 + 0.25 * i)  # pacing: the light client's arrivals
         started, text = time.monotonic(), f"light-{fair_after}-{i}"
         task_id = await submit(client, "light", text, timeout_s)
         record = await final(client, task_id, ("SUCCESS", "EXPIRED"))

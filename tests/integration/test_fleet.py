@@ -379,6 +379,12 @@ async def test_a_server_added_under_load_takes_work_within_seconds(
     assert statuses(results) == {"SUCCESS": len(ids)}
 
 
+def at(stack: Stack, server: Server) -> int:
+    """The stack's batchers' calls at ``server`` now."""
+    return sum(endpoint.inflight for batcher in stack.batchers
+               for url, endpoint in batcher.parts.backend.endpoints.items() if url == server.url)
+
+
 async def test_a_server_stopped_with_sigterm_finishes_its_calls_and_gets_no_more(
     redis_url: str, fleet: tuple[Path, list[Server]],
 ) -> None:
@@ -390,7 +396,7 @@ async def test_a_server_stopped_with_sigterm_finishes_its_calls_and_gets_no_more
     async with fleet_stack(redis_url, servers, 2) as (stack, _):
         sending = asyncio.ensure_future(load(stack, 300, 100.0, "drained"))
         assert await wait_until(lambda: executions(c)[0] > 0, 10)
-        await asyncio.sleep(0.5)
+        assert await wait_until(lambda: at(stack, c) > 0, 10)  # SIGTERM with a call there
         stopping = asyncio.ensure_future(asyncio.to_thread(c.proc.stop, 20, signal.SIGTERM))
         ids = await sending
         results = await stack.results(ids, wait=30)
@@ -412,7 +418,7 @@ async def test_a_server_killed_under_load_loses_nothing(
     async with fleet_stack(redis_url, [a, b], 2) as (stack, _):
         sending = asyncio.ensure_future(load(stack, 300, 100.0, "killed"))
         assert await wait_until(lambda: executions(a)[0] > 0, 10)
-        await asyncio.sleep(0.5)
+        assert await wait_until(lambda: at(stack, a) > 0, 10)  # killed with a call there
         before_b = executions(b)[0]
         group = a.proc.pid  # its own process group (a session of its own)
         assert group is not None

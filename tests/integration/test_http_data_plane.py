@@ -21,6 +21,7 @@ from tests.integration.helpers import (
     executions_since,
     gateway_settings,
     running_stack,
+    wait_until,
 )
 from tests.integration.test_batching import expected_output
 from tests.integration.test_tensor_batching import admit_all, outputs_of, random_rows, simple_task
@@ -106,8 +107,8 @@ async def test_a_kept_alive_connection_the_server_closed_is_opened_again(
 ) -> None:
     """A proxy in front of Triton that answers one request per connection and drops the next
     unanswered (a server's idle timeout racing a new request), or closes at once: no call may
-    fail."""
-    connections = 0
+    fail. Each call is made once the proxy has closed or parked the last call's connection."""
+    connections = settled = 0
 
     async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(LOOPBACK, triton_server.ports.http)
@@ -117,22 +118,32 @@ async def test_a_kept_alive_connection_the_server_closed_is_opened_again(
         up_writer.close()
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
+        nonlocal connections, settled
         connections += 1
         await forward(reader, writer)
-        if connections % 2:
-            await reader.readuntil(b"\r\n\r\n")  # the next request arrives: dropped
+        if connections % 2 == 0:
+            writer.close()
+            settled += 1
+            return
+        settled += 1
+        await reader.readuntil(b"\r\n\r\n")  # the next request arrives: dropped
         writer.close()
 
     server = await asyncio.start_server(proxy, LOOPBACK, 0)
     port = server.sockets[0].getsockname()[1]
     client = HttpInferClient(f"{LOOPBACK}:{port}", timeout_s=10)
+    calls = 0
+
+    def caught_up() -> bool:  # the proxy has closed or parked the last call's connection
+        return settled == calls
+
     try:
         for i in range(6):
             reply = await client.infer("sim", "", bytes_batch_body(
                 "INPUT", pack_bytes([f"again-{i}".encode()]), 1, ["OUTPUT"]))
             assert reply.outputs[0].shape == (1, 1)
-            await asyncio.sleep(0.05)
+            calls += 1
+            assert await wait_until(caught_up, 5, interval_s=0.005)
         assert connections >= 6
     finally:
         await client.close()

@@ -16,8 +16,10 @@ from tests.integration.helpers import (
     batcher_settings,
     executions_since,
     gateway_settings,
+    pending_count,
     running_gateway,
     running_stack,
+    stream_lengths,
     task_keys,
     wait_until,
 )
@@ -128,5 +130,8 @@ async def test_a_repeat_after_the_result_expired_gets_the_same_task_and_no_infer
         assert again.status_code == 202 and again.json()["task_id"] == task_id
         assert again.headers["Idempotent-Replayed"] == "true"
         assert (await stack.client.get(f"/v1/result/{task_id}")).status_code == 404
-        await asyncio.sleep(0.3)
+        # Nothing was queued for the repeat (no record, no entry, none read): nothing can run
+        # for it, however long one waits.
+        assert task_keys(redis_client) == [] and stream_lengths(redis_client) == 0
+        assert pending_count(redis_client) == 0
     assert executions_since(before, batch_executions(url, "sim")) == {}

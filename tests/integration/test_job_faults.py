@@ -92,7 +92,7 @@ async def test_a_redis_restart_mid_job_loses_no_item(
             job = await submit(stack.client, manifest(text_items(ITEMS)))
             await progress(stack.client, job["job_id"], 2000)
             proc.stop(grace_s=10)  # SIGTERM: Redis writes its append-only file and exits
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # an outage of a second: time itself must pass
             proc, _ = start_redis(data, port=port, persist=True)
             done = await finished(stack.client, job["job_id"], timeout_s=180)
             assert done["status"] == "completed", done

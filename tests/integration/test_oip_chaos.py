@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.conftest import TritonServer, sync_client
 from tests.integration.helpers import (
     batch_executions,
     batcher_settings,
+    calls_at_triton,
     executions_since,
     gateway_settings,
     pending_count,
@@ -90,8 +92,9 @@ def answered(word: str, outcome: Any) -> bool:
 async def test_a_batcher_killed_under_held_calls_loses_none_of_them(
         redis_url: str, triton_server: TritonServer, redis_client: redis.Redis) -> None:
     url = triton_server.grpc_url
-    env = {**os.environ, **to_env(batcher_settings(redis_url, url, max_wait_ms=5),
-                                  BatcherSettings)}
+    settings = batcher_settings(redis_url, url, max_wait_ms=5, metrics_port=free_port())
+    metrics = f"http://{LOOPBACK}:{settings.metrics_port}"
+    env = {**os.environ, **to_env(settings, BatcherSettings)}
     async with serving(gateway_settings(redis_url, url)) as ferry, \
             triton_grpc_aio.InferenceServerClient(ferry.grpc) as grpc_client, \
             httpx.AsyncClient(base_url=ferry.http, timeout=90) as http:
@@ -100,7 +103,7 @@ async def test_a_batcher_killed_under_held_calls_loses_none_of_them(
         doomed = subprocess.Popen([sys.executable, "-m", "ferry", "batcher"], env=env)
         try:  # kill it while its batch is at Triton
             assert await wait_until(lambda: pending_count(redis_client) == 6, 20)
-            await asyncio.sleep(0.3)
+            assert await wait_until(lambda: calls_at_triton(metrics) == 1, 20, interval_s=0.02)
         finally:
             doomed.send_signal(signal.SIGKILL)
             doomed.wait(10)
@@ -134,7 +137,10 @@ async def test_a_redis_restart_under_held_calls_loses_no_task(
                 calls = held_calls(grpc_client, http, "restart")
                 assert await wait_until(lambda: pending_count(store) == 2 * CALLS, 20)
                 proc.stop(grace_s=10)  # mid-batch: the batch finishes while Redis is away
-                await asyncio.sleep(2.0)
+                stopped = time.monotonic()
+                assert await wait_until(lambda: settle_retries(batcher) > 0, 20)
+                # and it stays away 2 s in all: an outage has a length, which time itself makes
+                await asyncio.sleep(max(0.0, stopped + 2.0 - time.monotonic()))
                 proc, _ = start_redis(tmp_path / "redis", port=port, persist=True)
                 outcomes = await asyncio.wait_for(asyncio.gather(*calls.values(),
                                                                  return_exceptions=True), 60)
@@ -149,13 +155,20 @@ async def test_a_redis_restart_under_held_calls_loses_no_task(
     assert finals == ["SUCCESS"] * 2 * CALLS  # nothing lost
 
 
+def settle_retries(batcher: Batcher) -> float:
+    """The batcher's writes of results that failed and were tried again, for any reason."""
+    return sum(sample.value for metric in batcher.metrics.registry.collect()
+               for sample in metric.samples if sample.name == "ferry_settle_retries_total")
+
+
 async def final_statuses(http: httpx.AsyncClient, store: redis.Redis) -> list[str]:
     """Every task's final status, read through /v1 (waiting for each to end)."""
     statuses = []
     for key in task_keys(store):
         task_id = key.decode().rsplit(":task:", 1)[1]
-        record = (await http.get(f"/v1/result/{task_id}", params={"wait": 20})).json()
-        statuses.append(record["status"])
+        answer = await http.get(f"/v1/result/{task_id}", params={"wait": 20})
+        assert answer.status_code == 200, answer.text
+        statuses.append(answer.json()["status"])
     return statuses
 
 

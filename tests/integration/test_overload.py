@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from ferry import keys
 from ferry.settings import BatcherSettings, GatewaySettings
 from ferry.stack.ports import LOOPBACK, free_ports
+from ferry.tasks import capacity
 from loadtest import overload
 from loadtest.rawhttp import Pool
 from tests.conftest import TritonServer
-from tests.integration.helpers import ferry_processes
+from tests.integration.helpers import ferry_processes, wait_until
 
 pytestmark = pytest.mark.integration
 CAPACITY = 8 / 0.066  # tasks/s
@@ -41,8 +45,9 @@ def overload_stack(redis_url: str, triton_server: TritonServer,
         yield url
 
 
-async def warm_up(url: str) -> None:
-    """Bursts of several sizes, so that the batcher fits t(B) and reports the model's rate."""
+async def warm_up(url: str, store: redis.Redis) -> None:
+    """Bursts of several sizes, so that the batcher fits t(B) and reports the model's rate;
+    then until every gateway worker admits by that rate."""
     pool = Pool(LOOPBACK, int(url.rsplit(":", 1)[1]))
     for size in (1, 3, 8, 2, 8, 5, 1, 8, 4, 8) * 2:
         answers = await asyncio.gather(*(
@@ -51,13 +56,28 @@ async def warm_up(url: str) -> None:
             for i in range(size)))
         assert all(a.status == 200 for a in answers)
     await pool.close()
-    await asyncio.sleep(1.5)  # a capacity report, and every gateway worker has read it
+    warmed = time.time()
+    assert await wait_until(lambda: rate_reported_since(store, "sim_overload", warmed), 10)
+    # A gateway worker reads the reports when asked, at most once a REPORT_INTERVAL_S: time
+    # itself must pass for the next request each worker gets to read this one.
+    await asyncio.sleep(capacity.REPORT_INTERVAL_S)
+
+
+def rate_reported_since(store: redis.Redis, model: str, since: float) -> bool:
+    """Whether a batcher has reported ``model``'s rate in a report made after ``since``."""
+    for field, value in store.hgetall(keys.CAPACITY_KEY).items():
+        name = field.decode() if isinstance(field, bytes) else field
+        if name.rsplit("|", 1)[0] == model:
+            reported, at = capacity.decode(value if isinstance(value, bytes) else value.encode())
+            if reported.rate > 0 and at > since:
+                return True
+    return False
 
 
 async def test_twice_the_capacity_for_30_s_loses_nothing_and_keeps_the_deadline(
-    overload_stack: str,
+    overload_stack: str, redis_client: redis.Redis,
 ) -> None:
-    await warm_up(overload_stack)
+    await warm_up(overload_stack, redis_client)
     result = await overload.run(overload_stack, "sim_overload", rate=2 * CAPACITY,
                                 seconds=30.0, timeout_s=DEADLINE_S)
     print(json.dumps(result.to_json(), indent=2))  # the figures, for the record

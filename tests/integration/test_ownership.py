@@ -53,7 +53,7 @@ async def test_ownership_follows_the_replica_count_without_loss(
                 answer = await client.post("/v1/inference?model=sim", content=b"t%d" % i,
                                            headers={"Content-Type": "text/plain"})
                 ids.append(answer.json()["task_id"])
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # pacing: tasks keep flowing across the scale-up
             assert await wait_until(lambda: supervisors[1].owned == tuple(range(1, 16, 2)), 10)
             assert supervisors[0].owned == tuple(range(0, 16, 2))
             results = [(await client.get(f"/v1/result/{t}?wait=20")).json() for t in ids]

@@ -115,7 +115,7 @@ async def test_headers_that_never_end_are_answered_408_even_sent_a_byte_at_a_tim
     async def trickle() -> None:
         for byte in b"POST /v1/inference?model=sim HTTP/1.1\r\nHost: ferry\r\nX-Slow: aaaaaaaa":
             writer.write(bytes([byte]))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # pacing: a byte every 50 ms, each within any timeout
 
     trickling = asyncio.ensure_future(trickle())
     status, _, body = await answer_and_close(reader)
@@ -149,7 +149,7 @@ async def test_an_upload_that_keeps_sending_is_never_cut(served: Served) -> None
                  b"Content-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n")
     started = time.monotonic()
     for piece in pieces:
-        await asyncio.sleep(BODY_S * 0.3)
+        await asyncio.sleep(BODY_S * 0.3)  # pacing: a pause under the body timeout
         writer.write(piece)
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
     assert head.startswith(b"HTTP/1.1 202"), head

@@ -19,12 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
+from ferry import keys
 from ferry.settings import BatcherSettings, GatewaySettings, to_env
 from ferry.stack.ports import LOOPBACK, http_ok
 from ferry.stack.process import ManagedProcess, env_with
 from tests.conftest import TritonServer
-from tests.integration.helpers import batcher_settings, gateway_settings
+from tests.integration.helpers import batcher_settings, gateway_settings, wait_until
 
 pytestmark = pytest.mark.integration
 MODEL = "sim_overload"
@@ -80,12 +82,22 @@ async def load(url: str, fault: Callable[[], None]) -> list[tuple[float, dict[st
         sends, faulted = [], False
         for index in range(int(RATE * SECONDS)):
             due = start + index / RATE
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            await asyncio.sleep(max(0.0, due - time.monotonic()))  # pacing: the open loop
             if not faulted and due - start >= FAULT_AT_S:
                 fault()
                 faulted = True
             sends.append(asyncio.create_task(one(index, due)))
         return list(await asyncio.gather(*sends))
+
+
+def beaten_since(store: redis.Redis, since: float) -> int:
+    """How many batchers have renewed their lease since ``since`` (Unix seconds; each beat is
+    written at Redis's clock, on this machine)."""
+    since_ms, beaten = int(since * 1000), 0
+    for name, at in store.hgetall(keys.BATCHERS_KEY).items():
+        field = name.decode() if isinstance(name, bytes) else str(name)
+        beaten += not field.startswith("~") and int(at) >= since_ms
+    return beaten
 
 
 def check(answers: list[tuple[float, dict[str, Any], bytes]]) -> float:
@@ -115,7 +127,7 @@ async def test_a_killed_batchers_tasks_are_answered_within_seconds(
 
 
 async def test_a_paused_batchers_tasks_are_taken_over_and_answered_once(
-    redis_url: str, triton_server: TritonServer, tmp_path: Path,
+    redis_url: str, triton_server: TritonServer, tmp_path: Path, redis_client: redis.Redis,
 ) -> None:
     """Paused past its lease, its tasks go to the other batcher; resumed, it finishes what it
     still had and writes nothing over the other's answers (one final record each)."""
@@ -124,12 +136,20 @@ async def test_a_paused_batchers_tasks_are_taken_over_and_answered_once(
         pid = victim.pid
         assert pid is not None
 
+        resumed: list[float] = []
+
         def pause() -> None:  # past its lease (2 s): SIGCONT 4 s later
             os.kill(pid, signal.SIGSTOP)
-            asyncio.get_running_loop().call_later(4.0, os.kill, pid, signal.SIGCONT)
+            asyncio.get_running_loop().call_later(4.0, resume)
+
+        def resume() -> None:
+            os.kill(pid, signal.SIGCONT)
+            resumed.append(time.time())
 
         answers = await load(url, pause)
-        await asyncio.sleep(0.5)
-        assert victim.running()  # it lives on after its pause
+        assert resumed  # the load outlasts the pause
+        # It lives on after its pause: both batchers renew their leases since it resumed.
+        assert await wait_until(lambda: beaten_since(redis_client, resumed[0]) == 2, 10)
+        assert victim.running()
     slowest = check(answers)
     assert slowest < 4.0 + SLOWEST_S

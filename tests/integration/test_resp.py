@@ -163,7 +163,9 @@ async def test_callers_of_a_client_closed_while_it_connects_get_a_connection_err
     os.kill(pid, signal.SIGSTOP)
     try:
         callers = [asyncio.ensure_future(c.execute("PING")) for _ in range(5)]
-        await asyncio.sleep(0.2)  # they all wait on the one attempt: its handshake unanswered
+        # They all wait on the one attempt: connected (the kernel accepts for the frozen
+        # server), its handshake unanswered.
+        assert await wait_until(lambda: connections_to(port) == 1, 5)
         assert not any(caller.done() for caller in callers)
         await c.close()
         results = await asyncio.gather(*callers, return_exceptions=True)
@@ -172,6 +174,14 @@ async def test_callers_of_a_client_closed_while_it_connects_get_a_connection_err
     finally:
         os.kill(pid, signal.SIGCONT)
         await c.close()
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:``port`` on this machine (the clients' ends:
+    their remote address is the port)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    wanted = f"0100007F:{port:04X}"
+    return sum(1 for row in rows if row.split()[2] == wanted and row.split()[3] == "01")
 
 
 async def test_password_and_database_from_the_url(tmp_path: Path) -> None:
@@ -248,7 +258,7 @@ async def test_a_subscriber_stops_at_once_at_any_point_of_its_life(redis_url: st
             sub = Subscriber(RedisAddress.from_url(redis_url), "news", lambda _: None,
                              lambda: None, ping_interval_s=0.2)
             await sub.start()
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay)  # a point of its life: time itself passes
             async with asyncio.timeout(2.0):
                 await sub.stop()
             assert not sub.connected.is_set()

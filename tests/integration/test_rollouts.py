@@ -125,7 +125,9 @@ async def test_a_failing_candidate_is_rolled_back_with_its_figures_logged(
         results = await traffic(stack.client, 150)
         await guard_looked(stack.client, time.time())
         state = await rollout(stack.client)
-        await asyncio.sleep(versions.REFRESH_S)  # every gateway has read the rollback
+        # The gateway's copy of the rollouts is at most REFRESH_S old (read when asked, by its
+        # clock): time itself must pass for its next request to read the rollback.
+        await asyncio.sleep(versions.REFRESH_S)
         after = await traffic(stack.client, 40, start=1000)
     failed = [r for r in results if r["status"] == "FAILED"]
     assert failed and all(r["model_version"] == "3" and "version 3 fails" in r["error"]

@@ -83,13 +83,29 @@ async def test_a_model_gets_as_many_batches_at_once_as_it_has_instances(
         second = await stack.submit("two", model="sim_slow2")  # the second instance is free
         assert await wait_until(lambda: inflight(batcher, "sim_slow2") == 2, 10)
         assert known_model(batcher, "sim_slow2").slots == 2
+        peak = Peak(batcher, "sim_slow2")
+        watching = asyncio.create_task(peak.watch())
         rest = await asyncio.gather(*(stack.submit(f"more-{i}", model="sim_slow2")
                                       for i in range(6)))
-        await asyncio.sleep(0.5)
-        assert inflight(batcher, "sim_slow2") == 2  # the six wait: no third batch
         results = await stack.results([first, second, *rest], wait=20)
+        watching.cancel()
     assert [r["status"] for r in results] == ["SUCCESS"] * 8
+    # The six left as one batch once an instance was free (Triton ran them together), and
+    # until they were answered, no third batch was ever at Triton.
     assert executions_since(before, batch_executions(url, "sim_slow2")) == {1: 2, 6: 1}
+    assert peak.most == 2
+
+
+class Peak:
+    """The most batches of a model at Triton at once while ``watch`` runs."""
+
+    def __init__(self, batcher: Batcher, model: str) -> None:
+        self.batcher, self.model, self.most = batcher, model, 0
+
+    async def watch(self) -> None:
+        while True:  # read every 5 ms: a batch of the slow models is at Triton for 1.5 s
+            self.most = max(self.most, inflight(self.batcher, self.model))
+            await asyncio.sleep(0.005)
 
 
 async def test_max_inflight_batches_overrides_the_instance_count(
@@ -121,7 +137,9 @@ async def test_a_busy_backend_with_no_max_wait_does_not_make_the_reader_poll(
         task_id = await stack.submit("busy", model="sim_slow")
         assert await wait_until(lambda: inflight(batcher, "sim_slow") == 1, 10)
         before = _reads(redis_client)
-        await asyncio.sleep(1.0)  # sim_slow holds its only instance for 1.5 s
+        # The reads of a second while parked: time itself must pass (sim_slow holds its only
+        # instance for 1.5 s, so the second is all spent parked).
+        await asyncio.sleep(1.0)
         reads = _reads(redis_client) - before
         result = await stack.result(task_id)
     assert result["status"] == "SUCCESS"

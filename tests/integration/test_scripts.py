@@ -6,7 +6,6 @@ cancellation (every outcome) and healing of the backlog counts."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,7 +42,7 @@ from ferry.tasks.record import (
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
-from tests.integration.helpers import announcement_listener
+from tests.integration.helpers import FENCE, announcement_listener, fence, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 PARTITIONS = 4
@@ -63,26 +62,23 @@ async def store(redis_url: str) -> AsyncIterator[RedisTaskStore]:
 
 
 @contextlib.asynccontextmanager
-async def listening(redis_url: str, channel: str = keys.done_channel(keys.process_tag()),
-                    store: RedisTaskStore | None = None) -> AsyncIterator[list[bytes]]:
-    """Messages published on ``channel`` while the block runs (and shortly after); with the
-    ``store``, heard as its announcements are (every partition's copy, on a Redis Cluster)."""
+async def listening(redis_url: str, store: RedisTaskStore,
+                    channel: str = keys.done_channel(keys.process_tag()), *,
+                    plain: bool = False) -> AsyncIterator[list[bytes]]:
+    """Every message the store's scripts publish on ``channel`` while the block runs, heard as
+    its announcements are (every partition's copy, on a Redis Cluster), or (``plain``) on the
+    channel itself: after the block, up to a fence (``helpers.fence``), past which nothing
+    published in the block can still be on its way."""
     heard: list[bytes] = []
     sub = (Subscriber(RedisAddress.from_url(redis_url), channel, heard.append, lambda: None)
-           if store is None else
-           announcement_listener(store.client, redis_url, channel, heard.append))
+           if plain else announcement_listener(store.client, redis_url, channel, heard.append))
     await sub.start()
     try:
-        for _ in range(100):
-            if sub.connected.is_set():
-                break
-            await asyncio.sleep(0.05)
+        assert await wait_until(sub.connected.is_set, 5)
         yield heard
-        for _ in range(40):
-            if heard:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.05)
+        fences = await fence(store.client, channel, sharded=not plain)
+        assert await wait_until(lambda: heard.count(FENCE) == fences, 5)
+        heard[:] = [message for message in heard if message != FENCE]
     finally:
         await sub.stop()
 
@@ -387,7 +383,7 @@ async def test_a_task_a_batcher_holds_is_signalled(
     task = new_task()
     await store.admit(task, pending(task))
     read(redis_client, task)
-    async with listening(redis_url, keys.CANCEL_CHANNEL) as heard:
+    async with listening(redis_url, store, keys.CANCEL_CHANNEL, plain=True) as heard:
         found = await store.cancel(task.task_id)
     assert found.outcome is CancelOutcome.SIGNALLED and found.record is None
     assert heard == [task.task_id.encode()]

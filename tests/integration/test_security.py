@@ -35,6 +35,7 @@ from tests.conftest import TritonServer
 from tests.integration.helpers import (
     batcher_settings,
     gateway_settings,
+    running_app,
     running_gateway,
     running_stack,
     stream_lengths,
@@ -354,7 +355,7 @@ async def test_a_client_holds_a_bounded_number_of_tasks_and_long_polls(
 ) -> None:
     url = triton_server.grpc_url
     settings = keyed(redis_url, url, max_pending_per_client=32, max_waits_per_client=2)
-    async with running_gateway(settings) as client:  # no batcher: everything stays pending
+    async with running_app(settings) as (app, client):  # no batcher: everything stays pending
         answers = [await post(client, f"task {i}", ALICE) for i in range(64)]
         held = [a.json()["task_id"] for a in answers if a.status_code == 202]
         refused = [a for a in answers if a.status_code == 429]
@@ -365,7 +366,7 @@ async def test_a_client_holds_a_bounded_number_of_tasks_and_long_polls(
         assert cancelled.json()["status"] == "CANCELLED"
         polls = [asyncio.create_task(client.get(f"/v1/result/{t}?wait=2", headers=ALICE))
                  for t in held[1:3]]
-        await asyncio.sleep(0.3)
+        assert await wait_until(lambda: app.access.open_waits("alice") == 2, 10)  # both held
         third = await client.get(f"/v1/result/{held[3]}?wait=2", headers=ALICE)
         assert third.status_code == 429 and third.json()["error"]["code"] == "too_many_waits"
         assert [(await p).status_code for p in polls] == [200, 200]

@@ -31,9 +31,11 @@ from ferry.tasks.waiters import ResultWaiters
 from ferry.v1.task_pb2 import Task
 from tests.conftest import REDIS_CLUSTER
 from tests.integration.helpers import (
+    FENCE,
     announcement_listener,
     backlog_counts,
     dead_letters,
+    fence,
     stream_lengths,
     wait_until,
 )
@@ -318,8 +320,9 @@ async def test_completions_are_announced_with_small_bodies_inline(
         first, second = read_entries(redis_client, [small, large])
         await store.complete([Completion(first, finished(small, output="ok")),
                               Completion(second, finished(large, output="x" * 5000))])
-        assert await wait_until(lambda: len(heard) >= 1, 5)
-        await asyncio.sleep(0.1)
+        both = {small.task_id.encode(), large.task_id.encode()}
+        assert await wait_until(lambda: {a.task_id for message in heard
+                                         for a in announcements(message)} == both, 5)
     finally:
         await sub.stop()
     frames = {a.task_id: a.record for message in heard for a in announcements(message)}
@@ -332,7 +335,8 @@ async def test_completions_are_announced_with_small_bodies_inline(
 async def test_a_waiter_gets_a_large_result_by_reading_it(
     store: RedisTaskStore, redis_client: redis.Redis, redis_url: str,
 ) -> None:
-    waiters = ResultWaiters(store.read)
+    reads = Reads(store)
+    waiters = ResultWaiters(reads)
     sub = announcement_listener(store.client, redis_url, keys.done_channel(keys.process_tag()),
                                 waiters.on_announcement, waiters.wake_all)
     await sub.start()
@@ -342,7 +346,7 @@ async def test_a_waiter_gets_a_large_result_by_reading_it(
         await store.admit(task, pending(task))
         with waiters.watch(task.task_id) as watch:
             waiting = asyncio.create_task(watch.final(10))
-            await asyncio.sleep(0.05)
+            assert await wait_until(lambda: reads.statuses == [Status.PENDING], 5)  # it waits
             await store.complete([Completion(read_entry(redis_client, task),
                                              finished(task, output="y" * 5000))])
             record = await asyncio.wait_for(waiting, 5)
@@ -350,6 +354,20 @@ async def test_a_waiter_gets_a_large_result_by_reading_it(
         await sub.stop()
     assert record is not None and record.status is Status.SUCCESS
     assert record.to_json()["output"] == "y" * 5000
+    assert reads.statuses == [Status.PENDING, Status.SUCCESS]  # woken, it read the record
+
+
+class Reads:
+    """The store's reads of records, as a waiter makes them: what each found."""
+
+    def __init__(self, store: RedisTaskStore) -> None:
+        self.store = store
+        self.statuses: list[Status | None] = []
+
+    async def __call__(self, task_id: str) -> StoredRecord | None:
+        record = await self.store.read(task_id)
+        self.statuses.append(record.status if record is not None else None)
+        return record
 
 
 async def listened(store: RedisTaskStore, redis_client: redis.Redis, channel: str,
@@ -401,11 +419,14 @@ async def test_each_process_hears_the_ends_of_its_own_tasks_only(
             await store.admit(task, pending(task))
         await store.complete([Completion(d, finished(t, output="ok")) for d, t in zip(
             read_entries(redis_client, [ours, theirs]), (ours, theirs), strict=True)])
-        assert await wait_until(lambda: all(heard.values()), 5)
-        await asyncio.sleep(0.1)
+        fences = {tag: await fence(store.client, keys.done_channel(tag), sharded=True)
+                  for tag in heard}  # past them, nothing more of the batch can arrive
+        assert await wait_until(lambda: all(heard[tag].count(FENCE) == fences[tag]
+                                            for tag in heard), 5)
     finally:
         for sub in subs:
             await sub.stop()
+    heard = {tag: [m for m in messages if m != FENCE] for tag, messages in heard.items()}
     names = {tag: [a.task_id.decode() for m in messages for a in announcements(m)]
              for tag, messages in heard.items()}
     assert names == {keys.process_tag(): [ours.task_id], other_tag(): [theirs.task_id]}
@@ -427,7 +448,8 @@ async def test_a_wait_for_another_processs_task_listens_on_its_channel(
 
     sub = announcement_listener(store.client, redis_url, keys.done_channel(keys.process_tag()),
                                 heard, lost)
-    waiters = ResultWaiters(store.read, sub)
+    reads = Reads(store)
+    waiters = ResultWaiters(reads, sub)
     await sub.start()
     try:
         assert await wait_until(sub.connected.is_set, 5)
@@ -436,7 +458,8 @@ async def test_a_wait_for_another_processs_task_listens_on_its_channel(
         with waiters.watch(task.task_id) as watch:
             waiting = asyncio.create_task(watch.final(30))
             assert await listened(store, redis_client, keys.done_channel(other_tag()))
-            await asyncio.sleep(0.05)
+            # confirmed, it read the record, and waits
+            assert await wait_until(lambda: reads.statuses == [Status.PENDING], 5)
             await store.complete([Completion(read_entry(redis_client, task),
                                              finished(task, output="theirs"))])
             record = await asyncio.wait_for(waiting, 10)  # PENDING if it never heard the end
@@ -462,12 +485,24 @@ async def announced(store: RedisTaskStore, admin: redis.Redis, task: Task,
         await store.admit(task, pending(task))
         assert await store.complete([Completion(read_entry(admin, task),
                                                 finished(task, output="ok"))]) == [True]
-        assert await wait_until(lambda: any(heard.values()), 5)
-        await asyncio.sleep(0.1)
+        fenced = fence_both(admin, tag, partition)  # past them, nothing more can arrive
+        assert await wait_until(lambda: all(FENCE in heard[name] for name in fenced), 5)
     finally:
         for sub in subs:
             await sub.stop()
-    return heard
+    return {name: [m for m in messages if m != FENCE] for name, messages in heard.items()}
+
+
+def fence_both(admin: redis.Redis, tag: str, partition: int) -> list[str]:
+    """``FENCE`` on a task's plain channel and on its partition's sharded copy (see
+    ``helpers.fence``): the names of those it went to. Where Redis has no SPUBLISH, nothing
+    can be sent on the sharded copy at all."""
+    admin.publish(keys.done_channel(tag), FENCE)
+    try:
+        admin.spublish(keys.done_shard_channel(tag, partition), FENCE)
+    except redis.ResponseError:  # unknown command
+        return ["plain"]
+    return ["plain", "sharded"]
 
 
 @pytest.mark.single_redis

@@ -106,7 +106,7 @@ async def test_a_burst_while_tasks_finish_never_holds_more_than_the_limit(
                 stack.client.post("/v1/inference", json={
                     "model": "sim_overload", "input": f"wave-{wave}-{i}", "client_id": "flood"})
                 for i in range(50)))
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.25)  # pacing: the next wave
         done.set()
         await watcher
         admitted = accepted_ids(responses)
@@ -318,7 +318,7 @@ async def test_the_breaker_half_opens_and_a_good_probe_closes_it(
                                 breaker_cooldown_s=0.5)
     async with running_stack(gateway_settings(redis_url, url), settings) as stack:
         await poison_until_open(stack, 4)
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # past the 0.5 s cooldown: time itself must pass
         probe = (await stack.results([await stack.submit("good")]))[0]
         batcher: Batcher = stack.batchers[0]
         assert probe["status"] == "SUCCESS"

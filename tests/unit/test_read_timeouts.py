@@ -87,12 +87,14 @@ async def test_a_body_held_back_by_the_gateway_is_not_a_stall() -> None:
     protocol, transport = connection(route)
     protocol.data_received(request(BIG + 10) + b"x" * BIG)
     assert transport.paused  # the route has not read: uvicorn stops reading the socket
+    # A body timer armed by now (due in BODY_S) would have run before this sleep ends: the loop
+    # runs its timers in order of their due time, however slow the machine.
     await asyncio.sleep(BODY_S * 4)
     assert not transport.closed
     route.read.set()
     await asyncio.sleep(0)
     assert not transport.paused and route.received == BIG
-    await asyncio.sleep(BODY_S * 3)  # now the client owes 10 bytes and sends none
+    await asyncio.sleep(BODY_S * 3)  # the client owes 10 bytes and sends none: the timer runs
     assert transport.closed and transport.written.startswith(b"HTTP/1.1 408 ")
     assert route.scope[TIMED_OUT] == "body_timeout"
 
@@ -106,6 +108,6 @@ async def test_a_request_read_whole_arms_no_timer() -> None:
     protocol.timer = None
     protocol.data_received(request(5) + b"hello")
     assert protocol.timer is None
-    await asyncio.sleep(BODY_S * 2)
+    await asyncio.sleep(BODY_S * 2)  # past any body timer's due time (run in order, as above)
     assert transport.written.startswith(b"HTTP/1.1 200 ") and not transport.closed
     protocol.connection_lost(None)

@@ -39,7 +39,7 @@ async def test_the_admissions_of_one_turn_share_one_wait() -> None:
     node = ScriptedNode()
     acks = ReplicaAcks(cast(Any, node), replicas=1, wait_ms=100)
     callers = [asyncio.ensure_future(acks.confirmed(_written(node))) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await turns()
     assert len(node.waits) == 1
     node.waits[0].set_result(1)
     assert await asyncio.gather(*callers) == [True] * 5
@@ -49,13 +49,13 @@ async def test_one_wait_is_out_at_a_time_and_the_callers_meanwhile_share_the_nex
     node = ScriptedNode()
     acks = ReplicaAcks(cast(Any, node), replicas=1, wait_ms=100)
     first = asyncio.ensure_future(acks.confirmed(_written(node)))
-    await asyncio.sleep(0.01)
+    await turns()
     later = [asyncio.ensure_future(acks.confirmed(_written(node))) for _ in range(3)]
-    await asyncio.sleep(0.01)
+    await turns()
     assert len(node.waits) == 1  # the next is not sent while the first is out
     node.waits[0].set_result(0)  # the first: no replica in time
     assert await first is False and node.rechecks == 1
-    await asyncio.sleep(0.01)
+    await turns()
     assert len(node.waits) == 2
     node.waits[1].set_result(1)
     assert await asyncio.gather(*later) == [True] * 3
@@ -74,7 +74,7 @@ async def test_a_connection_replaced_while_its_wait_is_out_confirms_nothing() ->
     node = ScriptedNode()
     acks = ReplicaAcks(cast(Any, node), replicas=1, wait_ms=100)
     caller = asyncio.ensure_future(acks.confirmed(_written(node)))
-    await asyncio.sleep(0.01)
+    await turns()
     node.live = object()
     node.waits[0].set_result(2)  # answered, but on the new connection: covers none of it
     assert await caller is False
@@ -84,15 +84,24 @@ async def test_a_round_left_by_a_replaced_connection_ends_unconfirmed() -> None:
     node = ScriptedNode()
     acks = ReplicaAcks(cast(Any, node), replicas=1, wait_ms=100)
     first = asyncio.ensure_future(acks.confirmed(_written(node)))
-    await asyncio.sleep(0.01)
+    await turns()
     waiting_old = asyncio.ensure_future(acks.confirmed(_written(node)))  # next round, old conn
-    await asyncio.sleep(0.01)
+    await turns()
     node.live = object()
     fresh = asyncio.ensure_future(acks.confirmed(_written(node)))  # a round on the new one
-    await asyncio.sleep(0.01)
+    await turns()
     assert await waiting_old is False  # its connection is gone: nothing to wait for
     node.waits[0].set_result(0)
     assert await first is False
-    await asyncio.sleep(0.01)
+    await turns()
     node.waits[1].set_result(1)
     assert await fresh is True
+
+
+async def turns(count: int = 10) -> None:
+    """Let the loop run what is ready ``count`` times over: ReplicaAcks schedules its steps
+    with ``call_soon`` and the node here answers by hand (no timer, no I/O), so all it does in
+    reaction has run by then, however slow the machine (a sleep of some milliseconds does not
+    promise it), and a WAIT it has not sent by then it does not send."""
+    for _ in range(count):
+        await asyncio.sleep(0)

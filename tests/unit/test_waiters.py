@@ -60,16 +60,18 @@ def test_a_garbled_announcement_raises() -> None:
 
 async def test_a_garbled_announcement_makes_every_waiter_read_again() -> None:
     reads: list[str] = []
+    first_read = asyncio.Event()
 
     async def read(task_id: str) -> StoredRecord | None:
         reads.append(task_id)
+        first_read.set()
         return StoredRecord(Status.SUCCESS, b"{}") if len(reads) > 1 else StoredRecord(
             Status.PENDING, b"{}")
 
     waiters = ResultWaiters(read)
     with waiters.watch(A) as watch:
         waiting = asyncio.create_task(watch.final(5.0))
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(first_read.wait(), 1.0)  # it read PENDING: it waits
         waiters.on_announcement(A.encode() + b" SUCCESS notanumber {}")
         record = await asyncio.wait_for(waiting, 1.0)
     assert record == StoredRecord(Status.SUCCESS, b"{}")
@@ -119,10 +121,12 @@ async def test_another_processs_channel_is_shared_by_its_waits_and_dropped_after
     with waiters.watch(tagged(other)), waiters.watch("f" * 28 + other):
         assert channels.subscribed == [channel, channel]
     assert channels.unsubscribed == []  # it lingers: a GET from there may follow
+    # The linger is a timer of the loop's: one due at 0.05 s has run before a sleep of 0.1 s
+    # begun after it ends (the loop runs timers in order), however slow the machine.
     with waiters.watch(tagged(other)):  # taken up again within the linger: kept
         await asyncio.sleep(0.1)
-    assert channels.unsubscribed == []
-    await asyncio.sleep(0.1)
+    assert channels.unsubscribed == []  # the linger's time came: it was cancelled
+    await asyncio.sleep(0.1)  # past the new linger: time itself must pass
     assert channels.unsubscribed == [channel]
 
 
@@ -141,7 +145,7 @@ async def test_a_wait_on_another_channel_reads_once_it_is_confirmed() -> None:
     with waiters.watch(tagged(other)) as watch:
         waiting = asyncio.create_task(watch.final(5.0, StoredRecord(Status.PENDING, b""),
                                                   read_first=False))
-        await asyncio.sleep(0.01)
+        await turns()
         assert reads == []  # not before the channel is confirmed
         channels.confirming[keys.done_channel(other)].set_result(None)
         record = await asyncio.wait_for(waiting, 1.0)
@@ -178,3 +182,11 @@ async def test_a_hold_the_deadline_ends_expires_the_task_once_the_deadline_has_p
     plain = await waiters_module.final_by(watch, 0.01, time.time() + 60, expire)
     assert plain is not None and plain.status is Status.PENDING  # the wait's end, not the due
     assert len(called) == 1
+
+
+async def turns(count: int = 10) -> None:
+    """Let the loop run what is ready ``count`` times over: a wait's steps that need no timer
+    and no I/O (a read here answers at once) have all run by then, however slow the machine,
+    which a sleep of some milliseconds does not promise."""
+    for _ in range(count):
+        await asyncio.sleep(0)
