@@ -11,6 +11,11 @@ POST then GET), loopback only.
         --rates 400,1200 --rounds 3 --seconds 10
 
 ``--redis-masters 3`` runs both on a Redis Cluster of 3 masters on loopback instead.
+``--env-b NAME=VALUE`` (and ``--env-a``) sets a ``FERRY_*`` variable for one side's gateway and
+batcher: one tree against itself with a setting on and off, e.g. the inference log at 10%::
+
+    .venv/bin/python -m loadtest.bench.ab --a services --b services --rates 50,400 \
+        --env-b FERRY_LOG_MODELS=fast_1i=0.1
 """
 
 from __future__ import annotations
@@ -101,7 +106,11 @@ def main() -> None:
                         help="one request per task (Prefer: wait) or POST then GET ?wait=10")
     parser.add_argument("--redis-masters", type=int, default=1,
                         help="one Redis (1), or a Redis Cluster of this many masters")
+    for side in ("a", "b"):
+        parser.add_argument(f"--env-{side}", action="append", default=[], metavar="NAME=VALUE",
+                            help=f"a FERRY_* variable for {side}'s processes only (repeatable)")
     args = parser.parse_args()
+    sides = {"a": _pairs(args.env_a), "b": _pairs(args.env_b)}
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
     state = Path(tempfile.mkdtemp(prefix="ferry-ab-"))
@@ -120,7 +129,8 @@ def main() -> None:
                                redis_url=redis_url,
                                redis_pid=[proc.pid or 0 for proc in redis_procs],
                                model=scenario.name, rates=rates, seconds=args.seconds,
-                               seed=11 + round_, flow=args.flow, env=redis_env)
+                               seed=11 + round_, flow=args.flow,
+                               env={**redis_env, **sides[name]})
                 for rate, row in rows.items():
                     results.setdefault((name, rate), []).append(row)
     finally:
@@ -129,11 +139,24 @@ def main() -> None:
         triton.stop()
     for (name, rate), runs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         med = [statistics.median(r[i] for r in runs) for i in range(6)]
-        print(f"{rate:6.0f}/s {name} ({trees[name]}): p50 {med[0]:6.2f} p99 {med[1]:6.2f} ms  "
+        given = "".join(f" {k}={v}" for k, v in sides[name].items())
+        print(f"{rate:6.0f}/s {name} ({trees[name]}{given}): p50 {med[0]:6.2f} "
+              f"p99 {med[1]:6.2f} ms  "
               f"cpu {med[2]:5.0f} us = gateway {med[3]:4.0f} + batcher {med[4]:4.0f} + "
               f"redis {med[5]:4.0f}")
         print(f"{'':8} rounds: p99 " + " ".join(f"{r[1]:.1f}" for r in runs)
               + " ms; cpu " + " ".join(f"{r[2]:.0f}" for r in runs) + " us")
+
+
+def _pairs(given: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as variables (a malformed one stops the run, saying which)."""
+    pairs = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("FERRY_"):
+            raise SystemExit(f"--env-a/--env-b take FERRY_NAME=VALUE, got {item!r}")
+        pairs[name] = value
+    return pairs
 
 
 if __name__ == "__main__":
