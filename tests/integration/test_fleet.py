@@ -402,7 +402,9 @@ async def test_a_server_stopped_with_sigterm_finishes_its_calls_and_gets_no_more
         results = await stack.results(ids, wait=30)
         assert await stopping == 0  # it exited by itself, its calls done
         pools = [batcher.parts.backend for batcher in stack.batchers]
-        assert all(pool.endpoints[c.url].state is State.DOWN for pool in pools)
+        # A pool with no call there when it went learns it from its next probe (every second).
+        assert await wait_until(
+            lambda: all(pool.endpoints[c.url].state is State.DOWN for pool in pools), 5)
     c.proc = None
     assert statuses(results) == {"SUCCESS": len(ids)}
 
