@@ -37,6 +37,7 @@ from ferry.stack.triton_server import start_triton
 from loadtest.bench.backends import FAST, SLOW, Scenario, write_repository
 from loadtest.bench.cpu import cpu_seconds, family
 from loadtest.generator import run
+from loadtest.gpukit.run import settings_env
 
 Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway, batcher, redis
 
@@ -110,7 +111,8 @@ def main() -> None:
         parser.add_argument(f"--env-{side}", action="append", default=[], metavar="NAME=VALUE",
                             help=f"a FERRY_* variable for {side}'s processes only (repeatable)")
     args = parser.parse_args()
-    sides = {"a": _pairs(args.env_a), "b": _pairs(args.env_b)}
+    sides = {side: settings_env(given, f"--env-{side}")
+             for side, given in (("a", args.env_a), ("b", args.env_b))}
     rates = [float(r) for r in args.rates.split(",")]
     trees = {"a": str(Path(args.a).resolve()), "b": str(Path(args.b).resolve())}
     state = Path(tempfile.mkdtemp(prefix="ferry-ab-"))
@@ -146,17 +148,6 @@ def main() -> None:
               f"redis {med[5]:4.0f}")
         print(f"{'':8} rounds: p99 " + " ".join(f"{r[1]:.1f}" for r in runs)
               + " ms; cpu " + " ".join(f"{r[2]:.0f}" for r in runs) + " us")
-
-
-def _pairs(given: list[str]) -> dict[str, str]:
-    """``NAME=VALUE`` arguments as variables (a malformed one stops the run, saying which)."""
-    pairs = {}
-    for item in given:
-        name, sep, value = item.partition("=")
-        if not sep or not name.startswith("FERRY_"):
-            raise SystemExit(f"--env-a/--env-b take FERRY_NAME=VALUE, got {item!r}")
-        pairs[name] = value
-    return pairs
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -56,13 +56,14 @@ RESERVE_S = 20.0  # kept for stopping the stack and writing the report (at most 
 DISTINCT_INPUTS = 1000
 
 
-def settings_env(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``FERRY_NAME=VALUE`` pairs as an environment (a clear error for anything else)."""
+def settings_env(pairs: Iterable[str], option: str = "--setting") -> dict[str, str]:
+    """``FERRY_NAME=VALUE`` pairs as an environment (a clear error, naming ``option``, for
+    anything else)."""
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.startswith("FERRY_"):
-            raise SystemExit(f"--setting wants FERRY_NAME=VALUE, not {pair!r}")
+            raise SystemExit(f"{option} wants FERRY_NAME=VALUE, not {pair!r}")
         env[name] = value
     return env
 

@@ -30,19 +30,28 @@ KINDS = ("auto", "tensors", "moderation", "labels", "equal")  # of a comparison
 CONDITIONS = ("always", "unsafe", "label_above:<score>", "labels:<a,b,...>")  # of a review
 
 
-# --- rollouts ---------------------------------------------------------------------------------
-
-def parse_declared(spec: str) -> dict[str, dict[str, Any]]:
-    """The rollouts a settings value declares: a JSON object, model to rollout fields."""
+def _json_object(setting: str, spec: str, shape: str) -> dict[str, Any]:
+    """The JSON object a setting's text holds ({} for a blank one); a ``ConfigError`` naming
+    ``setting`` if it is not JSON, or not an object (``shape`` says what it should be)."""
     if not spec.strip():
         return {}
     try:
         doc = orjson.loads(spec)
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"rollouts is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
-        raise ConfigError("rollouts must be a JSON object: {model: {stable, candidate, share, "
-                          "...}}")
+        raise ConfigError(f"{setting} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{setting} must be a JSON object: {shape}")
+    return doc
+
+
+# --- rollouts ---------------------------------------------------------------------------------
+
+def parse_declared(spec: str) -> dict[str, dict[str, Any]]:
+    """The rollouts a settings value declares: a JSON object, model to rollout fields."""
+    shape = "{model: {stable, candidate, share, ...}}"
+    doc = _json_object("rollouts", spec, shape)
+    if not all(isinstance(v, dict) for v in doc.values()):
+        raise ConfigError(f"rollouts must be a JSON object: {shape}")
     for model, fields in doc.items():
         try:
             record = RolloutRecord.from_json(undeclared_dropped(fields), model)
@@ -245,14 +254,7 @@ class Cascade:
 
 def parse_cascades(spec: str) -> dict[str, Cascade]:
     """The cascades a JSON object declares (``ConfigError`` saying what is wrong)."""
-    if not spec.strip():
-        return {}
-    try:
-        doc = orjson.loads(spec)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"cascades is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError("cascades must be a JSON object: {model: {review_model, when}}")
+    doc = _json_object("cascades", spec, "{model: {review_model, when}}")
     return {model: _cascade(model, entry) for model, entry in doc.items()}
 
 
