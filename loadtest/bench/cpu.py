@@ -28,6 +28,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS if fields else 0.0
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine has spent busy since boot (/proc/stat: all but
+    idle and iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+
+
 def children(pid: int) -> list[int]:
     """Direct children of ``pid``."""
     found = []

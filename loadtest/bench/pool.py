@@ -43,6 +43,7 @@ from ferry.stack.triton_server import (
     triton_env,
 )
 from loadtest.bench.backends import SLOW, Scenario, write_repository
+from loadtest.bench.cpu import machine_busy_seconds
 from loadtest.bench.goodput import replace_section, slo_ms
 from loadtest.bench.pool_report import HEADING, Row, Side, capacity, cells, lines, method
 from loadtest.bench.sweep import TritonCounts, TritonStats
@@ -68,7 +69,7 @@ class Plan:
 
     configs: tuple[tuple[int, int], ...] = tuple((s, b) for s in (1, 2) for b in (1, 2, 4))
     load_s: float = 20.0  # of load at SHARE of the capacity
-    light_s: float = 10.0  # at LIGHT_RATE
+    light_s: float = 20.0  # at LIGHT_RATE (a p99 of 1,000 answers, not 500)
     warm_s: float = 3.0  # through each fresh Ferry, not counted
     drain_s: float = 40.0  # the longest wait for the last answers
 
@@ -240,7 +241,9 @@ async def side(system: str, flow: Flow, stats: dict[str, TritonStats], rate: flo
     """One system's run, with Triton's counts on each server around it."""
     model = FERRY if system == "ferry" else TRITON
     before = await counted(stats, model)
+    busy, started = machine_busy_seconds(), time.perf_counter()
     seen = await drive_flow(flow, rate, seconds, seed=seed, drain_s=drain_s)
+    busy_cores = (machine_busy_seconds() - busy) / (time.perf_counter() - started)
     after = await counted(stats, model)
     ran = {name: after[name].minus(before[name]) for name in stats}
     return Side.measured(system, seen.latencies_ms, seen.sent, seen.seconds,
@@ -248,7 +251,7 @@ async def side(system: str, flow: Flow, stats: dict[str, TritonStats], rate: flo
                          calls={n: c.executions for n, c in ran.items()},
                          inferences={n: c.inferences for n, c in ran.items()},
                          failures={k: v for k, v in seen.outcomes.items() if k != "SUCCESS"},
-                         late_sends=seen.late)
+                         late_sends=seen.late, busy_cores=busy_cores)
 
 
 # -- one configuration, then the next ---------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ class Side:
     inferences: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # outcome to count, not SUCCESS
     late_sends: int = 0
+    busy_cores: float | None = None  # the machine's CPU busy during the run, in cores
 
     @property
     def done(self) -> float:
@@ -229,10 +231,23 @@ def late(rows: Sequence[Row]) -> list[str]:
                 "shares the two cores): " + "; ".join(counted) + "."]
 
 
+def busy(rows: Sequence[Row]) -> list[str]:
+    """The machine's CPU busy during each side's run (every process: the client, Redis, the
+    Tritons and Ferry's), where it was measured."""
+    counted = [f"{label(row)}: {row.ferry.busy_cores:.2f} / {row.triton.busy_cores:.2f}"
+               for row in rows
+               if row.ferry.busy_cores is not None and row.triton.busy_cores is not None]
+    if not counted:
+        return []
+    return ["", f"The machine's CPU busy during each run, in cores of {os.cpu_count()}, Ferry / "
+                "Triton alone (every process: the client, Redis, the Tritons and Ferry's "
+                "gateway and batchers): " + "; ".join(counted) + "."]
+
+
 def lines(rows: Sequence[Row], note: str) -> list[str]:
     """The section: the note, the goals, a row per configuration and rate, the verdicts."""
     return [HEADING, "", note, "", goals_line(), "", *table(rows), "", "Goals held:", "",
-            *verdicts(rows), *failures(rows), *late(rows)]
+            *verdicts(rows), *failures(rows), *late(rows), *busy(rows)]
 
 
 def method(backend: Backend, share: float, light_rate: float, slo_ms: float,

@@ -118,3 +118,12 @@ def test_the_section_has_its_heading_goals_table_and_what_failed() -> None:
 def test_rows_round_trip_through_their_raw_json() -> None:
     r = row(ferry=side("ferry", failures={"TIMEOUT": 1}))
     assert Row.from_json(json.loads(json.dumps(r.to_json()))) == r
+
+
+def test_the_machines_cpu_busy_is_reported_for_both_sides_where_measured() -> None:
+    measured = row(ferry=side("ferry", busy_cores=1.86), triton=side("triton", busy_cores=0.7))
+    unmeasured = row()  # raw results from before the figure was kept
+    text = lines([measured, unmeasured], "How.")
+    busy = [line for line in text if line.startswith("The machine's CPU busy")]
+    assert len(busy) == 1 and busy[0].endswith("2 servers, 2 batchers, 78%: 1.86 / 0.70.")
+    assert not any(line.startswith("The machine's CPU busy") for line in lines([unmeasured], ""))

@@ -46,6 +46,8 @@ batches_log = logging.getLogger("ferry.batches")  # a line per slot taken, at DE
 ASK_EVERY_S = 0.1  # a waiting batcher asks again this often, even with no message
 OFFER_EVERY_S = 0.005  # what boards is offered at most this often (a call per boarding is
 # a Redis call per task; what boards in the last few ms before a slot frees rides the next)
+PULL_LEAD = 0.25  # a holder pulls riders in the last quarter of its call's expected time
+PULL_LEAD_MIN_S = 0.02  # and at least this long before its expected end
 PATIENCE_MS = 1000  # a waiter that has not asked for this long leaves the queue
 MODES = ("auto", "shared", "local")
 
@@ -321,6 +323,7 @@ class Budget:
         self._shared_until = 0.0  # auto: shared until then since others were last seen
         self.granted: dict[str, list[Slot]] = {}  # taken, for the model's next batch
         self.held: set[Slot] = set()  # in use by batches at Triton
+        self._pull_from: dict[Slot, float] = {}  # when a held slot's batch wants riders
         self._desks: dict[str, _Desk] = {}
         self._giving: set[asyncio.Task[None]] = set()
 
@@ -370,6 +373,21 @@ class Budget:
         if self.boarding is not None:  # its desk takes riders while the batch runs
             self._desk(model, functools.partial(self.boarding.waiting, model))
         return slot
+
+    def expect(self, slot: Slot, seconds: float) -> None:
+        """``slot``'s batch left now and should be done at Triton in ``seconds``: riders
+        taken for its model's next batch need to be aboard only by then, so pulls wait for
+        the call's last stretch (``PULL_LEAD``). A batch with no expected time pulls
+        throughout its call."""
+        if slot in self.held and seconds > 0:
+            lead = max(PULL_LEAD * seconds, PULL_LEAD_MIN_S)
+            self._pull_from[slot] = self.clock() + seconds - lead
+
+    def pulls_in(self, model: str) -> float:
+        """Seconds until a batch of ``model`` held here wants riders (0: now)."""
+        starts = [self._pull_from.get(slot, -math.inf) for slot in self.held
+                  if slot.model == model and slot.token]
+        return max(0.0, min(starts, default=0.0) - self.clock())
 
     def ask(self, model: str, wanted: Callable[[], bool]) -> None:
         """Ask for a slot of ``model`` until one is taken or ``wanted`` says no more."""
@@ -487,9 +505,10 @@ class Budget:
 
     async def _pull(self, model: str, desk: _Desk) -> float:
         """While a batch of the model runs here: bring the waiters' offers aboard, at most
-        every ``OFFER_EVERY_S`` (its next batch leaves on the same slot when the call ends)."""
+        every ``OFFER_EVERY_S`` in the last stretch of its call (its next batch leaves on the
+        same slot when the call ends: riders pulled sooner would only wait aboard)."""
         assert self.shared_budget is not None and self.boarding is not None
-        due = desk.pulled + OFFER_EVERY_S
+        due = max(desk.pulled + OFFER_EVERY_S, self.clock() + self.pulls_in(model))
         if self.clock() < due:
             return due - self.clock()
         desk.pulled = self.clock()
@@ -528,6 +547,7 @@ class Budget:
         in the model's next ask when one waits (one call, and the slot may stay here), or at
         once."""
         self.held.discard(slot)
+        self._pull_from.pop(slot, None)
         if not slot.token or self.shared_budget is None:
             return
         desk = self._desks.get(slot.model)

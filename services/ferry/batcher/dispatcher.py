@@ -172,6 +172,9 @@ class Dispatcher:
         only under load (``BatchPolicy.loaded``), where an idle instance costs capacity; at
         light load the read ahead would be a read more per batch for nothing."""
         expected = state.cost.time_at(size)
+        slot = self._slots.get(task)
+        if slot is not None:
+            self.budget.expect(slot, expected)
         backend = state.backend(now, holding=False, fleet=self.budget.fleet)
         if expected > 0 and self.policy.loaded(self.models.lane_capacity(lane), backend):
             self._at_triton.expect_end(task, now + expected)
