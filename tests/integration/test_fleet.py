@@ -25,7 +25,7 @@ import redis
 import tritonclient.grpc as triton_grpc
 
 from ferry import keys
-from ferry.batcher.budget import SharedBudget, Slot
+from ferry.batcher.shared_budget import SharedBudget, Slot
 from ferry.batcher.worker import Batcher
 from ferry.redis_conn import lean
 from ferry.resp.client import Commands

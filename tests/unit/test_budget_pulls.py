@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.batcher.budget import PULL_LEAD, PULL_LEAD_MIN_S, Budget, Slot
+from ferry.batcher.budget import PULL_LEAD, PULL_LEAD_MIN_S, Budget
+from ferry.batcher.shared_budget import Slot
 
 
 class Clock:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from ferry.batcher.budget import capped
+from ferry.batcher.shared_budget import capped
 from ferry.errors import ConfigError
 from ferry.triton.endpoints import Address, Target, parse_targets, pick_family, resolve
 from ferry.triton.grpc_backend import TritonGrpcBackend

@@ -24,10 +24,11 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from ferry.batcher.budget import Budget, Slot
+from ferry.batcher.budget import Budget
 from ferry.batcher.executor import BatchContext, BatchExecutor, Outcome
 from ferry.batcher.models import ModelBook, ModelState
 from ferry.batcher.shared import Shared
+from ferry.batcher.shared_budget import Slot
 from ferry.queue.base import Delivery
 from ferry.rules import fate
 from ferry.rules.breaker import CircuitBreaker

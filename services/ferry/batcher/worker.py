@@ -22,7 +22,7 @@ from typing import Any
 
 from ferry import keys
 from ferry.backoff import backoff_delay
-from ferry.batcher.budget import Budget, SharedBudget, capped
+from ferry.batcher.budget import Budget
 from ferry.batcher.dispatcher import Dispatcher
 from ferry.batcher.executor import REAL_TIME, BatchContext, BatchExecutor, Timing
 from ferry.batcher.gate import BackendGate
@@ -32,6 +32,7 @@ from ferry.batcher.reporter import Reporter
 from ferry.batcher.riders import FleetBoarding
 from ferry.batcher.served import StatisticsDesk
 from ferry.batcher.shared import Rounds, Shared
+from ferry.batcher.shared_budget import SharedBudget, capped
 from ferry.batcher.versions import VersionDesk
 from ferry.batcher.webhooks import WebhookSender
 from ferry.compose.batcher import BatcherParts, batcher_parts
