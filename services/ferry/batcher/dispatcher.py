@@ -169,9 +169,10 @@ class Dispatcher:
 
     def _expect_end(self, task: asyncio.Task[None], lane: Lane, state: ModelState, size: int,
                     now: float) -> None:
-        """When the batch's call should end, for a parked reader to read ahead just before:
-        only under load (``BatchPolicy.loaded``), where an idle instance costs capacity; at
-        light load the read ahead would be a read more per batch for nothing."""
+        """When the batch's call should end: for the shared budget, whose pulls of riders wait
+        for the call's last stretch (always); and for a parked reader to read ahead just
+        before, only under load (``BatchPolicy.loaded``), where an idle instance costs
+        capacity: at light load the read ahead would be a read more per batch for nothing."""
         expected = state.cost.time_at(size)
         slot = self._slots.get(task)
         if slot is not None:
