@@ -4,7 +4,8 @@ Both trees run in turn (gateway and batcher processes, ``PYTHONPATH`` set to the
 ``services/``) against one tritonserver and one Redis, round after round, so that the machine's
 drift hits both alike; each point reports medians over the rounds of p50, p99 and CPU per
 inference, split by process. The fast sim backend (or the slow), the one-request flow (or
-POST then GET), loopback only.
+POST then GET, or ``--flow grpc``: Triton's gRPC ModelInfer at the gateway's gRPC port), loopback
+only.
 
     git worktree add /tmp/before <commit>
     .venv/bin/python -m loadtest.bench.ab --a /tmp/before/services --b services \\
@@ -25,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import uvloop
@@ -42,13 +44,32 @@ from loadtest.gpukit.run import settings_env
 Row = tuple[float, float, float, float, float, float]  # p50, p99, cpu, gateway, batcher, redis
 
 
-def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,  # noqa: PLR0913 - one bench round's knobs, keyword-only
-            redis_pid: int | list[int], model: str, rates: list[float], seconds: float,
-            seed: int, flow: str = "ferry-1req",
-            env: dict[str, str] | None = None) -> dict[float, Row]:
-    """One round of one tree: start its gateway and batcher, run each rate, stop them (``env``:
-    more settings for both, as FERRY_* variables; ``redis_pid``: every Redis process whose CPU
-    is Redis's, replicas included)."""
+FLOWS = ("ferry-1req", "ferry-2req", "grpc")
+FLOW_HELP = ("one request per task (Prefer: wait), POST then GET ?wait=10, or Triton's gRPC "
+             "ModelInfer at the gateway's gRPC port")
+
+
+@dataclass
+class Ferry:
+    """One tree's gateway and batcher, started and ready."""
+
+    procs: dict[str, ManagedProcess]
+    url: str  # the gateway's HTTP port
+    grpc: str  # its gRPC port, host:port
+
+    def target(self, flow: str) -> tuple[str, str]:
+        """The generator's flow and address for one of ``FLOWS``."""
+        return ("triton", self.grpc) if flow == "grpc" else (flow, self.url)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop(grace_s=10)
+
+
+def start_ferry(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
+                model: str, env: dict[str, str] | None = None) -> Ferry:
+    """The tree's gateway and batcher (``env``: more settings for both, as FERRY_* variables),
+    started, ready and warmed up."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
                               grpc_port=grpc_port, default_model=model)
@@ -61,25 +82,42 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
              for name, settings in (("batcher", batcher), ("gateway", gateway))}
     for proc in procs.values():
         proc.start()
-    url = f"http://{LOOPBACK}:{port}"
+    ferry = Ferry(procs, f"http://{LOOPBACK}:{port}", f"{LOOPBACK}:{grpc_port}")
+    try:
+        procs["gateway"].wait_ready(lambda: http_ok(f"{ferry.url}/readyz"), 60)
+        time.sleep(1.0)  # every gateway worker is up
+        uvloop.run(run("ferry-1req", ferry.url, model, 10, 10))  # warm up
+        uvloop.run(run("triton", ferry.grpc, model, 10, 10))
+    except BaseException:
+        ferry.stop()
+        raise
+    return ferry
+
+
+def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,  # noqa: PLR0913 - one bench round's knobs, keyword-only
+            redis_pid: int | list[int], model: str, rates: list[float], seconds: float,
+            seed: int, flow: str = "ferry-1req",
+            env: dict[str, str] | None = None) -> dict[float, Row]:
+    """One round of one tree: start its gateway and batcher, run each rate, stop them (``env``:
+    more settings for both, as FERRY_* variables; ``redis_pid``: every Redis process whose CPU
+    is Redis's, replicas included)."""
+    ferry = start_ferry(tree, state, triton=triton, triton_http=triton_http,
+                        redis_url=redis_url, model=model, env=env)
+    generator_flow, target = ferry.target(flow)
     rows: dict[float, Row] = {}
     try:
-        procs["gateway"].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
-        time.sleep(1.0)
-        uvloop.run(run("ferry-1req", url, model, 10, 10))  # warm up
-        groups = {name: family(proc.pid or 0) for name, proc in procs.items()}
+        groups = {name: family(proc.pid or 0) for name, proc in ferry.procs.items()}
         groups["redis"] = redis_pid if isinstance(redis_pid, list) else [redis_pid]
         for rate in rates:
             before = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
             count = int(rate * seconds)
-            result = uvloop.run(run(flow, url, model, rate, count, seed=seed))
+            result = uvloop.run(run(generator_flow, target, model, rate, count, seed=seed))
             after = {k: sum(cpu_seconds(p) for p in v) for k, v in groups.items()}
             used = {k: (after[k] - before[k]) * 1e6 / count for k in before}
             rows[rate] = (result.p50_ms, result.p99_ms, sum(used.values()), used["gateway"],
                           used["batcher"], used["redis"])
     finally:
-        for proc in procs.values():
-            proc.stop(grace_s=10)
+        ferry.stop()
     return rows
 
 
@@ -103,8 +141,7 @@ def main() -> None:
     parser.add_argument("--infer-over", choices=("http", "grpc"), default="http",
                         help="the batcher's infer calls: over Triton's HTTP (as ferry up sets it; "
                              "a tree older than FERRY_TRITON_HTTP_URL ignores it) or gRPC")
-    parser.add_argument("--flow", choices=("ferry-1req", "ferry-2req"), default="ferry-1req",
-                        help="one request per task (Prefer: wait) or POST then GET ?wait=10")
+    parser.add_argument("--flow", choices=FLOWS, default="ferry-1req", help=FLOW_HELP)
     parser.add_argument("--redis-masters", type=int, default=1,
                         help="one Redis (1), or a Redis Cluster of this many masters")
     for side in ("a", "b"):

@@ -3,7 +3,8 @@ and what Redis ran per task (its own ``INFO commandstats``).
 
 docs/performance.md's breakdown ("Where a task's CPU goes") is measured with it, so that it can be
 measured again as it was: the fast sim backend, one tritonserver, one Redis, Ferry's gateway (a
-worker per core) and one batcher, loopback only, a warm-up not counted::
+worker per core) and one batcher, loopback only, a warm-up not counted (``--flow grpc``: Triton's
+gRPC ModelInfer at the gateway's gRPC port)::
 
     .venv/bin/python -m loadtest.bench.breakdown --rate 400 --seconds 12 --flow ferry-2req
 
@@ -14,9 +15,7 @@ runs of this at different times.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,11 @@ from pathlib import Path
 import redis
 import uvloop
 
-from ferry.settings import BatcherSettings, GatewaySettings, to_env
-from ferry.stack.ports import LOOPBACK, free_ports, http_ok
-from ferry.stack.process import ManagedProcess, env_with
+from ferry.stack.ports import LOOPBACK
+from ferry.stack.process import ManagedProcess
 from ferry.stack.redis_server import start_redis
 from ferry.stack.triton_server import start_triton
+from loadtest.bench.ab import FLOW_HELP, FLOWS, start_ferry
 from loadtest.bench.backends import FAST, Scenario, write_repository
 from loadtest.bench.cpu import cpu_seconds, family
 from loadtest.generator import run
@@ -88,42 +87,22 @@ def report(before: Snapshot, after: Snapshot, tasks: int, latency: tuple[float, 
     return "\n".join(lines)
 
 
-def ferry_processes(tree: str, state: Path, triton: tuple[str, str], redis_url: str,
-                    model: str) -> tuple[dict[str, ManagedProcess], str]:
-    """The tree's gateway and batcher, started and ready; the gateway's URL."""
-    port, grpc_port = free_ports(2)
-    gateway = GatewaySettings(redis_url=redis_url, triton_url=triton[0], port=port,
-                              grpc_port=grpc_port, default_model=model)
-    batcher = BatcherSettings(redis_url=redis_url, triton_url=triton[0], metrics_port=0,
-                              triton_http_url=triton[1])
-    procs = {name: ManagedProcess(name, [sys.executable, "-m", "ferry", name],
-                                  env=env_with({**to_env(s, type(s)), "PYTHONPATH": tree}),
-                                  log_path=state / f"{name}.log")
-             for name, s in (("gateway", gateway), ("batcher", batcher))}
-    for proc in procs.values():
-        proc.start()
-    url = f"http://{LOOPBACK}:{port}"
-    procs["gateway"].wait_ready(lambda: http_ok(f"{url}/readyz"), 60)
-    time.sleep(1.0)  # every gateway worker is up
-    return procs, url
-
-
 def measured(args: argparse.Namespace, state: Path, redis_proc: ManagedProcess,
              redis_url: str, triton: tuple[str, str], model: str) -> str:
-    procs, url = ferry_processes(str(Path(args.tree).resolve()), state, triton, redis_url, model)
+    ferry = start_ferry(str(Path(args.tree).resolve()), state, triton=triton[0],
+                        triton_http=triton[1], redis_url=redis_url, model=model)
+    flow, target = ferry.target(args.flow)
     try:
-        uvloop.run(run(args.flow, url, model, 10, 10))  # warm up
-        groups = {name: family(proc.pid or 0) for name, proc in procs.items()}
+        groups = {name: family(proc.pid or 0) for name, proc in ferry.procs.items()}
         groups["redis"] = [redis_proc.pid or 0]
         client = redis.Redis.from_url(redis_url)
         count = int(args.rate * args.seconds)
         before = Snapshot.take(groups, client)
-        result = uvloop.run(run(args.flow, url, model, args.rate, count, seed=11))
+        result = uvloop.run(run(flow, target, model, args.rate, count, seed=11))
         after = Snapshot.take(groups, client)
         return report(before, after, count, (result.p50_ms, result.p99_ms))
     finally:
-        for proc in procs.values():
-            proc.stop(grace_s=10)
+        ferry.stop()
 
 
 def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> None:
@@ -131,8 +110,7 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> N
     parser.add_argument("--tree", default="services", help="the services/ directory to run")
     parser.add_argument("--rate", type=float, default=400.0)
     parser.add_argument("--seconds", type=float, default=12.0)
-    parser.add_argument("--flow", choices=("ferry-1req", "ferry-2req"), default="ferry-2req",
-                        help="one request per task (Prefer: wait) or POST then GET ?wait=10")
+    parser.add_argument("--flow", choices=FLOWS, default="ferry-2req", help=FLOW_HELP)
     args = parser.parse_args(argv)
     state = Path(tempfile.mkdtemp(prefix="ferry-breakdown-"))
     scenario = Scenario(FAST, 1)

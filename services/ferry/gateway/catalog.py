@@ -1,12 +1,12 @@
 """Which models the gateway accepts requests for, and what Triton says of each (its
-metadata), from Triton, cached for a few seconds."""
+metadata), from Triton, cached for a few seconds and refreshed in the background."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from ferry.errors import (
     BackendError,
@@ -16,11 +16,9 @@ from ferry.errors import (
     UnknownModelError,
     UnprocessableError,
 )
+from ferry.kept import Kept, retrieved
 from ferry.oip.spec import ModelInterface
 from ferry.triton.base import InferenceBackend, ModelSpec, default_version
-
-METADATA_KEPT = 1024  # (model, version) pairs whose metadata is kept; any name may be asked for
-Kept = TypeVar("Kept")
 
 
 class ModelCatalog:
@@ -37,18 +35,32 @@ class ModelCatalog:
         self._names: list[str] | None = None
         self._fetched_at = -float("inf")
         self._lock = asyncio.Lock()
-        self._metadata: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
-        self._interfaces: dict[tuple[str, str], tuple[float, ModelInterface]] = {}
-        self._defaults: dict[tuple[str, str], tuple[float, str]] = {}
+        self._listing: asyncio.Task[None] | None = None  # a refresh of the list in the background
+        # by (model, version): kept refresh_s, refreshed in the background (ferry.kept)
+        self._metadata: Kept[tuple[str, str], dict[str, Any]] = Kept(refresh_s, clock)
+        self._interfaces: Kept[tuple[str, str], ModelInterface] = Kept(refresh_s, clock)
+        self._defaults: Kept[tuple[str, str], str] = Kept(refresh_s, clock)
 
-    async def names(self) -> list[str]:
-        if self.clock() - self._fetched_at < self.refresh_s and self._names is not None:
-            return self._names
+    async def names(self, wanted: str = "") -> list[str]:
+        """The ready models. Past ``refresh_s`` the list kept answers while one refresh runs in
+        the background, unless ``wanted`` is not on it: that request waits for the refresh, so
+        that a model loaded since is found at once."""
+        if self._names is not None:
+            if self.clock() - self._fetched_at < self.refresh_s:
+                return self._names
+            if not wanted or wanted in self._names:
+                if self._listing is None or self._listing.done():
+                    self._listing = asyncio.get_running_loop().create_task(self._refresh_once())
+                    self._listing.add_done_callback(retrieved)
+                return self._names
+        await self._refresh_once()
+        assert self._names is not None
+        return self._names
+
+    async def _refresh_once(self) -> None:
         async with self._lock:
             if self.clock() - self._fetched_at >= self.refresh_s or self._names is None:
                 await self._refresh()
-        assert self._names is not None
-        return self._names
 
     async def _refresh(self) -> None:
         try:
@@ -61,7 +73,7 @@ class ModelCatalog:
 
     async def resolve(self, name: str) -> ModelSpec:
         """The spec of a ready model, or a 4xx naming the problem."""
-        _require_ready(name, await self.names())
+        _require_ready(name, await self.names(name))
         try:
             return await self.backend.model_spec(name)
         except BackendError as exc:
@@ -70,26 +82,26 @@ class ModelCatalog:
     async def tensor_interface(self, name: str, version: str = "") -> ModelInterface:
         """The tensors of a ready model (that version), or a 4xx naming the problem, as
         ``/v1`` answers it (a stateful or decoupled model is ``unsupported_model``)."""
-        _require_ready(name, await self.names())
+        _require_ready(name, await self.names(name))
         try:
             return await self.interface(name, version)
         except BackendError as exc:
             raise _refusal(name, exc) from exc
 
     async def metadata(self, model: str, version: str = "") -> dict[str, Any]:
-        """Triton's metadata of the model (that version), at most ``refresh_s`` old."""
-        return await self._kept(self._metadata, (model, version),
-                                lambda: self.backend.model_metadata(model, version))
+        """Triton's metadata of the model (that version), refreshed past ``refresh_s``."""
+        return await self._metadata.get((model, version),
+                                        lambda: self.backend.model_metadata(model, version))
 
     async def interface(self, model: str, version: str = "") -> ModelInterface:
-        """The model's tensors (that version), from its metadata and config, at most
-        ``refresh_s`` old; a model a queue cannot serve raises ``UnsupportedModelError``."""
+        """The model's tensors (that version), from its metadata and config, refreshed past
+        ``refresh_s``; a model a queue cannot serve raises ``UnsupportedModelError``."""
         async def fetch() -> ModelInterface:
             metadata = await self.metadata(model, version)
             config = await self.backend.model_config(model, version)
             return ModelInterface.from_triton(metadata, config)
 
-        return await self._kept(self._interfaces, (model, version), fetch)
+        return await self._interfaces.get((model, version), fetch)
 
     async def default_version(self, model: str) -> str:
         """The version a request of ``model`` that pins none goes to when no rollout picks
@@ -101,19 +113,7 @@ class ModelCatalog:
             except BackendError:
                 return ""
 
-        return await self._kept(self._defaults, (model, ""), fetch)
-
-    async def _kept(self, kept: dict[tuple[str, str], tuple[float, Kept]], key: tuple[str, str],
-                    fetch: Callable[[], Awaitable[Kept]]) -> Kept:
-        """What ``fetch`` answers for ``key``, kept ``refresh_s`` (a refusal is not kept)."""
-        found = kept.get(key)
-        if found is not None and self.clock() - found[0] < self.refresh_s:
-            return found[1]
-        fetched = await fetch()
-        if len(kept) >= METADATA_KEPT:
-            kept.clear()
-        kept[key] = (self.clock(), fetched)
-        return fetched
+        return await self._defaults.get((model, ""), fetch)
 
 
 def _require_ready(name: str, names: list[str]) -> None:

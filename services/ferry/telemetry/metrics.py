@@ -194,6 +194,7 @@ class GatewayMetrics:
             registry=r)
         self.rpcs, self.rpc_latency = _rpc_metrics(r)
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._rpc_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.accepted_child = functools.lru_cache(maxsize=4096)(self.accepted.labels)
 
     def prime(self, models: Iterable[str]) -> None:
@@ -228,8 +229,12 @@ class GatewayMetrics:
 
     def observe_rpc(self, method: str, code: str, seconds: float) -> None:
         """Count one answered gRPC call (or request of a stream)."""
-        self.rpcs.labels(method, code).inc()
-        self.rpc_latency.labels(method).observe(seconds)
+        children = self._rpc_children.get((method, code))
+        if children is None:  # labels() per call cost 3-4% of the gRPC front's CPU
+            children = (self.rpcs.labels(method, code), self.rpc_latency.labels(method))
+            self._rpc_children[(method, code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         """The text /metrics serves: this process's registry, or every worker's in multiprocess

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ferry.errors import BackendError, TransientBackendError, UnknownModelError
+from ferry.kept import Kept
 from ferry.triton.base import InferenceBackend, Inferred, ModelSpec, instances_of
 from ferry.triton.endpoints import Address, Lookup, Target, resolve
 
@@ -104,7 +105,7 @@ class TritonPool:
         self.endpoints: dict[str, Endpoint] = {}
         self.models: set[str] = set()  # models asked about: counted on a server that comes up
         self.fixed = False  # its servers were given, not looked up
-        self._specs: dict[str, tuple[float, ModelSpec]] = {}  # model: (when, its pool's spec)
+        self._specs: Kept[str, ModelSpec] = Kept(COUNT_TTL_S, clock)  # model: its pool's spec
         self._watch: asyncio.Task[None] | None = None
 
     @classmethod
@@ -273,11 +274,11 @@ class TritonPool:
         except BackendError as exc:  # not served there (yet): no slot of it there
             log.debug("no instance count of %s at %s: %s", model, endpoint.name, exc)
             endpoint.counts.pop(model, None)
-            self._specs.pop(model, None)
+            self._specs.drop(model)
             return
         known = endpoint.counts.get(model)
         if known is not None and known[1] != count:
-            self._specs.pop(model, None)
+            self._specs.drop(model)
         endpoint.counts[model] = (self.clock(), count)
 
     # -- InferenceBackend: what any server answers ---------------------------------------------
@@ -315,16 +316,15 @@ class TritonPool:
 
     async def model_spec(self, model: str, *, refresh: bool = False) -> ModelSpec:
         """The model's spec (from a ready server), its instances summed over every ready
-        server; kept for ``COUNT_TTL_S``, or until a server comes, goes or changes state (a
-        gateway asks for it with every request)."""
-        cached = self._specs.get(model)
-        if cached is not None and not refresh and self.clock() - cached[0] < COUNT_TTL_S:
-            return cached[1]
-        spec = await self._ask(lambda b: b.model_spec(model, refresh=refresh))
-        total = sum((await self.count(model)).values())
-        spec = replace(spec, instances=total or spec.instances)
-        self._specs[model] = (self.clock(), spec)
-        return spec
+        server; kept for ``COUNT_TTL_S`` (then refreshed in the background: ``ferry.kept``), or
+        until a server comes, goes or changes state (a gateway asks for it with every
+        request)."""
+        async def fetch() -> ModelSpec:
+            spec = await self._ask(lambda b: b.model_spec(model, refresh=refresh))
+            total = sum((await self.count(model)).values())
+            return replace(spec, instances=total or spec.instances)
+
+        return await self._specs.get(model, fetch, fresh=refresh)
 
     async def server_metadata(self) -> dict[str, Any]:
         return await self._ask(lambda b: b.server_metadata())
@@ -375,7 +375,7 @@ class TritonPool:
             return await self._on(endpoint, rows, call)
         except BackendError as exc:
             if isinstance(exc, UnknownModelError):
-                self._specs.pop(model, None)  # read again: it may have been replaced
+                self._specs.drop(model)  # read again: it may have been replaced
             if await self._serves(endpoint, model, exc):
                 raise  # the model's own failure: the executor's to judge
             other = self.pick(model, avoid=endpoint.name)
@@ -396,7 +396,7 @@ class TritonPool:
         if isinstance(exc, UnknownModelError) and any(
                 e.instances(model) is not None for e in self.ready() if e is not endpoint):
             endpoint.counts.pop(model, None)
-            self._specs.pop(model, None)
+            self._specs.drop(model)
             return False
         return True
 
