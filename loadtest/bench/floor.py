@@ -6,14 +6,23 @@ Ferry's own cost from the platform's.
 The bare exchange is measured at every rate of the fast sweep and at twice it: a client of the
 one-request flow makes one exchange per task, one of POST then GET two, and Ferry's CPU per
 inference is set against what those exchanges cost alone at the same pace (issue 36's ratio).
+
+On its own it prints what a bare exchange costs this machine, and the ``--cpu-scale`` that
+``ferry plan size`` should use for a node like it::
+
+    .venv/bin/python -m loadtest.bench.floor
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
 
+import uvloop
+
+from ferry.planner.cpu import BENCH_EXCHANGE_US
 from ferry.resp.client import RedisAddress, RespClient
 from ferry.stack.ports import LOOPBACK, free_port, http_ok
 from ferry.stack.process import ManagedProcess
@@ -93,3 +102,23 @@ async def redis_floor(redis_url: str, redis_pid: int) -> float:
     finally:
         await client.close()
     return used * 1e6 / count
+
+
+def main() -> None:
+    """Print what a bare exchange costs on this machine: the figure ``ferry plan size
+    --cpu-scale`` wants, over ``BENCH_EXCHANGE_US`` (docs/cli.md)."""
+    parser = argparse.ArgumentParser(description="What a bare HTTP exchange (uvicorn answering "
+                                     "{} at once) costs this machine's CPU, at each rate.")
+    parser.add_argument("--rates", default="400", help="requests/s, comma-separated")
+    args = parser.parse_args()
+    rates = tuple(float(r) for r in args.rates.split(","))
+    found = uvloop.run(http_floors(rates))
+    for rate, used in found.items():
+        print(f"{exchange_name(rate)}: {used:,.0f} us of server CPU each")
+    if RATE in found:
+        print(f"ferry plan size --cpu-scale {found[RATE] / BENCH_EXCHANGE_US:.2f} "
+              f"(against {BENCH_EXCHANGE_US:,.0f} us where its CPU costs were measured)")
+
+
+if __name__ == "__main__":
+    main()

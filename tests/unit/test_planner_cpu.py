@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
@@ -157,3 +157,22 @@ def test_the_command_sizes_with_bench_cpu_by_default_and_without_on_request(
         assert main([*args, "--cpu-costs", str(path)]) == 0
     assert json.loads(out.getvalue())["deployment"]["batchers"] > plans["default"][
         "deployment"]["batchers"]
+
+
+def test_cpu_scale_multiplies_every_cost_and_sizes_more_processes_on_a_dearer_node() -> None:
+    args = ["plan", "size", "--qps", "2000", "--p99-ms", "200", "--t-fixed-ms", "10",
+            "--t-per-ms", "1", "--seconds", "5", "--json"]
+    plans = {}
+    for scale in ("1", "3"):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert main([*args, "--cpu-scale", scale]) == 0
+        plans[scale] = json.loads(out.getvalue())
+    assert plans["3"]["cpu"] == pytest.approx(BENCH_CPU.scaled(3).to_json())
+    assert plans["3"]["deployment"]["gateways"] > plans["1"]["deployment"][
+        "gateways"]
+    for refused in (["--cpu-scale", "0"], ["--cpu-scale", "2", "--no-cpu"]):
+        err = io.StringIO()
+        with redirect_stderr(err):
+            assert main([*args, *refused]) == 2
+        assert "--cpu-scale" in err.getvalue()

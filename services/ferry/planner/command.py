@@ -15,7 +15,7 @@ from typing import Any
 from ferry.errors import ConfigError, FerryError
 from ferry.planner import arrivals as arrival_kinds
 from ferry.planner.costs import DEFAULT_SIZES, CostModel
-from ferry.planner.cpu import BENCH_CPU, CpuCost
+from ferry.planner.cpu import BENCH_CPU, BENCH_EXCHANGE_US, CpuCost
 from ferry.planner.deployment import Deployment, Outcome
 from ferry.planner.layout import Layout
 from ferry.planner.memory import (
@@ -88,6 +88,11 @@ def _size_arguments(sizing: argparse.ArgumentParser) -> None:
     sizing.add_argument("--cpu-costs", type=Path, help="Ferry's CPU per task and per batch of "
                         "each process (JSON: gateway_task_us, gateway_batch_us, batcher_task_us, "
                         "batcher_batch_us, redis_task_us, redis_batch_us); default: make bench's")
+    sizing.add_argument("--cpu-scale", type=float, default=1.0,
+                        help="every CPU cost times this: what a bare HTTP exchange costs on your "
+                        "node (python -m loadtest.bench.floor) over what it cost where the "
+                        f"costs were measured ({BENCH_EXCHANGE_US:,.0f} us for make bench's; "
+                        "default 1)")
     sizing.add_argument("--no-cpu", action="store_true", help="leave Ferry's CPU out of the "
                         "simulation (a fixed overhead per task) and size processes by tasks/s")
     sizing.add_argument("--gateway-tasks-per-s", type=float, default=GATEWAY_TASKS_PER_S,
@@ -241,10 +246,13 @@ def arrivals_of(args: argparse.Namespace) -> Arrivals:
 
 def cpu_of(args: argparse.Namespace) -> CpuCost | None:
     if args.no_cpu:
-        if args.cpu_costs:
-            raise ConfigError("--cpu-costs and --no-cpu exclude each other")
+        if args.cpu_costs or args.cpu_scale != 1.0:
+            raise ConfigError("--cpu-costs and --cpu-scale exclude --no-cpu")
         return None
-    return CpuCost.load(args.cpu_costs) if args.cpu_costs else BENCH_CPU
+    if not 0 < args.cpu_scale <= 100:
+        raise ConfigError(f"--cpu-scale must be > 0 and <= 100, got {args.cpu_scale:g}")
+    cpu = CpuCost.load(args.cpu_costs) if args.cpu_costs else BENCH_CPU
+    return cpu.scaled(args.cpu_scale) if args.cpu_scale != 1.0 else cpu
 
 
 def overhead_of(args: argparse.Namespace, cpu: CpuCost | None) -> float:

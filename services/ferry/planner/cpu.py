@@ -117,3 +117,7 @@ def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 # size` uses it unless given --cpu-costs.
 BENCH_CPU = CpuCost(gateway_task_s=320e-6, gateway_batch_s=552e-6, batcher_task_s=131e-6,
                     batcher_batch_s=1_055e-6, redis_task_s=128e-6, redis_batch_s=332e-6)
+# What a bare HTTP exchange (uvicorn answering {} at once) cost at 400/s in the run BENCH_CPU was
+# fitted over (BENCHMARKS.md, "What this machine charges"): the machine's price of a wake-up,
+# against which `ferry plan size --cpu-scale` scales the costs to another node.
+BENCH_EXCHANGE_US = 100.0
