@@ -61,8 +61,11 @@ class Backend:
             "ferry_default_version": {"string_value": self.versions[model]}}}
 
 
+Parts = tuple[ModelCatalog, "Backend", "Clock"]
+
+
 @pytest.fixture
-def parts() -> tuple[ModelCatalog, Backend, Clock]:
+def parts() -> Parts:
     backend, clock = Backend(), Clock()
     return ModelCatalog(backend, REFRESH_S, clock=clock), backend, clock  # type: ignore[arg-type]
 
@@ -72,7 +75,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_requests_for_a_key_not_kept_share_one_fetch(parts):
+async def test_requests_for_a_key_not_kept_share_one_fetch(parts: Parts) -> None:
     catalog, backend, _ = parts
     backend.gate.clear()
     waiting = [asyncio.ensure_future(catalog.metadata("m")) for _ in range(50)]
@@ -85,7 +88,7 @@ async def test_requests_for_a_key_not_kept_share_one_fetch(parts):
 
 
 async def test_past_the_refresh_a_request_is_answered_from_what_is_kept_while_one_fetch_runs(
-        parts):
+        parts: Parts) -> None:
     catalog, backend, clock = parts
     assert await catalog.default_version("m") == "1"
     backend.versions["m"] = "2"
@@ -100,7 +103,7 @@ async def test_past_the_refresh_a_request_is_answered_from_what_is_kept_while_on
     assert backend.asked["model_config"] == 2
 
 
-async def test_within_the_refresh_nothing_is_asked_again(parts):
+async def test_within_the_refresh_nothing_is_asked_again(parts: Parts) -> None:
     catalog, backend, clock = parts
     await catalog.metadata("m")
     clock.now += REFRESH_S - 0.1
@@ -109,7 +112,7 @@ async def test_within_the_refresh_nothing_is_asked_again(parts):
     assert backend.asked["model_metadata"] == 1
 
 
-async def test_a_refusal_is_not_kept(parts):
+async def test_a_refusal_is_not_kept(parts: Parts) -> None:
     catalog, backend, _ = parts
     backend.refuse = UnknownModelError("unknown model 'm'")
     for _ in range(2):
@@ -120,7 +123,7 @@ async def test_a_refusal_is_not_kept(parts):
     assert await catalog.metadata("m") == {"name": "m", "versions": ["1"]}
 
 
-async def test_a_refused_refresh_drops_what_was_kept(parts):
+async def test_a_refused_refresh_drops_what_was_kept(parts: Parts) -> None:
     catalog, backend, clock = parts
     await catalog.metadata("m")
     clock.now += REFRESH_S
@@ -131,7 +134,7 @@ async def test_a_refused_refresh_drops_what_was_kept(parts):
         await catalog.metadata("m")
 
 
-async def test_a_request_that_gives_up_leaves_the_shared_fetch_to_the_others(parts):
+async def test_a_request_that_gives_up_leaves_the_shared_fetch_to_the_others(parts: Parts) -> None:
     catalog, backend, _ = parts
     backend.gate.clear()
     leaving = asyncio.ensure_future(catalog.metadata("m"))
@@ -144,7 +147,7 @@ async def test_a_request_that_gives_up_leaves_the_shared_fetch_to_the_others(par
     assert backend.asked["model_metadata"] == 1
 
 
-async def test_the_list_of_models_is_refreshed_in_the_background(parts):
+async def test_the_list_of_models_is_refreshed_in_the_background(parts: Parts) -> None:
     catalog, backend, clock = parts
     assert await catalog.names() == ["m"]
     clock.now += REFRESH_S
@@ -158,7 +161,7 @@ async def test_the_list_of_models_is_refreshed_in_the_background(parts):
     assert await catalog.names() == ["m", "n"]
 
 
-async def test_a_model_not_on_the_kept_list_waits_for_the_refresh(parts):
+async def test_a_model_not_on_the_kept_list_waits_for_the_refresh(parts: Parts) -> None:
     catalog, backend, clock = parts
     await catalog.names()
     backend.models = ["m", "new"]
@@ -168,7 +171,7 @@ async def test_a_model_not_on_the_kept_list_waits_for_the_refresh(parts):
         await catalog.resolve("gone")
 
 
-async def test_the_list_kept_answers_while_triton_cannot_be_asked(parts):
+async def test_the_list_kept_answers_while_triton_cannot_be_asked(parts: Parts) -> None:
     catalog, backend, clock = parts
     await catalog.names()
     clock.now += REFRESH_S
@@ -178,7 +181,7 @@ async def test_the_list_kept_answers_while_triton_cannot_be_asked(parts):
     assert await catalog.names("m") == ["m"]
 
 
-async def test_no_list_ever_read_is_an_error_naming_triton():
+async def test_no_list_ever_read_is_an_error_naming_triton() -> None:
     backend = Backend()
     backend.refuse = BackendError("connection refused")
     catalog = ModelCatalog(backend, REFRESH_S)  # type: ignore[arg-type]
@@ -188,7 +191,7 @@ async def test_no_list_ever_read_is_an_error_naming_triton():
 
 # -- ferry.kept, under the catalog and the Triton pool's specs ---------------------------------
 
-async def test_fresh_fetches_anew_and_waits_for_it():
+async def test_fresh_fetches_anew_and_waits_for_it() -> None:
     clock, asked = Clock(), []
 
     async def fetch() -> int:
@@ -204,12 +207,12 @@ async def test_fresh_fetches_anew_and_waits_for_it():
     assert await kept.get("k", fetch) == 3
 
 
-async def test_past_its_limit_what_is_kept_is_dropped():
+async def test_past_its_limit_what_is_kept_is_dropped() -> None:
     kept: Kept[int, int] = Kept(REFRESH_S, Clock(), limit=3)
 
-    async def fetch_of(n: int) -> int:
-        return n
-
     for n in range(4):
-        await kept.get(n, lambda n=n: fetch_of(n))
+        async def fetch(n: int = n) -> int:
+            return n
+
+        await kept.get(n, fetch)
     assert [kept.peek(n) for n in range(4)] == [None, None, None, 3]
