@@ -67,9 +67,9 @@ class Ferry:
 
 
 def start_ferry(tree: str, state: Path, *, triton: str, triton_http: str, redis_url: str,
-                model: str, env: dict[str, str] | None = None) -> Ferry:
+                model: str, flow: str, env: dict[str, str] | None = None) -> Ferry:
     """The tree's gateway and batcher (``env``: more settings for both, as FERRY_* variables),
-    started, ready and warmed up."""
+    started, ready and warmed up through ``flow`` (one of ``FLOWS``)."""
     port, grpc_port = free_ports(2)
     gateway = GatewaySettings(redis_url=redis_url, triton_url=triton, port=port,
                               grpc_port=grpc_port, default_model=model)
@@ -86,8 +86,7 @@ def start_ferry(tree: str, state: Path, *, triton: str, triton_http: str, redis_
     try:
         procs["gateway"].wait_ready(lambda: http_ok(f"{ferry.url}/readyz"), 60)
         time.sleep(1.0)  # every gateway worker is up
-        uvloop.run(run("ferry-1req", ferry.url, model, 10, 10))  # warm up
-        uvloop.run(run("triton", ferry.grpc, model, 10, 10))
+        uvloop.run(run(*ferry.target(flow), model, 10, 10))  # warm up
     except BaseException:
         ferry.stop()
         raise
@@ -102,7 +101,7 @@ def measure(tree: str, state: Path, *, triton: str, triton_http: str, redis_url:
     more settings for both, as FERRY_* variables; ``redis_pid``: every Redis process whose CPU
     is Redis's, replicas included)."""
     ferry = start_ferry(tree, state, triton=triton, triton_http=triton_http,
-                        redis_url=redis_url, model=model, env=env)
+                        redis_url=redis_url, model=model, flow=flow, env=env)
     generator_flow, target = ferry.target(flow)
     rows: dict[float, Row] = {}
     try:

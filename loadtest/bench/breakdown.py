@@ -90,7 +90,8 @@ def report(before: Snapshot, after: Snapshot, tasks: int, latency: tuple[float, 
 def measured(args: argparse.Namespace, state: Path, redis_proc: ManagedProcess,
              redis_url: str, triton: tuple[str, str], model: str) -> str:
     ferry = start_ferry(str(Path(args.tree).resolve()), state, triton=triton[0],
-                        triton_http=triton[1], redis_url=redis_url, model=model)
+                        triton_http=triton[1], redis_url=redis_url, model=model,
+                        flow=args.flow)
     flow, target = ferry.target(args.flow)
     try:
         groups = {name: family(proc.pid or 0) for name, proc in ferry.procs.items()}

@@ -14,17 +14,12 @@ import pytest
 from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
-from ferry.planner.cpu import CpuCost
+from ferry.planner.cpu import EARLIER_CPU
 from ferry.planner.deployment import Deployment
 from ferry.planner.headroom import MAX_RUNS, largest_next, p99_bound
 from ferry.planner.simulate import simulate
 
 TARGET_S = 0.5
-
-# The CPU costs these figures were taken with (make bench's fit of 2026-11-27): the mechanics
-# under test, not the latest fit.
-CPU = CpuCost(gateway_task_s=320e-6, gateway_batch_s=552e-6, batcher_task_s=131e-6,
-              batcher_batch_s=1_055e-6, redis_task_s=128e-6, redis_batch_s=332e-6)
 
 
 def test_the_promise_is_the_mean_plus_students_t_spreads() -> None:
@@ -72,7 +67,7 @@ def test_a_run_tells_whether_the_slo_it_shadows_would_change_it(
     SLO (498.5 ms), the batchers decide as they would without it, with either wait, and the run
     told it is the very same run; told 300 ms, the SLO's deadline has a batcher look again
     sooner, which the shadow reports (so the run told it is made)."""
-    deployment = Deployment(instances=39, replicas=39, batchers=4, cpu=CPU,
+    deployment = Deployment(instances=39, replicas=39, batchers=4, cpu=EARLIER_CPU,
                             overhead_s=0.0015, gateways=7, redis_shards=3, max_backlog=124_800,
                             max_wait_s=wait_s)
     load = arrivals.poisson(12_000, 2, seed=0)

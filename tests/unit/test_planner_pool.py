@@ -16,17 +16,12 @@ from ferry.cli import main
 from ferry.errors import ConfigError
 from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
-from ferry.planner.cpu import CpuCost
+from ferry.planner.cpu import EARLIER_CPU
 from ferry.planner.deployment import Deployment
 from ferry.planner.layout import Layout
 from ferry.planner.simulate import Simulation, simulate
 
 COST = CostModel(0.040, 0.0025, jitter_s=0.002)  # 200 ms at 64: 320/s an instance
-
-# The CPU costs these figures were taken with (make bench's fit of 2026-11-27): the mechanics
-# under test, not the latest fit.
-CPU = CpuCost(gateway_task_s=320e-6, gateway_batch_s=552e-6, batcher_task_s=131e-6,
-              batcher_batch_s=1_055e-6, redis_task_s=128e-6, redis_batch_s=332e-6)
 
 
 def test_one_batcher_runs_as_it_did_when_it_owned_the_instances() -> None:
@@ -34,7 +29,7 @@ def test_one_batcher_runs_as_it_did_when_it_owned_the_instances() -> None:
     of the instances, Ferry's CPU, the SLO policy), however the instances are laid out."""
     load = arrivals.poisson(0.85 * COST.throughput(64, 3), 10, seed=5)
     for replicas in (1, 3):
-        deployment = Deployment(instances=3, replicas=replicas, cpu=CPU, gateways=2,
+        deployment = Deployment(instances=3, replicas=replicas, cpu=EARLIER_CPU, gateways=2,
                                 overhead_s=0.0015, max_wait_s=0.05, slo_s=0.4)
         outcome = simulate(COST, deployment, load, seed=5)
         assert outcome.p50_s == pytest.approx(0.21560910318528936, abs=1e-12)

@@ -251,8 +251,7 @@ def cpu_of(args: argparse.Namespace) -> CpuCost | None:
         return None
     if not 0 < args.cpu_scale <= 100:
         raise ConfigError(f"--cpu-scale must be > 0 and <= 100, got {args.cpu_scale:g}")
-    cpu = CpuCost.load(args.cpu_costs) if args.cpu_costs else BENCH_CPU
-    return cpu.scaled(args.cpu_scale) if args.cpu_scale != 1.0 else cpu
+    return (CpuCost.load(args.cpu_costs) if args.cpu_costs else BENCH_CPU).scaled(args.cpu_scale)
 
 
 def overhead_of(args: argparse.Namespace, cpu: CpuCost | None) -> float:

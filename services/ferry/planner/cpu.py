@@ -115,14 +115,17 @@ def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 # admissions carried many to a Redis call, one completion per batch per Redis node): the fast
 # backend's rates below saturation, 1 and 2 instances, one request per task; `make plan-check`
 # prints the fit of the BENCHMARKS.md it reads (PLANNER.md). `ferry plan size` uses it unless
-# given --cpu-costs. The fit before it (144f6cc, 2026-11-27, an Intel host where a bare exchange
-# cost 100 us) was gateway 320 + 552/B, batcher 131 + 1055/B, Redis 128 + 332/B us: about half,
-# with the host. The GPU kit's H200 runs spent 1.4-2.2 ms per inference in all (gateway,
-# batchers, Redis; BENCHMARKS.md "On a GPU"), nearer this fit (1.1-1.5 ms at batches of 20 down
-# to 8) than the earlier one (0.7-0.8 ms).
+# given --cpu-costs. The fit before it (EARLIER_CPU) was about half, with the host. The GPU kit's
+# H200 runs spent 1.4-2.2 ms per inference in all (gateway, batchers, Redis; BENCHMARKS.md "On
+# a GPU"), nearer this fit (1.1-1.5 ms at batches of 20 down to 8) than the earlier one
+# (0.7-0.8 ms).
 BENCH_CPU = CpuCost(gateway_task_s=611e-6, gateway_batch_s=1_213e-6, batcher_task_s=134e-6,
                     batcher_batch_s=2_461e-6, redis_task_s=164e-6, redis_batch_s=728e-6)
 # What a bare HTTP exchange (uvicorn answering {} at once) cost at 400/s in the run BENCH_CPU was
 # fitted over (BENCHMARKS.md, "What this machine charges"): the machine's price of a wake-up,
 # against which `ferry plan size --cpu-scale` scales the costs to another node.
 BENCH_EXCHANGE_US = 200.0
+# The fit before BENCH_CPU: make bench at 144f6cc (2026-11-27, an Intel host of 2 cores where a
+# bare exchange cost 100 us at 400/s). The planner tests whose figures were taken with it pin it.
+EARLIER_CPU = CpuCost(gateway_task_s=320e-6, gateway_batch_s=552e-6, batcher_task_s=131e-6,
+                      batcher_batch_s=1_055e-6, redis_task_s=128e-6, redis_batch_s=332e-6)
