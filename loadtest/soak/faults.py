@@ -113,7 +113,9 @@ class FaultInjector:
             await self._pause(pid, asyncio.sleep(fault.pause_s), service)
             event.details["stopped_s"] = fault.pause_s
             return
-        send_signal(pid, SIGNALS[fault.kind.action])
+        # the process and its children (Triton's backend stubs), each started in a session
+        # of its own: a stub left without its tritonserver would run on
+        send_signal(pid, SIGNALS[fault.kind.action], group=True)
         back = await self._until(lambda: service.pid not in (None, pid) and service.ready(),
                                  RECOVER_TIMEOUT_S)
         event.details["back_after_s"] = back

@@ -236,10 +236,14 @@ def triton_rss_bytes(pid: int) -> int | None:
     return family_rss_bytes(family(pid))
 
 
-def send_signal(pid: int, sig: int) -> bool:
-    """Signal ``pid``; False if it is gone."""
+def send_signal(pid: int, sig: int, *, group: bool = False) -> bool:
+    """Signal ``pid`` (``group``: with every process of the group it leads, as a container's
+    processes die together); False if it is gone."""
     try:
-        os.kill(pid, sig)
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
     except ProcessLookupError:
         return False
     return True

@@ -4,6 +4,7 @@ answers, docs/jobs.md's examples running as written, and Ctrl-C leaves nothing b
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -13,13 +14,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from ferry.cli import main
 from ferry.stack.ports import free_port
 from ferry.stack.up import bundled_repository, sample_image, samples_source
 from loadtest import generator
@@ -244,6 +246,14 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
         stats = run_locust(base, seconds=4)
         assert sum(s["num_requests"] for s in stats) > 0
         assert sum(s["num_failures"] for s in stats) == 0, stats
+        # ferry plan fit sweeps the Triton ferry up names in its state, not Ferry's own port
+        assert (state / "triton-url").read_text().strip() == triton_server.grpc_url
+        out = io.StringIO()
+        with pytest.MonkeyPatch.context() as patch, redirect_stdout(out):
+            patch.setenv("FERRY_STATE_DIR", str(state))
+            assert main(["plan", "fit", "--model", "sim", "--batch-sizes", "1,2",
+                         "--repeats", "1"]) == 0
+        assert "from sweep" in out.getvalue()
         stop_and_check(proc, state)
 
 

@@ -22,6 +22,7 @@ import tritonclient.grpc.aio as triton_grpc_aio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from ferry.cli import main
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
@@ -91,6 +92,17 @@ def test_health_and_metadata_are_tritons(client: triton_grpc.InferenceServerClie
     assert not client.is_model_ready("no_such_model")
     stats = client.get_inference_statistics("simple", as_json=True)
     assert stats["model_stats"][0]["name"] == "simple"
+
+
+def test_a_planners_sweep_refuses_ferrys_port_and_names_tritons(
+        ferry: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """``ferry plan fit --triton-url`` given Ferry's gRPC port (it speaks Triton's protocol)
+    would time Ferry's batching and result cache, not the model: a refusal that says so."""
+    assert main(["plan", "fit", "--triton-url", ferry.grpc, "--model", "sim",
+                 "--batch-sizes", "1,2", "--repeats", "1"]) == 2
+    said = capsys.readouterr()
+    assert f"{ferry.grpc} is Ferry's gRPC port, not Triton's" in said.out + said.err
+    assert "triton gRPC 127.0.0.1:PORT" in said.out + said.err
 
 
 def test_unknown_models_are_refused_as_triton_refuses_them(

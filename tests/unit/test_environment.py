@@ -31,6 +31,8 @@ ALLOWED = {
     "ferry.rollouts.cli.client_options",
     "ferry.rollouts.cli.token",
     "ferry.usage.cli.add_parser",
+    # the same clients and ferry plan fit: ferry up's state directory (FERRY_STATE_DIR)
+    "ferry.stack.state.state_dir",
     # ferry log tail: the FERRY_REDIS_* variables, read by ferry.settings.load as it starts
     "ferry.inference_log.cli.run",
     # ferry settings --effective: the environment a service would start with, shown (read as

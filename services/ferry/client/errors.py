@@ -305,6 +305,11 @@ class UnknownJobError(NotFoundError):
     code = "unknown_job"
 
 
+class RouteNotFoundError(NotFoundError):
+    """No route at this path (a client pointed at the wrong base URL, or an older gateway)."""
+    code = "not_found"
+
+
 # 409.
 class AlreadyFinishedError(ConflictError):
     """The task or job has already ended."""

@@ -126,7 +126,7 @@ def parse_timeout(raw: str | float | None, where: str) -> float | None:
     except (ValueError, OverflowError):
         seconds = math.nan
     if not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails too
-        shown = repr(raw[:40]) if isinstance(raw, str) else "out of range"
+        shown = repr(raw[:40]) if isinstance(raw, str) else f"{raw!r}"[:40]  # as it was sent
         raise BadRequestError("invalid_timeout", f"{where} must be a number of seconds above 0 "
                               f"and at most {MAX_TIMEOUT_S:g}, not {shown}")
     return seconds

@@ -2,7 +2,8 @@
 one JSON object a line (the last ``keys.LOG_RECENT`` handed off are kept, whether a logger has
 written them out yet or not). It reads Redis as the services do (``FERRY_REDIS_*``, or
 ``--redis-url``); beside ``ferry up``, the Redis that ``ferry up`` started (its URL is in
-``.ferry/redis-url``). A count of records dropped at the stream's bound goes to stderr."""
+``.ferry/redis-url``, here or in a directory above). A count of records dropped at the stream's
+bound goes to stderr."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from ferry import keys
 from ferry.errors import ConfigError, RedisError
 from ferry.redis_conn import lean
 from ferry.settings import CommonSettings, load
-
-REDIS_URL_FILE = "redis-url"  # where ``ferry up`` keeps its Redis's URL, in its state directory
+from ferry.stack.state import REDIS_URL_FILE, state_dir
 
 
 def add_parser(commands: Any) -> None:
@@ -32,8 +32,9 @@ def add_parser(commands: Any) -> None:
     tail.add_argument("-n", type=count, default=10, help="how many (default 10, at most 100)")
     tail.add_argument("--redis-url", default=None, help="Redis (default: FERRY_REDIS_URL, else "
                       "ferry up's, else redis://127.0.0.1:6379/0)")
-    tail.add_argument("--state-dir", default=".ferry", help="ferry up's state directory, where "
-                      "it keeps its Redis's URL (default .ferry)")
+    tail.add_argument("--state-dir", default=None, help="ferry up's state directory, where "
+                      "it keeps its Redis's URL (default: FERRY_STATE_DIR, else the nearest "
+                      ".ferry here or in a directory above)")
 
 
 def count(text: str) -> int:
@@ -54,7 +55,7 @@ def redis_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str | Non
         return str(args.redis_url)
     if "FERRY_REDIS_URL" in environ:
         return None  # the settings read it, as every service does
-    saved = Path(args.state_dir) / REDIS_URL_FILE
+    saved = (Path(args.state_dir) if args.state_dir else state_dir(environ)) / REDIS_URL_FILE
     return saved.read_text().strip() if saved.is_file() else None
 
 

@@ -60,14 +60,17 @@ def manifest_file(source: Path, reference: bool, beside: Path) -> Path:
     return beside
 
 
-def progress_line(doc: Mapping[str, Any]) -> str:
+def progress_line(doc: Mapping[str, Any], *, status: bool = True) -> str:
+    """A job's bar, counts, status (unless ``status`` is False: a listing has its own column)
+    and pace."""
     counts = doc["request_counts"]
     total, pending = counts["total"], counts["pending"]
     done = total - pending
     progress = doc.get("progress", {})
     filled = int(30 * done / total) if total else 30
     eta = progress.get("eta_s")
-    return (f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {doc['status']} "
+    return (f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} "
+            f"{doc['status'] + ' ' if status else ''}"
             f"{progress.get('items_per_s', 0):.1f} items/s"
             f"{f' ETA {eta:.0f}s' if isinstance(eta, int | float) and eta else ''} "
             f"(failed {counts['failed']})")
@@ -77,20 +80,49 @@ def listing(doc: Mapping[str, Any], as_json: bool = False) -> str:
     """``ferry jobs list``: a line per job, or (``as_json``) the API's JSON."""
     if as_json:
         return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
-    return "".join(f"{job['job_id']}  {job['status']:<10} {progress_line(job)}\n"
+    return "".join(f"{job['job_id']}  {job['status']:<10} {progress_line(job, status=False)}\n"
                    for job in doc["data"])
 
 
 def follow(client: Client, job_id: str, stream: TextIO) -> JobRecord:
-    """Show the job's progress until it ends; its last record."""
-
-    def show(record: JobRecord) -> None:
-        stream.write("\r" + progress_line(dict(record.raw or {})))
-        stream.flush()
-
-    record = client.wait_job(job_id, on_progress=show, poll_s=POLL_S)
-    stream.write("\n")
+    """Show the job's progress until it ends; its last record. On a terminal, one line
+    rewritten in place; elsewhere (a pipe, a file, a CI log) a line of its own whenever the
+    status changes or another tenth of the items is done, and the last."""
+    shown = Shown(stream, stream.isatty())
+    record = client.wait_job(job_id, on_progress=shown, poll_s=POLL_S)
+    shown.end(record)
     return record
+
+
+class Shown:
+    """Where ``follow`` stands: what it last showed."""
+
+    def __init__(self, stream: TextIO, terminal: bool) -> None:
+        self.stream, self.terminal = stream, terminal
+        self.last: tuple[str, int] | None = None  # status, tenths done
+
+    def __call__(self, record: JobRecord) -> None:
+        doc = dict(record.raw or {})
+        if self.terminal:
+            self.stream.write("\r\x1b[K" + progress_line(doc))
+        elif (at := _stage(doc)) != self.last:
+            self.stream.write(progress_line(doc) + "\n")
+            self.last = at
+        self.stream.flush()
+
+    def end(self, record: JobRecord) -> None:
+        doc = dict(record.raw or {})
+        if self.terminal:
+            self.stream.write("\n")
+        elif doc.get("request_counts") and _stage(doc) != self.last:
+            self.stream.write(progress_line(doc) + "\n")
+        self.stream.flush()
+
+
+def _stage(doc: Mapping[str, Any]) -> tuple[str, int]:
+    counts = doc["request_counts"]
+    total = counts["total"]
+    return str(doc["status"]), (10 * (total - counts["pending"]) // total if total else 10)
 
 
 def write_results(client: Client, job_id: str, out: Path, file: str = "") -> int:
@@ -127,7 +159,8 @@ def submit_command(client: Client, args: argparse.Namespace, stream: TextIO) -> 
     record = follow(client, job_id, stream)
     lines = write_results(client, job_id, out)
     state.unlink()
-    stream.write(f"job {job_id} {record.status.value}: {lines} result lines in {out}\n")
+    stream.write(f"job {job_id} {record.status.value}: {lines} result "
+                 f"line{'' if lines == 1 else 's'} in {out}\n")
     return 0 if record.status.value == "completed" else 1
 
 

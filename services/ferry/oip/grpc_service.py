@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from tritonclient.grpc import service_pb2
 
-from ferry import __version__
+from ferry import SERVER_NAME, __version__
 from ferry.access import Access, Caller
 from ferry.errors import BackendError, ClientError, DependencyUnavailableError, clip_echoes
 from ferry.oip.grpc_codec import (
@@ -42,7 +42,7 @@ from ferry.oip.hold import (
     outcome,
 )
 from ferry.oip.infer import RESULT_PREFIX, Inference
-from ferry.oip.rest import EXTENSIONS, SERVER_NAME, Discovery
+from ferry.oip.rest import EXTENSIONS, Discovery
 from ferry.oip.schedule import tensor_task
 from ferry.rollouts.rollout import Sticky
 from ferry.tasks.idempotency import parse_idempotency_key

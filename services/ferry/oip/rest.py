@@ -20,13 +20,12 @@ from fastapi import Path as FastApiPath
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from ferry import __version__
+from ferry import SERVER_NAME, __version__
 from ferry.access import Access, Caller
 from ferry.errors import BackendError, ClientError, DependencyUnavailableError, clip_echoes
 from ferry.triton.base import ModelDiscovery
 
 PREFIX = "/v2"
-SERVER_NAME = "ferry"
 # What Ferry serves of Triton's extensions. Not shared memory (a remote front end cannot map a
 # client's memory), nor sequences (a stateful model needs one instance per sequence, which a
 # queue in front cannot promise), nor classification.

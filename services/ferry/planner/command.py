@@ -36,6 +36,7 @@ from ferry.planner.search import (
     size,
 )
 from ferry.planner.simulate import simulate
+from ferry.stack.state import TRITON_URL_FILE, kept
 
 OVERHEAD_S = 0.003  # Ferry's latency per task, its CPU included (make bench: 4-5 ms at 50/s)
 OVERHEAD_WITH_CPU_S = 0.0015  # ... besides its processes' CPU, which the simulation queues
@@ -46,7 +47,9 @@ def add_parser(commands: Any) -> None:
                                "size a deployment")
     actions = plan.add_subparsers(dest="action", required=True)
     fit = actions.add_parser("fit", help="measure t(B) = t_fixed + B * t_per")
-    fit.add_argument("--triton-url", help="Triton gRPC host:port (a sweep of batch sizes)")
+    fit.add_argument("--triton-url", help="Triton's own gRPC host:port, for a sweep of batch "
+                     "sizes (default: the one `ferry up` started, kept in .ferry/triton-url "
+                     "here or in a directory above; Ferry's port is refused)")
     fit.add_argument("--model", help="the model to profile")
     fit.add_argument("--from-stats", type=Path, help="fit from Triton's statistics saved to a "
                      "file (GET /v2/models/<m>/stats), offline")
@@ -183,11 +186,14 @@ def _fit(args: argparse.Namespace) -> int:
         sweep,
     )
 
+    if not args.from_stats and not args.triton_url:
+        args.triton_url = kept(TRITON_URL_FILE)[0]  # the local stack's, if it runs here
     if args.from_stats:
         stats = json.loads(args.from_stats.read_text())
         cost = from_statistics(stats, args.model or "")
     elif not args.triton_url or not args.model:
-        raise ConfigError("give --triton-url and --model (or --from-stats FILE)")
+        raise ConfigError("give --model, and --triton-url where `ferry up` has not started "
+                          "Triton here (or --from-stats FILE)")
     elif args.live_stats:
         cost = from_statistics(asyncio.run(live_statistics(args.triton_url, args.model)),
                                args.model)

@@ -10,6 +10,8 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from ferry import SERVER_NAME
+from ferry.errors import ConfigError
 from ferry.planner.costs import DEFAULT_SIZES, CostModel, fit, points_from_stats, weigh
 from ferry.stack.up import sample_image
 from ferry.triton.base import ModelSpec
@@ -35,6 +37,7 @@ async def sweep(triton_url: str, model: str, *, sizes: Sequence[int] = DEFAULT_S
     backend = TritonGrpcBackend(triton_url, infer_timeout_s=120.0)
     await backend.start()
     try:
+        await refuse_ferry(backend, triton_url)
         spec = await backend.model_spec(model)
         samples: list[tuple[int, float]] = []
         for batch in sorted({min(s, spec.max_batch_size) for s in sizes if s >= 1}):
@@ -48,6 +51,16 @@ async def sweep(triton_url: str, model: str, *, sizes: Sequence[int] = DEFAULT_S
     finally:
         await backend.close()
     return fit(weigh(samples), source="sweep", model=model)
+
+
+async def refuse_ferry(backend: TritonGrpcBackend, url: str) -> None:
+    """A ConfigError when ``url`` is Ferry's own gRPC port (it speaks Triton's protocol): a
+    sweep through it would time Ferry's batching and its result cache, not the model."""
+    if (await backend.server_metadata()).get("name") == SERVER_NAME:
+        raise ConfigError(f"{url} is Ferry's gRPC port, not Triton's: a sweep through Ferry "
+                          "times its batching and its result cache, not the model. Give "
+                          "Triton's own port (ferry up's banner names it: 'triton gRPC "
+                          "127.0.0.1:PORT'), or fit Ferry's live statistics with --live-stats")
 
 
 async def live_statistics(triton_url: str, model: str) -> dict[str, Any]:

@@ -16,13 +16,13 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
 import orjson
 
 from ferry.rollouts.rollout import DEFAULT_STEPS, step_problems
+from ferry.stack.state import ADMIN_TOKEN_FILE, kept
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 BASE = "/v1/admin/rollouts"
@@ -65,7 +65,7 @@ def client_options(parser: argparse.ArgumentParser, again: bool = False) -> None
                         help=f"the gateway (FERRY_URL, default {DEFAULT_URL})")
     parser.add_argument("--token", default=default(None), help="the admin token "
                         "(FERRY_ADMIN_TOKEN; else the one `ferry up` keeps in "
-                        ".ferry/admin-token)")
+                        ".ferry/admin-token, here or in a directory above)")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print the API's JSON")
 
@@ -123,14 +123,19 @@ def json_object(text: str) -> dict[str, Any]:
 
 def token(given: str | None) -> str:
     """The admin token: given, else FERRY_ADMIN_TOKEN, else the local stack's (``ferry up``
-    keeps it in ``$FERRY_STATE_DIR/admin-token``, ``.ferry`` by default)."""
+    keeps it in ``$FERRY_STATE_DIR/admin-token``: ``ferry.stack.state``)."""
     if given is not None:
         return given
     # Read once, as the command starts (a one-shot client: no settings object of its own).
     if os.environ.get("FERRY_ADMIN_TOKEN"):
         return os.environ["FERRY_ADMIN_TOKEN"]
-    kept = Path(os.environ.get("FERRY_STATE_DIR", ".ferry")) / "admin-token"
-    return kept.read_text().strip() if kept.is_file() else ""
+    return kept(ADMIN_TOKEN_FILE)[0]
+
+
+def no_token_hint() -> str:
+    """What a refused admin call adds when no token was found: where it was looked for."""
+    return (f"no admin token was given (--token, FERRY_ADMIN_TOKEN) nor found in "
+            f"{kept(ADMIN_TOKEN_FILE)[1]}, where ferry up keeps its own")
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -149,8 +154,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
+        hint = f" ({no_token_hint()})" if response.status_code == 401 and not admin else ""
         out.write(f"ferry rollout {args.action}: HTTP {response.status_code} "
-                  f"{error.get('code', '')}: {error.get('message', response.text)}\n")
+                  f"{error.get('code', '')}: {error.get('message', response.text)}{hint}\n")
         return 1
     out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
               else render(args.action, doc))

@@ -100,7 +100,9 @@ class ManagedProcess:
         raise StartupError(f"{self.name} not ready after {timeout_s:.0f}s{self._tail()}")
 
     def stop(self, grace_s: float = 10.0, sig: int = signal.SIGTERM) -> int | None:
-        """Signal the process, wait up to ``grace_s``, then kill it. Idempotent."""
+        """Signal the process, wait up to ``grace_s``, then kill it; then kill whatever of its
+        session outlived it (tritonserver's backend stubs, when it was killed or crashed: their
+        parent gone, they would run on). Idempotent."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(sig)
@@ -109,6 +111,8 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+        if proc is not None and self.new_session:
+            kill_group(proc.pid)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -119,6 +123,16 @@ class ManagedProcess:
             return ""
         text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return f"; last lines of {self.log_path}:\n" + "\n".join(text)
+
+
+def kill_group(leader: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal every process of the group ``leader`` leads (a process started in a session of
+    its own leads one, and its children join it); False if none is left."""
+    try:
+        os.killpg(leader, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def env_with(extra: Mapping[str, str]) -> dict[str, str]:

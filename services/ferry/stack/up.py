@@ -18,11 +18,11 @@ from ferry.stack.banner import banner, first_request, model_config_text
 from ferry.stack.ports import LOOPBACK, claim, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
+from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, TRITON_URL_FILE
 from ferry.stack.triton_server import start_triton
 
 DEFAULT_JOB_STORE = GatewaySettings.job_store_dir  # ferry up keeps jobs' files in its state dir
 DEFAULT_LOG_SINK = LoggerSettings.log_sink  # ... and the inference log's files
-REDIS_URL_FILE = "redis-url"  # its Redis's URL, for ``ferry log tail`` on this machine
 
 
 def bundled_repository() -> Path:
@@ -45,7 +45,6 @@ def repository_models(repository: Path) -> list[str]:
     return sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
 
 
-ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105  # the file's name, not a token
 FIRST_REQUEST_FILE = "first-request.json"  # a tensor-form body too long for the banner
 
 
@@ -126,17 +125,19 @@ class LocalStack:
             job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
                            else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
-        self._save_redis_url(resolved.redis_url)
+        self._save(REDIS_URL_FILE, resolved.redis_url)
+        self._save(TRITON_URL_FILE, resolved.triton_url)
         self._start_logger(resolved)
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
         gateway.wait_ready(lambda: http_ok(f"http://{s.host}:{s.port}/readyz"), 120,
                            self._stop.is_set)
         return resolved
 
-    def _save_redis_url(self, url: str) -> None:
-        """Where ``ferry log tail`` on this machine finds the stack's Redis."""
+    def _save(self, name: str, url: str) -> None:
+        """Where the client commands on this machine find the stack's Redis (``ferry log
+        tail``) and its Triton (``ferry plan fit``): ``ferry.stack.state``."""
         self.state.mkdir(parents=True, exist_ok=True)
-        saved = self.state / REDIS_URL_FILE
+        saved = self.state / name
         saved.touch(mode=0o600)  # a URL may hold a password
         saved.write_text(url + "\n")
 

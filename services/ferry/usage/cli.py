@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from ferry.durations import WINDOW
-from ferry.rollouts.cli import DEFAULT_URL, token
+from ferry.rollouts.cli import DEFAULT_URL, no_token_hint, token
 
 PATH = "/v1/admin/usage"
 COLUMNS = ("client", "model", "tasks", "rows", "gpu_seconds")
@@ -32,7 +32,8 @@ def add_parser(commands: Any) -> None:
     usage.add_argument("--url", default=os.environ.get("FERRY_URL", DEFAULT_URL),
                        help=f"the gateway (FERRY_URL, default {DEFAULT_URL})")
     usage.add_argument("--token", default=None, help="the admin token (FERRY_ADMIN_TOKEN; "
-                       "else the one `ferry up` keeps in .ferry/admin-token)")
+                       "else the one `ferry up` keeps in .ferry/admin-token, here or in a "
+                       "directory above)")
     usage.add_argument("--since", type=since, default="24h", help="how far back: 1h, 24h, "
                        "7d... (-24h is the same; whole hours, UTC; default 24h)")
     usage.add_argument("--model", default="", help="only this model's usage")
@@ -64,8 +65,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
+        hint = f" ({no_token_hint()})" if response.status_code == 401 and not admin else ""
         out.write(f"ferry usage: HTTP {response.status_code} {error.get('code', '')}: "
-                  f"{error.get('message', response.text)}\n")
+                  f"{error.get('message', response.text)}{hint}\n")
         return 1
     if args.json:
         out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")

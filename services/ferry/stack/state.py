@@ -1,0 +1,41 @@
+"""Where ``ferry up`` keeps its state (``FERRY_STATE_DIR``, ``.ferry`` by default), as the
+client commands find it: ``ferry rollout`` and ``ferry usage`` read its admin token there,
+``ferry log tail`` its Redis's URL, ``ferry plan fit`` its Triton's own gRPC address.
+
+A relative state directory is looked for in the current directory and then in each one above
+it, as git finds ``.git``: the commands work from anywhere under the directory ``ferry up`` (or
+``make up``) ran in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT = ".ferry"
+ADMIN_TOKEN_FILE = "admin-token"  # noqa: S105  # the file's name, not a token
+REDIS_URL_FILE = "redis-url"  # its Redis's URL, for ``ferry log tail`` on this machine
+TRITON_URL_FILE = "triton-url"  # its Triton's gRPC host:port, for ``ferry plan fit``
+
+
+def state_dir(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """The state directory: ``FERRY_STATE_DIR`` (an absolute one as it is), else the nearest
+    ``.ferry`` (or the relative ``FERRY_STATE_DIR``) in the current directory or above it; the
+    current directory's when there is none."""
+    named = Path((os.environ if environ is None else environ).get("FERRY_STATE_DIR") or DEFAULT)
+    if named.is_absolute():
+        return named
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / named).is_dir():
+            return folder / named
+    return here / named
+
+
+def kept(name: str, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+         ) -> tuple[str, Path]:
+    """A file of the state directory, stripped ('' when there is none), and where it was
+    looked for."""
+    path = state_dir(environ, cwd) / name
+    return (path.read_text().strip() if path.is_file() else ""), path

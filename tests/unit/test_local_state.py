@@ -1,0 +1,69 @@
+"""ferry.stack.state: the client commands find ``ferry up``'s state from anywhere under it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ferry.inference_log.cli import redis_url
+from ferry.rollouts.cli import no_token_hint, token
+from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, kept, state_dir
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A directory ``ferry up`` ran in: its .ferry with a token and a Redis URL, and a folder
+    deep below it."""
+    state = tmp_path / "repo" / ".ferry"
+    state.mkdir(parents=True)
+    (state / ADMIN_TOKEN_FILE).write_text("a-token-of-the-local-stack\n")
+    (state / REDIS_URL_FILE).write_text("redis://127.0.0.1:6390/0\n")
+    (tmp_path / "repo" / "docs" / "deep").mkdir(parents=True)
+    return tmp_path / "repo"
+
+
+def test_the_nearest_state_directory_is_found_here_or_above(checkout: Path,
+                                                            tmp_path: Path) -> None:
+    assert state_dir({}, checkout) == checkout / ".ferry"
+    assert state_dir({}, checkout / "docs" / "deep") == checkout / ".ferry"
+    assert state_dir({}, tmp_path) == tmp_path / ".ferry"  # none: the current directory's
+    assert kept(ADMIN_TOKEN_FILE, {}, checkout / "docs") == (
+        "a-token-of-the-local-stack", checkout / ".ferry" / ADMIN_TOKEN_FILE)
+    assert kept(ADMIN_TOKEN_FILE, {}, tmp_path) == ("", tmp_path / ".ferry" / ADMIN_TOKEN_FILE)
+
+
+def test_ferry_state_dir_names_it_absolute_as_it_is_and_relative_looked_for(
+        checkout: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "other-state"
+    assert state_dir({"FERRY_STATE_DIR": str(elsewhere)}, checkout) == elsewhere
+    (checkout / "state2").mkdir()
+    assert state_dir({"FERRY_STATE_DIR": "state2"}, checkout / "docs" / "deep") == \
+        checkout / "state2"
+    assert state_dir({"FERRY_STATE_DIR": ""}, checkout / "docs") == checkout / ".ferry"
+
+
+def test_the_commands_read_the_token_and_the_redis_url_from_below_the_checkout(
+        checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(checkout / "docs" / "deep")
+    monkeypatch.delenv("FERRY_ADMIN_TOKEN", raising=False)
+    monkeypatch.delenv("FERRY_STATE_DIR", raising=False)
+    assert token(None) == "a-token-of-the-local-stack"
+    assert token("given") == "given"
+    monkeypatch.setenv("FERRY_ADMIN_TOKEN", "from-the-environment")
+    assert token(None) == "from-the-environment"
+
+    args = argparse.Namespace(redis_url=None, state_dir=None)
+    assert redis_url(args, {}) == "redis://127.0.0.1:6390/0"
+    args.state_dir = str(checkout / "nowhere")
+    assert redis_url(args, {}) is None
+
+
+def test_a_refused_admin_call_says_where_the_token_was_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FERRY_STATE_DIR", raising=False)
+    hint = no_token_hint()
+    assert "--token, FERRY_ADMIN_TOKEN" in hint
+    assert str(tmp_path / ".ferry" / ADMIN_TOKEN_FILE) in hint
