@@ -36,8 +36,9 @@ WHY_CPU = ("a write per hop in five processes sharing two cores: each task cross
            "processes about a dozen times, and on this virtual machine a write that wakes "
            "another process is the dearest thing a process does (Redis's two Lua scripts are "
            f"half of its time); measured in {PERFORMANCE}, 'Where a task's CPU goes', and the "
-           "profile at the end of this page. Larger batches and fewer processes save 2-13% "
-           "('What the cost per task is not'); what it would take is fewer crossings per task: "
+           "profile at the end of this page. Larger batches save at most 18% (50/s) and 12% "
+           "(400/s) for 13-23 ms of p50, and fewer processes at most 13% with a worse tail ('What "
+           "the cost per task is not'); what it would take is fewer crossings per task: "
            "a compiled front for the hot routes, and a result handed to its waiting call in "
            "memory where one process admitted and batched the task")
 WHY_FAST_GOODPUT = ("on the fast backend a call takes 4-20 ms, and Ferry's CPU per task, on the "

@@ -255,6 +255,8 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
                          "--repeats", "1"]) == 0
         assert "from sweep" in out.getvalue()
         stop_and_check(proc, state)
+    assert not (state / "triton-url").exists()  # stopped: nothing to sweep there any more
+    assert not (state / "redis-url").exists()
 
 
 def run_locust(base: str, seconds: int) -> list[dict[str, Any]]:

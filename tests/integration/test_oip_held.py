@@ -21,7 +21,10 @@ from tritonclient.grpc import InferInput
 from tritonclient.utils import InferenceServerException
 
 from ferry.batcher.worker import Batcher
+from ferry.errors import ConfigError
+from ferry.planner.profile import refuse_ferry
 from ferry.stack.ports import free_port
+from ferry.triton.grpc_backend import TritonGrpcBackend
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
@@ -168,6 +171,14 @@ async def test_with_authentication_grpc_calls_need_the_key(
         accepted = await client.infer("simple", simple_inputs(), headers=ALICE,
                                       parameters={"respond_async": True})
         assert accepted.get_response().parameters["task_id"].string_param
+        # the planner's sweep, pointed at this port, is refused as Ferry's, credentials or not
+        backend = TritonGrpcBackend(ferry.grpc)
+        await backend.start()
+        try:
+            with pytest.raises(ConfigError, match="is Ferry's gRPC port"):
+                await refuse_ferry(backend, ferry.grpc)
+        finally:
+            await backend.close()
 
 
 async def test_an_identical_unversioned_call_is_answered_from_the_cache(

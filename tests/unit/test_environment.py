@@ -30,6 +30,7 @@ ALLOWED = {
     "ferry.jobs.cli.add_parser",
     "ferry.rollouts.cli.client_options",
     "ferry.rollouts.cli.token",
+    "ferry.rollouts.cli.token_hint",
     "ferry.usage.cli.add_parser",
     # the same clients and ferry plan fit: ferry up's state directory (FERRY_STATE_DIR)
     "ferry.stack.state.state_dir",

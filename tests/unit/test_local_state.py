@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
 
 from ferry.inference_log.cli import redis_url
-from ferry.rollouts.cli import no_token_hint, token
+from ferry.rollouts.cli import token, token_hint
 from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, kept, state_dir
 
 
@@ -18,6 +19,7 @@ def checkout(tmp_path: Path) -> Path:
     deep below it."""
     state = tmp_path / "repo" / ".ferry"
     state.mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()  # a repository's root: the search ends there
     (state / ADMIN_TOKEN_FILE).write_text("a-token-of-the-local-stack\n")
     (state / REDIS_URL_FILE).write_text("redis://127.0.0.1:6390/0\n")
     (tmp_path / "repo" / "docs" / "deep").mkdir(parents=True)
@@ -28,10 +30,19 @@ def test_the_nearest_state_directory_is_found_here_or_above(checkout: Path,
                                                             tmp_path: Path) -> None:
     assert state_dir({}, checkout) == checkout / ".ferry"
     assert state_dir({}, checkout / "docs" / "deep") == checkout / ".ferry"
-    assert state_dir({}, tmp_path) == tmp_path / ".ferry"  # none: the current directory's
     assert kept(ADMIN_TOKEN_FILE, {}, checkout / "docs") == (
         "a-token-of-the-local-stack", checkout / ".ferry" / ADMIN_TOKEN_FILE)
-    assert kept(ADMIN_TOKEN_FILE, {}, tmp_path) == ("", tmp_path / ".ferry" / ADMIN_TOKEN_FILE)
+    inner = checkout / "docs" / "deep" / "other-repo"  # a repository of its own, inside
+    (inner / ".git").mkdir(parents=True)
+    assert state_dir({}, inner) == inner / ".ferry"  # none up to its root: its own
+    assert kept(ADMIN_TOKEN_FILE, {}, inner) == ("", inner / ".ferry" / ADMIN_TOKEN_FILE)
+
+
+def test_a_state_directory_of_another_user_is_not_taken(checkout: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("changing a directory's owner needs root (this machine's CI runs as root)")
+    os.chown(checkout / ".ferry", 12345, 12345)
+    assert state_dir({}, checkout / "docs") == checkout / "docs" / ".ferry"
 
 
 def test_ferry_state_dir_names_it_absolute_as_it_is_and_relative_looked_for(
@@ -60,10 +71,17 @@ def test_the_commands_read_the_token_and_the_redis_url_from_below_the_checkout(
     assert redis_url(args, {}) is None
 
 
-def test_a_refused_admin_call_says_where_the_token_was_looked_for(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_a_refused_admin_call_says_where_its_token_came_from_or_was_looked_for(
+        checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FERRY_STATE_DIR", raising=False)
-    hint = no_token_hint()
+    monkeypatch.delenv("FERRY_ADMIN_TOKEN", raising=False)
+    monkeypatch.chdir(checkout / "docs")
+    assert token_hint(None) == (f"the token in {checkout / '.ferry' / ADMIN_TOKEN_FILE} was "
+                                "refused: the one ferry up kept there, for its gateway")
+    assert token_hint("x") == "the token given with --token was refused"
+    (checkout / ".ferry" / ADMIN_TOKEN_FILE).unlink()
+    hint = token_hint(None)
     assert "--token, FERRY_ADMIN_TOKEN" in hint
-    assert str(tmp_path / ".ferry" / ADMIN_TOKEN_FILE) in hint
+    assert str(checkout / ".ferry" / ADMIN_TOKEN_FILE) in hint
+    monkeypatch.setenv("FERRY_ADMIN_TOKEN", "wrong")
+    assert token_hint(None) == "the token in FERRY_ADMIN_TOKEN was refused"

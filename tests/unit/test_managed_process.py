@@ -6,15 +6,14 @@ import os
 import time
 from pathlib import Path
 
-from ferry.stack.process import ManagedProcess
+from ferry.stack.process import ManagedProcess, kill_group
 
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie has ended
+    except FileNotFoundError:  # reaped
         return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie has ended
 
 
 def _started_child(tmp_path: Path, name: str) -> tuple[ManagedProcess, int]:
@@ -52,3 +51,20 @@ def test_a_process_that_died_alone_is_stopped_with_its_orphans(tmp_path: Path) -
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _alive(child)
+
+
+def test_a_group_is_signalled_only_once_its_leader_is_gone_and_once_per_start(
+        tmp_path: Path) -> None:
+    assert kill_group(os.getpid()) is False  # a live process's number: never signalled
+    proc, child = _started_child(tmp_path, "twice")
+    proc.stop(grace_s=5)
+    assert proc._group_ended
+    proc.stop(grace_s=5)  # again: nothing is signalled (the number may be another's by now)
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(child)
+    proc.start()  # started again: its new group is ended when it stops
+    assert not proc._group_ended
+    proc.stop(grace_s=5)
+    assert proc._group_ended

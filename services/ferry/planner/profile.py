@@ -11,7 +11,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from ferry import SERVER_NAME
-from ferry.errors import ConfigError
+from ferry.errors import BackendError, ConfigError
 from ferry.planner.costs import DEFAULT_SIZES, CostModel, fit, points_from_stats, weigh
 from ferry.stack.up import sample_image
 from ferry.triton.base import ModelSpec
@@ -56,11 +56,19 @@ async def sweep(triton_url: str, model: str, *, sizes: Sequence[int] = DEFAULT_S
 async def refuse_ferry(backend: TritonGrpcBackend, url: str) -> None:
     """A ConfigError when ``url`` is Ferry's own gRPC port (it speaks Triton's protocol): a
     sweep through it would time Ferry's batching and its result cache, not the model."""
-    if (await backend.server_metadata()).get("name") == SERVER_NAME:
-        raise ConfigError(f"{url} is Ferry's gRPC port, not Triton's: a sweep through Ferry "
-                          "times its batching and its result cache, not the model. Give "
-                          "Triton's own port (ferry up's banner names it: 'triton gRPC "
-                          "127.0.0.1:PORT'), or fit Ferry's live statistics with --live-stats")
+    try:
+        ferry = (await backend.server_metadata()).get("name") == SERVER_NAME
+    except BackendError as exc:  # Ferry with authentication on asks for a credential first
+        if exc.code != "UNAUTHENTICATED":
+            raise
+        ferry = True
+    if ferry:
+        raise ConfigError(f"{url} is Ferry's gRPC port, not Triton's (it names itself "
+                          "ferry, or asks for credentials as Triton does not): a sweep through "
+                          "Ferry times its batching and its result cache, not the model. Give "
+                          "Triton's own port (the 'triton' line of ferry up's banner; beside "
+                          "ferry up, no --triton-url at all), or fit Ferry's live statistics "
+                          "with --live-stats")
 
 
 async def live_statistics(triton_url: str, model: str) -> dict[str, Any]:

@@ -132,10 +132,18 @@ def token(given: str | None) -> str:
     return kept(ADMIN_TOKEN_FILE)[0]
 
 
-def no_token_hint() -> str:
-    """What a refused admin call adds when no token was found: where it was looked for."""
-    return (f"no admin token was given (--token, FERRY_ADMIN_TOKEN) nor found in "
-            f"{kept(ADMIN_TOKEN_FILE)[1]}, where ferry up keeps its own")
+def token_hint(given: str | None) -> str:
+    """What a refused admin call adds (a 401): where the token it sent came from, or where one
+    was looked for."""
+    if given is not None:
+        return "the token given with --token was refused"
+    if os.environ.get("FERRY_ADMIN_TOKEN"):
+        return "the token in FERRY_ADMIN_TOKEN was refused"
+    found, path = kept(ADMIN_TOKEN_FILE)
+    if found:
+        return f"the token in {path} was refused: the one ferry up kept there, for its gateway"
+    return (f"no admin token was given (--token, FERRY_ADMIN_TOKEN) nor found in {path}, "
+            "where ferry up keeps its own")
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -154,7 +162,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
-        hint = f" ({no_token_hint()})" if response.status_code == 401 and not admin else ""
+        hint = f" ({token_hint(args.token)})" if response.status_code == 401 else ""
         out.write(f"ferry rollout {args.action}: HTTP {response.status_code} "
                   f"{error.get('code', '')}: {error.get('message', response.text)}{hint}\n")
         return 1

@@ -56,6 +56,7 @@ class ManagedProcess:
         self.new_session = new_session  # own process group: a terminal's Ctrl-C reaches only us
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._group_ended = False  # what outlived the process was killed (once per start)
 
     def start(self) -> None:
         """Start the process; its output goes to ``log_path`` (or is inherited)."""
@@ -63,6 +64,7 @@ class ManagedProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
         argv, before_exec = _launch(self.argv)
+        self._group_ended = False
         self._proc = subprocess.Popen(  # noqa: S603 - argv is built by Ferry, never a shell
             argv,
             env=self.env,
@@ -111,7 +113,8 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        if proc is not None and self.new_session:
+        if proc is not None and self.new_session and not self._group_ended:
+            self._group_ended = True  # once: its number may be another group's later
             kill_group(proc.pid)
         if self._log is not None:
             self._log.close()
@@ -126,8 +129,14 @@ class ManagedProcess:
 
 
 def kill_group(leader: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal every process of the group ``leader`` leads (a process started in a session of
-    its own leads one, and its children join it); False if none is left."""
+    """Signal what is left of the group a process started in a session of its own led (its
+    children joined it), once that process has ended and been reaped; False if none is left.
+
+    While any process of the group lives, the kernel gives its number to no new process. So
+    with no process of the leader's pid alive, the group of that number is the leader's own;
+    with one alive, the number has gone to a new process, and nothing is signalled."""
+    if Path(f"/proc/{leader}").exists():
+        return False
     try:
         os.killpg(leader, sig)
     except (ProcessLookupError, PermissionError):

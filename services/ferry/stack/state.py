@@ -4,7 +4,9 @@ client commands find it: ``ferry rollout`` and ``ferry usage`` read its admin to
 
 A relative state directory is looked for in the current directory and then in each one above
 it, as git finds ``.git``: the commands work from anywhere under the directory ``ferry up`` (or
-``make up``) ran in.
+``make up``) ran in. The search ends at a repository's root (a directory holding ``.git``) or
+at the home directory, and takes only a state directory of this user's own: another's
+``/tmp/.ferry`` is never read.
 """
 
 from __future__ import annotations
@@ -27,10 +29,20 @@ def state_dir(environ: Mapping[str, str] | None = None, cwd: Path | None = None)
     if named.is_absolute():
         return named
     here = (cwd or Path.cwd()).resolve()
+    home = Path.home().resolve()
     for folder in (here, *here.parents):
-        if (folder / named).is_dir():
+        if (folder / named).is_dir() and _mine(folder / named):
             return folder / named
+        if folder == home or (folder / ".git").exists():
+            break
     return here / named
+
+
+def _mine(path: Path) -> bool:
+    try:
+        return path.stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def kept(name: str, environ: Mapping[str, str] | None = None, cwd: Path | None = None

@@ -195,12 +195,15 @@ class LocalStack:
         return 0
 
     def stop(self) -> None:
-        """Stop in reverse start order: gateway, batcher (drains), Triton, Redis."""
+        """Stop in reverse start order: gateway, batcher (drains), Triton, Redis; then forget
+        the addresses kept for the client commands (nothing answers at them any more)."""
         # A batcher may take its grace for the loops and half again for batches.
         grace = max(15.0, 2 * self.settings.shutdown_grace_s)
         while self.processes:
             proc = self.processes.pop()
             proc.stop(grace_s=grace)
+        for name in (REDIS_URL_FILE, TRITON_URL_FILE):
+            (self.state / name).unlink(missing_ok=True)
 
     def _banner(self, s: UpSettings, repository: Path) -> str:
         """The banner, with a first request for the default model as its config in the

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from ferry.durations import WINDOW
-from ferry.rollouts.cli import DEFAULT_URL, no_token_hint, token
+from ferry.rollouts.cli import DEFAULT_URL, token, token_hint
 
 PATH = "/v1/admin/usage"
 COLUMNS = ("client", "model", "tasks", "rows", "gpu_seconds")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
         error = doc.get("error", {}) if isinstance(doc, dict) else {}
-        hint = f" ({no_token_hint()})" if response.status_code == 401 and not admin else ""
+        hint = f" ({token_hint(args.token)})" if response.status_code == 401 else ""
         out.write(f"ferry usage: HTTP {response.status_code} {error.get('code', '')}: "
                   f"{error.get('message', response.text)}{hint}\n")
         return 1
