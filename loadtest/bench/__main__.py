@@ -372,7 +372,8 @@ def goodput_note(args: argparse.Namespace, started: datetime.datetime, seconds: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: every section at "
+                        "its smallest, about 3-4 minutes on 2 cores; not a measurement")
     parser.add_argument("--only", default="all",
                         choices=("all", "sweep", "goodput", "keepup", "jobs", "durability",
                                  "recovery", "fairness", "pool", "redis-clients", "kill-row",

@@ -247,7 +247,8 @@ class GoodputBench:
                      max_probes=2 if self.quick else MAX_PROBES)
         self.results.append(result)
         log.info("goodput %-8s %-9s %-4s %8.0f/s  (p99 %s, SLO %.0f ms, %d runs)%s",
-                 scenario.name, system, protocol, result.rate, _ms(result.at), result.slo_ms,
+                 scenario.name, system, protocol, result.rate,
+                 _ms(result.at) or "none: no rate tried met the SLO", result.slo_ms,
                  len(result.probes), f"  {result.errors[0]}" if result.errors else "")
 
     async def probe(self, model: str, system: str, protocol: Protocol, url: str,

@@ -229,8 +229,14 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
 ) -> None:
     state = tmp_path / "stack"
     with ferry_up("--redis-url", redis_url, "--triton-url", triton_server.grpc_url,
-                  "--default-model", "sim", state=state) as (proc, lines, base):
+                  "--default-model", "sim", "--log-models", "sim=0.5",
+                  state=state) as (proc, lines, base):
         assert f"triton         gRPC {triton_server.grpc_url}\n" in "".join(lines)
+        # the inference log's logger, its /metrics where the banner says
+        logger = re.search(r"  logger         metrics (http://\S+/metrics), records in (\S+)\n",
+                           "".join(lines))
+        assert logger is not None and logger[2] == str(state / "inference-log")
+        assert "ferry_log_written_total" in httpx.get(logger[1], timeout=10).text
         suggested = banner_request(lines, base)  # its models' configs are elsewhere: a text
         assert suggested["status"] == "SUCCESS" and suggested["model"] == "sim"
         with httpx.Client(base_url=base, timeout=30) as client:

@@ -3,6 +3,7 @@ model takes (an image, a text, or its tensors), and says which job sources it al
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -86,6 +87,12 @@ def test_the_banner_names_the_default_model_and_its_request(tmp_path: Path) -> N
     assert "Try it (a text to the sim model, then its result):" in text
     assert f"  {request.curl}\n" in text and "moderation" not in text
     assert f"job sources    {samples_source()}" in text
+    assert "logger" not in text  # no log_models: no logger
+    logging = dataclasses.replace(settings, log_models="sim=1", log_metrics_port=9411,
+                                  log_sink="/tmp/state/inference-log")
+    text = banner(logging, tmp_path / "logs", tmp_path / "admin-token", request)
+    assert ("  logger         metrics http://127.0.0.1:9411/metrics, records in "
+            "/tmp/state/inference-log\n") in text
 
 
 def test_ferry_up_allows_its_samples_and_nothing_else() -> None:

@@ -163,6 +163,8 @@ def reference_table() -> str:
     for cls in (GatewaySettings, BatcherSettings, UpSettings, LoggerSettings):
         for f in settable(cls):
             seen.setdefault(f.name, []).append(cls.__name__.removesuffix("Settings").lower())
+    for cls in (GatewaySettings, BatcherSettings, LoggerSettings, UpSettings):
+        for f in settable(cls):  # a service's meaning first; ferry up's default beside it
             docs.setdefault(f.name, f)
     up_defaults = {f.name: f.default for f in settable(UpSettings)}
     for name, f in docs.items():

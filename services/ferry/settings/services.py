@@ -529,4 +529,6 @@ class UpSettings(GatewaySettings, BatcherSettings, LoggerSettings):
     model_repository: str = setting("", "Triton model repository to serve (default: bundled)")
     state_dir: str = setting(".ferry", "where logs and Redis data of the local stack go")
     metrics_port: int = setting(0, "batcher /metrics port (0: pick a free one)")
+    log_metrics_port: int = setting(0, "with log_models, the logger's /metrics port (0: pick a "
+                                    "free one)")
 

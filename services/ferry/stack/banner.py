@@ -111,6 +111,8 @@ def banner(s: UpSettings, logs: Path, admin_token_file: Path, request: FirstRequ
         f"  triton         gRPC {s.triton_url}"
         + (f", infer calls over HTTP {s.triton_http_url}" if s.triton_http_url else ""),
         f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",
+        *([f"  logger         metrics http://{s.metrics_host}:{s.log_metrics_port}/metrics, "
+           f"records in {s.log_sink}"] if s.log_rates else []),
         f"  admin token    {admin_token_file} (ferry rollout reads it)",
         f"  job sources    {s.job_sources or 'none (FERRY_JOB_SOURCES)'}",
         f"  logs           {logs}",

@@ -109,7 +109,7 @@ class LocalStack:
             if port and is_listening(s.host, port):
                 raise StartupError(f"port {port} on {s.host} is in use; pick another with "
                                    f"{option}")
-        claim(s.port, s.grpc_port, s.metrics_port)  # what starts below must not pick these
+        claim(s.port, s.grpc_port, s.metrics_port, s.log_metrics_port)  # nothing below picks these
         repository = self._repository()
         redis_url = s.redis_url or self._start_redis()
         triton_url, triton_http_url = s.triton_url, s.triton_http_url
@@ -120,6 +120,9 @@ class LocalStack:
         resolved = dataclasses.replace(
             s, redis_url=redis_url, triton_url=triton_url, triton_http_url=triton_http_url,
             default_model=default_model, metrics_port=s.metrics_port or free_port(),
+            log_metrics_port=(s.log_metrics_port or free_port()) if s.log_rates else 0,
+            log_sink=(str(self.state / "inference-log") if s.log_sink == DEFAULT_LOG_SINK
+                      else s.log_sink),
             admin_token=s.admin_token or admin_token(self.state),
             job_sources=s.job_sources or samples_source(),
             job_store_dir=(str(self.state / "jobs") if s.job_store_dir == DEFAULT_JOB_STORE
@@ -142,13 +145,11 @@ class LocalStack:
         saved.write_text(url + "\n")
 
     def _start_logger(self, s: UpSettings) -> None:
-        """With ``log_models``, the inference log's logger: its files in the state directory
-        unless ``log_sink`` names a place; no /metrics of its own."""
+        """With ``log_models``, the inference log's logger (``s`` resolved: its files in the
+        state directory unless ``log_sink`` names a place; its /metrics on the port given,
+        else a free one)."""
         if s.log_rates:
-            sink = str(self.state / "inference-log") if s.log_sink == DEFAULT_LOG_SINK \
-                else s.log_sink
-            self._start_service("logger", to_env(dataclasses.replace(
-                s, log_sink=sink, log_metrics_port=0), LoggerSettings))
+            self._start_service("logger", to_env(s, LoggerSettings))
 
     def _repository(self) -> Path:
         s = self.settings
