@@ -6,10 +6,11 @@ import argparse
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ferry.inference_log.cli import redis_url
-from ferry.rollouts.cli import token, token_hint
+from ferry.rollouts.cli import refusal, token, token_hint
 from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, kept, state_dir
 
 
@@ -85,3 +86,19 @@ def test_a_refused_admin_call_says_where_its_token_came_from_or_was_looked_for(
     assert str(checkout / ".ferry" / ADMIN_TOKEN_FILE) in hint
     monkeypatch.setenv("FERRY_ADMIN_TOKEN", "wrong")
     assert token_hint(None) == "the token in FERRY_ADMIN_TOKEN was refused"
+
+
+def test_an_admin_calls_refusal_is_one_line_with_the_tokens_source_on_a_401(
+        checkout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FERRY_STATE_DIR", raising=False)
+    monkeypatch.delenv("FERRY_ADMIN_TOKEN", raising=False)
+    monkeypatch.chdir(checkout)
+    body = {"error": {"code": "invalid_admin_token", "message": "send the admin token"}}
+    unauthorized = httpx.Response(401, json=body)
+    assert refusal(unauthorized, unauthorized.json(), "x") == (
+        "HTTP 401 invalid_admin_token: send the admin token (the token given with --token "
+        "was refused)")
+    missing = httpx.Response(404, json={"error": {"code": "unknown_model", "message": "m?"}})
+    assert refusal(missing, missing.json(), None) == "HTTP 404 unknown_model: m?"
+    plain = httpx.Response(502, text="bad gateway")
+    assert refusal(plain, {}, None) == "HTTP 502 : bad gateway"

@@ -146,6 +146,15 @@ def token_hint(given: str | None) -> str:
             "where ferry up keeps its own")
 
 
+def refusal(response: httpx.Response, doc: Any, given: str | None) -> str:
+    """An admin call's error answer as one line: its status, code and message, and for a 401
+    where the token came from (``token_hint``)."""
+    error = doc.get("error", {}) if isinstance(doc, dict) else {}
+    hint = f" ({token_hint(given)})" if response.status_code == 401 else ""
+    return (f"HTTP {response.status_code} {error.get('code', '')}: "
+            f"{error.get('message', response.text)}{hint}")
+
+
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if args.action == "set" and not declaration(args):
         out.write("ferry rollout set: nothing to change: give --stable, --candidate, --share, "
@@ -161,10 +170,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 1
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
-        error = doc.get("error", {}) if isinstance(doc, dict) else {}
-        hint = f" ({token_hint(args.token)})" if response.status_code == 401 else ""
-        out.write(f"ferry rollout {args.action}: HTTP {response.status_code} "
-                  f"{error.get('code', '')}: {error.get('message', response.text)}{hint}\n")
+        out.write(f"ferry rollout {args.action}: {refusal(response, doc, args.token)}\n")
         return 1
     out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json
               else render(args.action, doc))

@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from ferry.durations import WINDOW
-from ferry.rollouts.cli import DEFAULT_URL, token, token_hint
+from ferry.rollouts.cli import DEFAULT_URL, refusal, token
 
 PATH = "/v1/admin/usage"
 COLUMNS = ("client", "model", "tasks", "rows", "gpu_seconds")
@@ -64,10 +64,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 1
     doc = response.json() if response.content else {}
     if response.status_code >= 400:
-        error = doc.get("error", {}) if isinstance(doc, dict) else {}
-        hint = f" ({token_hint(args.token)})" if response.status_code == 401 else ""
-        out.write(f"ferry usage: HTTP {response.status_code} {error.get('code', '')}: "
-                  f"{error.get('message', response.text)}{hint}\n")
+        out.write(f"ferry usage: {refusal(response, doc, args.token)}\n")
         return 1
     if args.json:
         out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
