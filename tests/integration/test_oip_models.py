@@ -15,6 +15,7 @@ numpy arrays with the response's fields, so another kind (a stream's, say) is on
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -365,6 +366,20 @@ def counts(triton: triton_http.InferenceServerClient, model: str) -> tuple[int, 
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
+async def counted_since(triton: triton_http.InferenceServerClient, model: str,
+                        before: tuple[int, int], rows: int, timeout_s: float = 10.0
+                        ) -> tuple[int, int]:
+    """The rows and executions Triton has counted since ``before``, read once it has counted
+    ``rows`` rows or ``timeout_s`` has passed: Triton counts an execution after its answer
+    went out, so a read just after the last answer can miss the last execution."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = counts(triton, model)
+        if now[0] - before[0] >= rows or time.monotonic() > deadline:
+            return now[0] - before[0], now[1] - before[1]
+        await asyncio.sleep(0.02)
+
+
 async def test_concurrent_requests_reach_triton_in_fewer_executions(
         ferry: Server, triton: triton_http.InferenceServerClient) -> None:
     client = next(c for c in CLIENTS if c.name == "http.aio")
@@ -374,7 +389,7 @@ async def test_concurrent_requests_reach_triton_in_fewer_executions(
         request_id=f"r-{i}") for i in range(16)]
     before = counts(triton, "int8_bytes")
     answers = await asyncio.gather(*(client.infer(ferry, call) for call in calls))
-    rows, executions = np.subtract(counts(triton, "int8_bytes"), before)
+    rows, executions = await counted_since(triton, "int8_bytes", before, len(calls))
     for i, answer in enumerate(answers):
         assert answer.id == f"r-{i}"
         expected = (np.full((1, 4), i * 20 - 128, dtype=np.int8) * np.int8(2)).astype(np.int8)
@@ -396,7 +411,7 @@ async def test_a_model_that_does_not_batch_gets_one_request_a_call(
     for matrix_, answer in zip(matrices, answers, strict=True):
         assert np.array_equal(answer.arrays["TRANSPOSED"], matrix_.T)
         assert np.array_equal(answer.arrays["SUMS"], matrix_.sum(axis=0))
-    assert tuple(np.subtract(counts(triton, "nobatch"), before)) == (6, 6)
+    assert await counted_since(triton, "nobatch", before, len(matrices)) == (6, 6)
 
 
 # -- bad tensors -----------------------------------------------------------------------------
