@@ -324,6 +324,19 @@ def executions_since(before: dict[int, int], after: dict[int, int]) -> dict[int,
     return {size: n - before.get(size, 0) for size, n in after.items() if n > before.get(size, 0)}
 
 
+async def executions_counted(triton_url: str, model: str, before: dict[int, int], rows: int,
+                             timeout_s: float = 10.0) -> dict[int, int]:
+    """``executions_since(before, ...)`` once Triton has counted ``rows`` rows since ``before``
+    (or ``timeout_s`` passed): Triton's Python backend counts an execution after its answer
+    went out, so a count read just after the last answer can miss the last execution."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        since = executions_since(before, batch_executions(triton_url, model))
+        if sum(size * n for size, n in since.items()) >= rows or time.monotonic() > deadline:
+            return since
+        await asyncio.sleep(0.02)
+
+
 async def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
     """Whether ``predicate`` (a function, or a coroutine function) came true within
     ``timeout_s``, asked every ``interval_s``."""

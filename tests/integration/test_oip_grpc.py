@@ -26,8 +26,7 @@ from ferry.cli import main
 from tests.conftest import TritonServer
 from tests.integration.helpers import (
     Served,
-    batch_executions,
-    executions_since,
+    executions_counted,
     settled_executions,
     task_keys,
 )
@@ -169,7 +168,7 @@ async def test_the_aio_client_is_served_and_concurrent_requests_are_batched(
         results = await asyncio.gather(*(client.infer("simple",  # new inputs: none cached
                                                       simple_inputs(1, offset=100 + i))
                                          for i in range(16)))
-    executions = executions_since(before, batch_executions(triton_server.grpc_url, "simple"))
+    executions = await executions_counted(triton_server.grpc_url, "simple", before, 16)
     for i, result in enumerate(results):
         expected = np.arange(16, dtype=np.float32) + 100 + i
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], expected + 2.5)

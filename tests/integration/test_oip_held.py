@@ -31,9 +31,11 @@ from tests.integration.helpers import (
     backlog_counts,
     batch_executions,
     batcher_settings,
+    executions_counted,
     executions_since,
     gateway_settings,
     serving,
+    settled_executions,
     stream_lengths,
     task_keys,
     wait_until,
@@ -190,11 +192,14 @@ async def test_an_identical_unversioned_call_is_answered_from_the_cache(
         batcher = Batcher.from_settings(batcher_settings(redis_url, url, max_wait_ms=5))
         await batcher.start()
         try:
+            start = batch_executions(url, "simple")
             first = await http.post("/v2/models/simple/infer", json={**SIMPLE, "id": "a"})
+            # Triton counts the first's execution after its answer went out: counted first.
+            await executions_counted(url, "simple", start, 1)
             before = batch_executions(url, "simple")
             again = await http.post("/v2/models/simple/infer", json={**SIMPLE, "id": "b"})
             over_grpc = await client.infer("simple", simple_inputs(), request_id="c")
-            after = batch_executions(url, "simple")
+            after = await settled_executions(url, "simple")
         finally:
             await batcher.stop()
     assert first.status_code == again.status_code == 200
