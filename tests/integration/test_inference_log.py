@@ -322,6 +322,8 @@ async def test_a_collector_that_is_down_gets_everything_below_the_bound_once_bac
         assert redis_client.xlen(keys.log_key("sim")) == 30  # the bound: 10 dropped
         assert counted(batcher.log_dropped, "sim", "full") == 10
         assert counted(metrics.failures) >= 1
+        # What waits is measured while the sink is down (a failed round measured nothing).
+        assert await wait_until(lambda: counted(metrics.waiting, "sim") == 30, 30)
         await collector.up()
         assert await wait_until(stream_empty(redis_client), 30)
     await log.redis.close()

@@ -174,6 +174,8 @@ class Logger:
             log.warning("logger: the sink failed (%d in a row): %s", self.failures, exc)
         await self.sink.discard()
         self._cursors = dict.fromkeys(self.streams, "0")
+        with contextlib.suppress(RedisUnavailableError):  # the stream grows while it is down
+            await self._measure()
         delay = backoff_delay(min(self.failures, 16), RETRY_BASE_S, self.retry_max_s,
                               random.random())
         with contextlib.suppress(TimeoutError):
