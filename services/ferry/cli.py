@@ -200,7 +200,7 @@ def _client(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from ferry.errors import ConfigError
+    from ferry.errors import ConfigError, StartupError
     from ferry.settings import load
     from ferry.telemetry.logs import apply
 
@@ -210,7 +210,11 @@ def _service(args: argparse.Namespace) -> int:
         print(f"ferry {args.command}: {exc}")
         return 2
     apply(settings.log_levels)
-    return run(args.command, settings)
+    try:
+        return run(args.command, settings)
+    except StartupError as exc:  # a port in use, say: one line, as ferry up says it
+        print(f"ferry {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def run(command: str, settings: CommonSettings) -> int:

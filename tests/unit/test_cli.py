@@ -128,3 +128,24 @@ def test_usage_since_that_is_no_window_is_refused_naming_why(
         parsed("usage", f"--since={since}")
     assert info.value.code == 2
     assert "argument --since: " in capsys.readouterr().err
+
+
+def test_a_gateway_whose_port_is_in_use_says_so_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A start that cannot be made (here: the gRPC port is another process's) is one line on
+    stderr and exit 1, as ``ferry up`` says it, not a traceback."""
+    import socket
+
+    from ferry.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["gateway", "--host", "127.0.0.1", "--port", "0",
+                     "--grpc-port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines() == [
+        f"ferry gateway: port {port} on 127.0.0.1 is in use; pick another with --grpc-port "
+        "(0: no gRPC)"]
