@@ -142,12 +142,16 @@ def test_a_failure_is_logged_with_its_error_and_a_shadow_with_its_origin() -> No
 def test_a_tensor_tasks_inputs_are_logged_in_the_protocols_json_form() -> None:
     inputs = [Tensor(name="INPUT0", datatype="FP32", shape=[1, 2],
                      contents=b"\x00\x00\x80\x3f\x00\x00\x00\x40"),
-              Tensor(name="TEXT", datatype="BYTES", shape=[1],
-                     contents=b"\x05\x00\x00\x00hello")]
+              Tensor(name="TEXT", datatype="BYTES", shape=[4], contents=b"".join(
+                  len(e).to_bytes(4, "little") + e
+                  for e in (b"hello", b'{"a":1}', b"123", b"\xff\x00")))]
     record = made(completion(b"", inputs=inputs, outputs=["OUTPUT0"]))
+    # Each BYTES element as the text it is (one that reads as JSON too: the string "123" is
+    # no number), one that is not UTF-8 as {"b64": ...}, as a tensor task's answer writes it.
     assert record["request"] == {"inputs": [
         {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0]},
-        {"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": ["hello"]}],
+        {"name": "TEXT", "datatype": "BYTES", "shape": [4],
+         "data": ["hello", '{"a":1}', "123", {"b64": "/wA="}]}],
         "outputs": ["OUTPUT0"]}
 
 

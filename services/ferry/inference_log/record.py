@@ -18,6 +18,7 @@ import orjson
 
 from ferry import tensors
 from ferry.codec import bytes_to_json
+from ferry.oip.answer import tensor_json
 from ferry.tasks.base import Completion
 from ferry.v1.task_pb2 import Task
 
@@ -89,19 +90,14 @@ class Batch:
 def request_of(task: Task) -> dict[str, Any]:
     """What the model was asked: a one-BYTES task's payload (JSON as it is, UTF-8 as text,
     anything else as ``{"base64": ...}``) and content type; a tensor task's inputs in the Open
-    Inference Protocol's JSON form, and the outputs it asked for."""
+    Inference Protocol's JSON form, as ``GET /v1/result`` writes a tensor task's outputs (a
+    BYTES element as its text, one that is not UTF-8 or a NaN as ``{"b64": ...}``: a request
+    logged can be sent again as it was), and the outputs it asked for."""
     if not task.inputs:
         return {"content_type": task.content_type, "payload": bytes_to_json(task.payload)}
-    inputs = [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape),
-               "data": _tensor_data(t.name, t.datatype, tuple(t.shape), t.contents)}
+    inputs = [tensor_json(tensors.Tensor(t.name, t.datatype, tuple(t.shape), t.contents))
               for t in task.inputs]
     return {"inputs": inputs, "outputs": list(task.outputs)}
-
-
-def _tensor_data(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> list[Any]:
-    if datatype == "BYTES":
-        return [bytes_to_json(element) for element in tensors.unpack_bytes(raw, name)]
-    return tensors.numeric(tensors.Tensor(name, datatype, shape, raw)).tolist()  # type: ignore[no-any-return]
 
 
 def record_of(completion: Completion, batch: Batch, shaping: Shaping,

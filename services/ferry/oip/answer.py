@@ -36,9 +36,15 @@ B64 = "b64"
 def answer_json(outputs: Sequence[Tensor], request_id: str = "") -> dict[str, Any]:
     """The record's output for a tensor task that succeeded."""
     answer: dict[str, Any] = {"id": request_id} if request_id else {}
-    answer["outputs"] = [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape),
-                          "data": _json_data(t)} for t in outputs]
+    answer["outputs"] = [tensor_json(t) for t in outputs]
     return answer
+
+
+def tensor_json(tensor: Tensor) -> dict[str, Any]:
+    """A tensor in the protocol's JSON form, as a record writes it: ``name``, ``datatype``,
+    ``shape`` and flat ``data``, each element JSON cannot hold written ``{"b64": ...}``."""
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape),
+            "data": _json_data(tensor)}
 
 
 def _json_data(tensor: Tensor) -> list[Any]:
