@@ -260,9 +260,11 @@ def test_ferry_up_uses_an_existing_redis_and_triton(
             assert main(["plan", "fit", "--model", "sim", "--batch-sizes", "1,2",
                          "--repeats", "1"]) == 0
         assert "from sweep" in out.getvalue()
+        assert (state / "redis-url").read_text().strip() == redis_url
+        assert (state / "redis.env").read_text().strip() == ""  # nothing but the URL to keep
         stop_and_check(proc, state)
     assert not (state / "triton-url").exists()  # stopped: nothing to sweep there any more
-    assert not (state / "redis-url").exists()
+    assert not (state / "redis-url").exists() and not (state / "redis.env").exists()
 
 
 def run_locust(base: str, seconds: int) -> list[dict[str, Any]]:

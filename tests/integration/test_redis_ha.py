@@ -11,6 +11,7 @@ import hashlib
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import redis
 from redis.crc import key_slot
 
 from ferry import keys
+from ferry.cli import main
 from ferry.priority import Priority
 from ferry.redis_conn import lean
 from ferry.settings import CommonSettings, GatewaySettings
@@ -27,6 +29,7 @@ from ferry.stack.redis_ha import (
     start_replicated_cluster,
     start_sentinel_group,
 )
+from ferry.stack.state import REDIS_ENV_FILE, REDIS_URL_FILE
 from ferry.tasks.record import TaskRecord
 from ferry.tasks.redis_store import RedisTaskStore
 from ferry.tasks.scripts import Withdrawal
@@ -80,6 +83,24 @@ async def test_sentinel_failovers_under_load_lose_no_accepted_task(
     assert len(ledger.accepted) >= 600 and ledger.given_up == 0
     assert not lost, f"{len(lost)} accepted tasks lost: {lost[:5]}"
     assert not wrong
+
+
+def test_ferry_log_tail_reads_a_stack_on_sentinels_through_them(
+        sentinels: SentinelGroup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``ferry up`` on Sentinel keeps (a URL whose host is not used, and the sentinels)
+    is enough for ``ferry log tail`` to read the master the sentinels name."""
+    master = redis.Redis(port=sentinels.master().port)
+    master.xadd(keys.log_key("sim", "recent"), {keys.LOG_FIELD: b'{"id":"through-sentinels"}'})
+    master.close()
+    (tmp_path / REDIS_URL_FILE).write_text("redis://ignored/0\n")
+    (tmp_path / REDIS_ENV_FILE).write_text(
+        f"FERRY_REDIS_SENTINELS={sentinels.sentinel_spec}\n"
+        f"FERRY_REDIS_SENTINEL_MASTER={sentinels.name}\n")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("FERRY_REDIS_URL", "FERRY_REDIS_SENTINELS", "FERRY_STATE_DIR"):
+            patch.delenv(name, raising=False)
+        assert main(["log", "tail", "sim", "-n", "1", "--state-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == '{"id":"through-sentinels"}\n'
 
 
 # -- Redis Cluster ------------------------------------------------------------------------------

@@ -9,9 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ferry.inference_log.cli import redis_url
+from ferry.inference_log.cli import redis_environ, redis_url
 from ferry.rollouts.cli import refusal, token, token_hint
-from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, kept, state_dir
+from ferry.settings import CommonSettings, UpSettings, load
+from ferry.stack.banner import redis_line
+from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_ENV_FILE, REDIS_URL_FILE, kept, state_dir
 
 
 @pytest.fixture
@@ -102,3 +104,24 @@ def test_an_admin_calls_refusal_is_one_line_with_the_tokens_source_on_a_401(
     assert refusal(missing, missing.json(), None) == "HTTP 404 unknown_model: m?"
     plain = httpx.Response(502, text="bad gateway")
     assert refusal(plain, {}, None) == "HTTP 502 : bad gateway"
+
+
+def test_a_stack_on_sentinels_is_read_through_them_and_named_so(checkout: Path) -> None:
+    """``ferry up`` on Sentinel keeps the sentinels beside the URL (whose host is not used),
+    ``ferry log tail`` reads Redis through them, and the banner names them, not the URL."""
+    (checkout / ".ferry" / REDIS_ENV_FILE).write_text(
+        "FERRY_REDIS_SENTINELS=127.0.0.1:26401\nFERRY_REDIS_SENTINEL_MASTER=mymaster\n")
+    args = argparse.Namespace(redis_url=None, state_dir=str(checkout / ".ferry"))
+    settings = load(CommonSettings, None, redis_environ(args, {}))
+    assert (settings.redis_url, settings.redis_sentinels, settings.redis_sentinel_master) == (
+        "redis://127.0.0.1:6390/0", "127.0.0.1:26401", "mymaster")
+    # A Redis named in the environment is the one read, with none of ferry up's kept.
+    named = load(CommonSettings, None, redis_environ(
+        args, {"FERRY_REDIS_URL": "redis://127.0.0.1:7000/0"}))
+    assert (named.redis_url, named.redis_sentinels) == ("redis://127.0.0.1:7000/0", "")
+    up = load(UpSettings, None, {"FERRY_REDIS_URL": "redis://ignored/0",
+                                 "FERRY_REDIS_SENTINELS": "127.0.0.1:26401"})
+    assert redis_line(up) == "master 'mymaster' of sentinels 127.0.0.1:26401"
+    assert redis_line(load(UpSettings, None, {"FERRY_REDIS_URL": "redis://127.0.0.1:7000/0",
+                                              "FERRY_REDIS_CLUSTER": "true"})) == \
+        "redis://127.0.0.1:7000/0 (a Redis Cluster)"

@@ -49,3 +49,11 @@ def test_the_digest_keys_on_version_bytes_and_outputs_not_their_order() -> None:
     assert base.digest == _task(b"ab", ("B", "A")).digest
     assert len({base.digest, _task(b"ac", ("A", "B")).digest, _task(b"ab", ("A",)).digest,
                 _task(b"ab", ("A", "B"), "2").digest}) == 4
+
+
+def test_a_refused_parameter_is_told_every_one_ferry_takes() -> None:
+    with pytest.raises(TensorError) as refused:
+        schedule({"custom": 1})
+    assert str(refused.value) == (
+        "parameter 'custom' is not supported (Ferry takes binary_data_output, priority, "
+        "timeout, and over gRPC respond_async; it ignores triton_enable_empty_final_response)")

@@ -20,7 +20,7 @@ from ferry import keys
 from ferry.errors import ConfigError, RedisError
 from ferry.redis_conn import lean
 from ferry.settings import CommonSettings, load
-from ferry.stack.state import REDIS_URL_FILE, state_dir
+from ferry.stack.state import redis_env, state_dir
 
 
 def add_parser(commands: Any) -> None:
@@ -53,25 +53,34 @@ def redis_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str | Non
     default)."""
     if args.redis_url:
         return str(args.redis_url)
-    if "FERRY_REDIS_URL" in environ:
-        return None  # the settings read it, as every service does
-    saved = (Path(args.state_dir) if args.state_dir else state_dir(environ)) / REDIS_URL_FILE
-    return saved.read_text().strip() if saved.is_file() else None
+    return redis_environ(args, environ).get("FERRY_REDIS_URL")
+
+
+def redis_environ(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables the Redis settings are read from: ``environ``, and where it names no
+    Redis (no ``FERRY_REDIS_URL`` nor ``FERRY_REDIS_SENTINELS``), ``ferry up``'s kept ones
+    (its URL, and its sentinels, cluster or TLS files) beneath it."""
+    if "FERRY_REDIS_URL" in environ or "FERRY_REDIS_SENTINELS" in environ:
+        return dict(environ)
+    saved = Path(args.state_dir) if args.state_dir else state_dir(environ)
+    return redis_env(saved) | dict(environ)
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     try:
-        settings = load(CommonSettings, None, os.environ)
+        settings = load(CommonSettings, None, redis_environ(args, os.environ))
     except ConfigError as exc:
         err.write(f"ferry log tail: {exc}\n")
         return 2
-    url = redis_url(args, os.environ)
-    if url:
-        settings = dataclasses.replace(settings, redis_url=url)
+    if args.redis_url:
+        settings = dataclasses.replace(settings, redis_url=args.redis_url)
+    where = (f"the master {settings.redis_sentinel_master!r} of sentinels "
+             f"{settings.redis_sentinels}" if settings.redis_sentinels
+             else settings.redis_url)
     try:
         records, dropped = asyncio.run(latest(settings, args.model, args.n))
     except RedisError as exc:
-        err.write(f"ferry log tail: Redis at {settings.redis_url}: {exc}\n")
+        err.write(f"ferry log tail: Redis at {where}: {exc}\n")
         return 1
     for record in records:
         out.write(record.decode() + "\n")

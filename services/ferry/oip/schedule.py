@@ -100,7 +100,9 @@ def schedule(parameters: Mapping[str, Any]) -> tuple[Priority, float | None]:
     unknown = sorted(parameters.keys() - KNOWN_PARAMETERS - IGNORED_PARAMETERS)
     if unknown:
         raise TensorError(f"parameter {unknown[0]!r} is not supported (Ferry takes "
-                          f"{', '.join(sorted(KNOWN_PARAMETERS))})")
+                          f"{', '.join(sorted(KNOWN_PARAMETERS))}, and over gRPC "
+                          "respond_async; it ignores "
+                          f"{', '.join(sorted(IGNORED_PARAMETERS))})")
     return (priority_of(_count(parameters, "priority")),
             timeout_of(_count(parameters, "timeout")))
 

@@ -98,6 +98,13 @@ def tensor_inputs(config: Any) -> list[dict[str, Any]]:
     return tensors
 
 
+def redis_line(s: UpSettings) -> str:
+    """The Redis the stack uses, as its settings reach it."""
+    if s.redis_sentinels:  # the URL's host is not used: the sentinels name the master
+        return f"master {s.redis_sentinel_master!r} of sentinels {s.redis_sentinels}"
+    return s.redis_url + (" (a Redis Cluster)" if s.redis_cluster else "")
+
+
 def banner(s: UpSettings, logs: Path, admin_token_file: Path, request: FirstRequest) -> str:
     """The lines ``ferry up`` prints once every piece is ready."""
     base = f"http://{s.host}:{s.port}"
@@ -107,7 +114,7 @@ def banner(s: UpSettings, logs: Path, admin_token_file: Path, request: FirstRequ
         f"  Triton's protocol  HTTP {base}/v2, gRPC "
         f"{f'{s.host}:{s.grpc_port}' if s.grpc_port else 'off'}",
         f"  default model  {s.default_model}",
-        f"  redis          {s.redis_url}",
+        f"  redis          {redis_line(s)}",
         f"  triton         gRPC {s.triton_url}"
         + (f", infer calls over HTTP {s.triton_http_url}" if s.triton_http_url else ""),
         f"  batcher        metrics http://{s.metrics_host}:{s.metrics_port}/metrics",

@@ -18,7 +18,13 @@ from ferry.stack.banner import banner, first_request, model_config_text
 from ferry.stack.ports import LOOPBACK, claim, free_port, http_ok, is_listening
 from ferry.stack.process import ManagedProcess, env_with
 from ferry.stack.redis_server import start_redis
-from ferry.stack.state import ADMIN_TOKEN_FILE, REDIS_URL_FILE, TRITON_URL_FILE
+from ferry.stack.state import (
+    ADMIN_TOKEN_FILE,
+    REDIS_ENV_FILE,
+    REDIS_KEPT,
+    REDIS_URL_FILE,
+    TRITON_URL_FILE,
+)
 from ferry.stack.triton_server import start_triton
 
 DEFAULT_JOB_STORE = GatewaySettings.job_store_dir  # ferry up keeps jobs' files in its state dir
@@ -129,6 +135,10 @@ class LocalStack:
                            else s.job_store_dir))
         self._start_service("batcher", to_env(resolved, BatcherSettings))
         self._save(REDIS_URL_FILE, resolved.redis_url)
+        defaults = {f.name: f.default for f in dataclasses.fields(UpSettings)}
+        self._save(REDIS_ENV_FILE, "\n".join(
+            f"FERRY_{name.upper()}={getattr(resolved, name)}" for name in REDIS_KEPT
+            if getattr(resolved, name) != defaults[name]))
         self._save(TRITON_URL_FILE, resolved.triton_url)
         self._start_logger(resolved)
         gateway = self._start_service("gateway", to_env(resolved, GatewaySettings))
@@ -203,7 +213,7 @@ class LocalStack:
         while self.processes:
             proc = self.processes.pop()
             proc.stop(grace_s=grace)
-        for name in (REDIS_URL_FILE, TRITON_URL_FILE):
+        for name in (REDIS_URL_FILE, REDIS_ENV_FILE, TRITON_URL_FILE):
             (self.state / name).unlink(missing_ok=True)
 
     def _banner(self, s: UpSettings, repository: Path) -> str:
