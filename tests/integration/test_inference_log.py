@@ -155,6 +155,12 @@ async def test_ferry_log_tail_prints_the_latest_records_oldest_first(
     assert [r["id"] for r in lines] == [c.delivery.task.task_id for c in batch[1:3]
                                         if c.delivery.task]
     assert "2 record(s) of sim dropped" in err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    args = parser.parse_args(["log", "tail", "nope", "--redis-url", redis_url])
+    assert await asyncio.to_thread(tail, args, out, err) == 0
+    assert out.getvalue() == "" and err.getvalue().startswith(  # said, not silent
+        f"ferry log tail: no record of 'nope' in {redis_url} (its tasks are logged where "
+        "FERRY_LOG_MODELS names it")
 
 
 def _tail_parser() -> argparse.ArgumentParser:

@@ -84,6 +84,9 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         return 1
     for record in records:
         out.write(record.decode() + "\n")
+    if not records:
+        err.write(f"ferry log tail: no record of {args.model!r} in {where} (its tasks are "
+                  "logged where FERRY_LOG_MODELS names it, from then on)\n")
     if dropped:
         err.write(f"ferry log tail: {dropped} record(s) of {args.model} dropped so far: its "
                   "log stream was at its bound (FERRY_LOG_MAX_RECORDS)\n")

@@ -263,7 +263,11 @@ class Subscriber:
             if sub.lost.is_set():
                 if "unknown command" in str(sub.error).lower():
                     raise _Unsupported(str(sub.error))
-                raise RespConnectionError(f"subscription refused or lost: {sub.error}")
+                raise RespConnectionError(
+                    "subscription refused or lost: "
+                    + (str(sub.error) if sub.error is not None else
+                       "the server closed the connection before confirming it (on rediss://, "
+                       "the server may want a client certificate: FERRY_REDIS_CERT_FILE)"))
             self.connected.set()
             self.on_connect()
             while not await _wait(sub.lost, self.ping_interval_s):
