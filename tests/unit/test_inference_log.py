@@ -97,13 +97,14 @@ def test_redacted_fields_and_the_sinks_are_checked() -> None:
 
 def completion(payload: bytes = b'{"text": "hi", "password": "hunter2"}', *,
                output: Any = None, error: str | None = None, model: str = "sim",
-               content_type: str = "application/json", **fields: Any) -> Completion:
+               content_type: str = "application/json", version: str = "1",
+               **fields: Any) -> Completion:
     task = Task(task_id=secrets.token_hex(16), model=model, payload=payload,
                 content_type=content_type, enqueued_at_ms=1_764_300_000_000,
                 client_id="alice", **fields)
     status = Status.FAILED if error else Status.SUCCESS
     final = TaskRecord.final(task, status, 1_764_300_000.25, output=output, error=error,
-                             model_version="1")
+                             model_version=version)
     delivery = Delivery(3, "ferry:{p3}:tasks", "1-0", encode_task(task), task, deliveries=2)
     return Completion(delivery, final, rows=1, gpu_us=1500)
 
@@ -137,6 +138,8 @@ def test_a_failure_is_logged_with_its_error_and_a_shadow_with_its_origin() -> No
     assert (record["status"], record["response"], record["error"]) == ("FAILED", None, "boom")
     assert record["request"] == {"content_type": "image/jpeg", "payload": {"base64": "/wA="}}
     assert record["shadow_of"] == "a" * 32 and "review_of" not in record
+    # no version answered and none asked for (it failed before a call): null, not ""
+    assert made(completion(error="no version is ready", version=""))["version"] is None
 
 
 def test_a_tensor_tasks_inputs_are_logged_in_the_protocols_json_form() -> None:

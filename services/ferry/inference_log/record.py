@@ -109,7 +109,8 @@ def record_of(completion: Completion, batch: Batch, shaping: Shaping,
     response, response_cut = shaping.payload(final.output)
     record: dict[str, Any] = {
         "id": task.task_id, "model": task.model,
-        "version": final.model_version or task.model_version, "client": task.client_id,
+        "version": final.model_version or task.model_version or None,  # none: no call
+        "client": task.client_id,
         "status": final.status.value, "priority": final.priority,
         "created_at": final.created_at, "finished_at": final.finished_at,
         "deadline_at": final.deadline_at,
