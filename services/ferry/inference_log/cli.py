@@ -66,7 +66,10 @@ def redis_environ(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[
     return redis_env(saved) | dict(environ)
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+        ) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read now, not at import: a test
+    # (capsys) or a caller may have replaced them
     try:
         settings = load(CommonSettings, None, redis_environ(args, os.environ))
     except ConfigError as exc:

@@ -155,7 +155,8 @@ def refusal(response: httpx.Response, doc: Any, given: str | None) -> str:
             f"{error.get('message', response.text)}{hint}")
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # read now: a test (capsys) or a caller may have replaced it
     if args.action == "set" and not declaration(args):
         out.write("ferry rollout set: nothing to change: give --stable, --candidate, --share, "
                   "--shadow, --steps or another option (see --help)\n")

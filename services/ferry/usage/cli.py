@@ -52,7 +52,8 @@ def since(text: str) -> str:
     return window
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # read now: a test (capsys) or a caller may have replaced it
     admin = token(args.token)
     headers = {"Authorization": f"Bearer {admin}"} if admin else {}
     params = {"since": args.since, **({"model": args.model} if args.model else {})}
