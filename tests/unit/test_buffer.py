@@ -168,3 +168,18 @@ def test_one_flow_or_a_batch_that_takes_all_is_first_come_first_served() -> None
     assert buffer.remove(lambda item: item == "c1") == ["c1"]
     buffer.add(lane, "b3", 8.0)
     assert buffer.take(lane, 1) == ["b2"]  # b's alone again: its oldest
+
+
+def test_an_item_that_arrived_before_the_lanes_last_boards_in_front_of_later_ones() -> None:
+    """A task another batcher held (a rider) boards as of when it was enqueued: in front of
+    what came after it, so the batch takes it first and the lane's oldest is its oldest."""
+    buffer: BoardingBuffer[str] = BoardingBuffer()
+    for name, arrived in (("own-1", 1.0), ("own-2", 2.0), ("own-3", 3.0)):
+        buffer.add(A, name, arrived)
+    buffer.add(A, "rider-old", 0.5)
+    buffer.add(A, "rider-mid", 2.5)
+    buffer.add(A, "same-time", 3.0)  # as late as the last: after it
+    (view,) = buffer.views(lambda _: 8)
+    assert (view.oldest, view.newest) == (0.5, 3.0)
+    assert buffer.take(A, 3) == ["rider-old", "own-1", "own-2"]
+    assert buffer.take(A, 3) == ["rider-mid", "own-3", "same-time"]

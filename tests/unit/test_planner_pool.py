@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import deque
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
@@ -18,8 +19,10 @@ from ferry.planner import arrivals
 from ferry.planner.costs import CostModel
 from ferry.planner.cpu import EARLIER_CPU
 from ferry.planner.deployment import Deployment
+from ferry.planner.fleet import Batcher, Budget, take_riders
 from ferry.planner.layout import Layout
 from ferry.planner.simulate import Simulation, simulate
+from ferry.rules.estimators import Window
 
 COST = CostModel(0.040, 0.0025, jitter_s=0.002)  # 200 ms at 64: 320/s an instance
 
@@ -161,3 +164,23 @@ def test_a_layout_that_cannot_hold_the_target_is_refused_with_a_reason() -> None
     assert code == 2
     assert ("no deployment of up to 2 instances (on 2 replicas of 1 instance) meets p99 500 ms "
             "at 1,200/s") in err.getvalue()
+
+
+def test_a_holders_pull_takes_the_offers_older_than_its_own_and_a_grant_its_room() -> None:
+    """As ``budget_ride.lua``: a pull takes, of the oldest ``batch`` over the holder's own and
+    the others' offers, the offers, however much it holds; a slot taken fills its room."""
+    def fleet() -> tuple[Batcher, Batcher, Budget]:
+        holder, waiter = Batcher(0, Window(1)), Batcher(1, Window(1))
+        holder.queue, holder.workers = deque([1.5, 2.5, 3.5, 4.5]), deque([0] * 4)
+        holder.in_flight = 1  # its batch runs: it offers nothing
+        waiter.queue, waiter.workers = deque([1.0, 2.0, 3.0, 5.0]), deque([1] * 4)
+        return holder, waiter, Budget(spare=0)
+
+    holder, waiter, budget = fleet()
+    assert take_riders(holder, [holder, waiter], budget, 4, pulled=True) == 2
+    assert list(holder.queue)[:4] == [1.0, 1.5, 2.0, 2.5]  # its next batch: the oldest four
+    assert list(waiter.queue) == [3.0, 5.0]
+    holder, waiter, budget = fleet()
+    assert take_riders(holder, [holder, waiter], budget, 4) == 0  # a grant: no room left
+    assert take_riders(holder, [holder, waiter], budget, 6) == 2  # room for two: the oldest
+    assert list(waiter.queue) == [3.0, 5.0]

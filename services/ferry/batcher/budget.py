@@ -60,6 +60,10 @@ class Boarding(Protocol):
         """How many riders a batch of the model could take, beside what has boarded here."""
         ...
 
+    def largest(self, model: str) -> int:
+        """The most tasks a batch of the model carries."""
+        ...
+
     def waiting(self, model: str) -> bool:
         """Whether a task of the model is boarded here."""
         ...
@@ -243,12 +247,22 @@ class Budget:
         it does not wait is offered at most as often."""
         assert self.shared_budget is not None
         # With a batch of the model at Triton, what boards here waits for that call (another
-        # batcher's slot would not take it: ``budget_ride``), and the others' offers ride it.
+        # batcher's slot would not take it: ``budget_ride``), and the others' offers ride it:
+        # the next pull is due whatever else the desk waits for (an ask's answer waits up to
+        # ``ASK_EVERY_S``, longer than the stretch in which a call pulls).
         busy = self.holding(model)
+        pull_in: float | None = None
         if busy and self.boarding is not None:
             pull_in = await self._pull(model, desk)
             if not desk.wants:
                 return pull_in
+        wait = await self._ask_or_offer(model, desk, busy)
+        return pull_in if wait is None else wait if pull_in is None else min(wait, pull_in)
+
+    async def _ask_or_offer(self, model: str, desk: _Desk, busy: bool) -> float | None:
+        """Ask for a slot, or offer what boarded, if it is time to; how long to wait for the
+        bell (None: until it rings)."""
+        assert self.shared_budget is not None
         fresh = [] if busy else self._fresh(model, desk)
         if not (desk.wants or fresh or desk.told or desk.giving):
             return None
@@ -297,17 +311,21 @@ class Budget:
     async def _pull(self, model: str, desk: _Desk) -> float:
         """While a batch of the model runs here: bring the waiters' offers aboard, at most
         every ``OFFER_EVERY_S`` in the last stretch of its call (its next batch leaves on the
-        same slot when the call ends: riders pulled sooner would only wait aboard)."""
+        same slot when the call ends: riders pulled sooner would only wait aboard). Those
+        its next batch carries: up to its room, and beyond it those older than its own (a
+        batcher that holds a batch's worth does not keep older work elsewhere waiting while
+        it keeps the slot)."""
         assert self.shared_budget is not None and self.boarding is not None
         due = max(desk.pulled + OFFER_EVERY_S, self.clock() + self.pulls_in(model))
         if self.clock() < due:
             return due - self.clock()
         desk.pulled = self.clock()
-        room = self.boarding.room(model)
-        if room > 0:
-            riders = await self.shared_budget.pull(model, room)
-            if riders:
-                await self._riders(model, riders)
+        # Its next batch carries the oldest of what it holds and what waits elsewhere: with
+        # no room left, a waiter's task older than its own still rides (in front of them).
+        own = [place for _, place in self.boarding.offers(model)]
+        riders = await self.shared_budget.pull(model, self.boarding.largest(model), own)
+        if riders:
+            await self._riders(model, riders)
         return OFFER_EVERY_S
 
     def _gone(self, model: str, desk: _Desk, gone: list[str]) -> None:

@@ -45,6 +45,9 @@ class FleetBoarding:
         aboard = self.aboard.count_by(lambda lane: lane.model).get(model, 0)
         return max(0, self.capacity(model) - aboard)
 
+    def largest(self, model: str) -> int:
+        return self.capacity(model)
+
     def waiting(self, model: str) -> bool:
         return self.aboard.holds(model)
 

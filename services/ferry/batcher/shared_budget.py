@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -48,9 +48,13 @@ class PullKeys(NamedTuple):
 
 class PullArgs(NamedTuple):
     consumer: str
-    room: int
+    batch: int  # the most tasks its next batch carries
     lease_ms: int
     model: str
+
+
+class PullItem(NamedTuple):
+    place: float  # of one of its own boarded tasks, in order
 
 
 class OfferKeys(NamedTuple):
@@ -93,7 +97,7 @@ TAKE = lua.ScriptSpec("ferry.batcher", "budget_take", TakeKeys._fields, TakeArgs
 OFFER = lua.ScriptSpec("ferry.batcher", "budget_offer", OfferKeys._fields, OfferArgs._fields,
                        item=OfferItem._fields, fragments=("budget_told",))
 PULL = lua.ScriptSpec("ferry.batcher", "budget_pull", PullKeys._fields, PullArgs._fields,
-                      fragments=("budget_ride",),
+                      item=PullItem._fields, fragments=("budget_ride",),
                       constants=(("BUDGET_CHANNEL", keys.BUDGET_CHANNEL),))
 GIVE = lua.ScriptSpec("ferry.batcher", "budget_give", TakeKeys._fields, GiveArgs._fields,
                       item=SlotItem._fields, fragments=("budget_withdraw",),
@@ -192,11 +196,16 @@ class SharedBudget:
             return Taken(None, gone, [])
         return Taken(Slot(model, _text(reply[1]), token), gone, _riders(reply[3]))
 
-    async def pull(self, model: str, room: int) -> list[tuple[str, str, str]]:
-        """Up to ``room`` of the other batchers' offers of ``model``, as riders for this
-        batcher's next batch (owner, stream, entry id)."""
+    async def pull(self, model: str, batch: int, own: Sequence[float] = ()
+                   ) -> list[tuple[str, str, str]]:
+        """The other batchers' offers of ``model`` that this batcher's next batch carries, as
+        riders (owner, stream, entry id): of the first ``batch`` tasks over its own boarded
+        ones (their places ``own``, in order) and the offers, in the set's order, the offers.
+        With ``own`` empty, the first ``batch`` offers."""
+        ahead = sorted(own)[:batch]
         return _riders(await self.hot.execute(*self._pull.command(
-            _keys(model, PullKeys), [*PullArgs(self.consumer, room, self.lease_ms, model)])))
+            _keys(model, PullKeys), [*PullArgs(self.consumer, batch, self.lease_ms, model),
+                                     *lua.items(PullItem(p) for p in ahead)])))
 
     async def offer(self, model: str, offers: Iterable[tuple[str, float]]) -> list[str]:
         """Offer tasks this batcher holds ("stream|entry id", place) to ``model``'s queue;

@@ -13,7 +13,8 @@ batcher sent it (``ferry.batcher.budget``). The batchers share them as Ferry's d
   one handed to the longest waiter) takes the others' oldest offers along as riders, up to the
   max batch: its batch leaves at once, the batch one queue in front of the instances would
   make. A batcher holding a slot keeps its own work for its own next batch (its tasks are not
-  offered) and pulls the others' offers every ``PULL_EVERY_S`` while its batch runs; when a
+  offered) and pulls the others' offers every ``PULL_EVERY_S`` while its batch runs (those its
+  next batch carries, formed oldest first over its own and the offers); when a
   call ends with work of its boarded, the slot stays with it and the next batch leaves at once
   (no hand-over: no Redis call). A slot goes back only when its batcher has nothing left.
 
@@ -127,13 +128,25 @@ class Budget:
         return batcher
 
 
-def take_riders(taker: Batcher, fleet: Sequence[Batcher], budget: Budget, room: int) -> int:
-    """Up to ``room`` of the oldest tasks the other batchers offer, moved aboard ``taker`` in
-    the order they arrived; how many. An owner left with nothing leaves the line."""
+def take_riders(taker: Batcher, fleet: Sequence[Batcher], budget: Budget, batch: int, *,
+                pulled: bool = False) -> int:
+    """The oldest tasks the other batchers offer that ``taker``'s next batch, of ``batch``
+    tasks at most, carries, moved aboard it in the order they arrived; how many. A slot taken
+    takes them up to its room (``batch`` less what it holds); a pull (``pulled``: its batch
+    runs, the next leaves on the same slot) takes, of the oldest ``batch`` over its own and
+    the offers, the offers (``budget_ride.lua``): beyond its room, those older than its own.
+    An owner left with nothing leaves the line."""
     owners = [b for b in fleet if b is not taker and b.queue and b.offering]
+    own = sorted(taker.queue) if pulled else []
+    room = batch if pulled else batch - len(taker.queue)
     riders: list[tuple[float, int]] = []
-    while len(riders) < room and owners:
+    before = 0  # its own tasks older than the offer at hand
+    while owners:
         owner = min(owners, key=_oldest)
+        while before < len(own) and own[before] <= owner.queue[0]:
+            before += 1
+        if before + len(riders) >= room:
+            break
         riders.append((owner.queue.popleft(), owner.workers.popleft()))
         owner.idle_until = 0.0  # its oldest changed
         if not owner.queue:

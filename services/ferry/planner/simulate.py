@@ -363,11 +363,11 @@ class Simulation:
             self._wake(batcher, now + plan.wake_in)
         return False
 
-    def _ride(self, batcher: Batcher) -> None:
+    def _ride(self, batcher: Batcher, *, pulled: bool = False) -> None:
         """A slot taken for ``batcher`` takes the others' oldest offers along, up to the max
-        batch."""
+        batch; a pull, those its next batch carries (``fleet.take_riders``)."""
         self.riders += take_riders(batcher, self.batchers, self.budget,
-                                   self.deployment.max_batch - len(batcher.queue))
+                                   self.deployment.max_batch, pulled=pulled)
 
     def _pull(self, batcher: Batcher, now: float) -> None:
         """While its batch runs, a batcher takes the others' offers, every ``PULL_EVERY_S``:
@@ -376,7 +376,7 @@ class Simulation:
         if batcher.offering:  # its slot went back: its own work is offered now
             return
         before = self.riders
-        self._ride(batcher)
+        self._ride(batcher, pulled=True)
         self._pull_later(batcher, now)
         if self.riders > before:
             self._plan(batcher, now)

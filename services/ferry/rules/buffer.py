@@ -41,7 +41,18 @@ class BoardingBuffer(Generic[T]):
         return sum(len(q) for q in self._queues.values())
 
     def add(self, lane: Lane, item: T, arrived: float, due: float | None = None) -> None:
-        self._queues.setdefault(lane, deque()).append(Boarded(item, arrived, due))
+        """``item`` boards its lane in arrival order: after every item that arrived no later
+        (one that arrived before the lane's last, such as a task another batcher held, goes in
+        front of those that came after it)."""
+        queue = self._queues.setdefault(lane, deque())
+        boarded = Boarded(item, arrived, due)
+        if not queue or queue[-1].arrived <= arrived:
+            queue.append(boarded)
+        else:
+            at = len(queue) - 1
+            while at > 0 and queue[at - 1].arrived > arrived:
+                at -= 1
+            queue.insert(at, boarded)
         if due is not None and due < self._due.get(lane, math.inf):
             self._due[lane] = due
         if self._flow is not None:
