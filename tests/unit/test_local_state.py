@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ferry.inference_log.cli import redis_environ, redis_url
+from ferry.inference_log.cli import redis_environ
 from ferry.rollouts.cli import refusal, token, token_hint
 from ferry.settings import CommonSettings, UpSettings, load
 from ferry.stack.banner import redis_line
@@ -69,9 +69,9 @@ def test_the_commands_read_the_token_and_the_redis_url_from_below_the_checkout(
     assert token(None) == "from-the-environment"
 
     args = argparse.Namespace(redis_url=None, state_dir=None)
-    assert redis_url(args, {}) == "redis://127.0.0.1:6390/0"
+    assert redis_environ(args, {}).get("FERRY_REDIS_URL") == "redis://127.0.0.1:6390/0"
     args.state_dir = str(checkout / "nowhere")
-    assert redis_url(args, {}) is None
+    assert redis_environ(args, {}).get("FERRY_REDIS_URL") is None
 
 
 def test_a_refused_admin_call_says_where_its_token_came_from_or_was_looked_for(

@@ -256,8 +256,9 @@ class Budget:
             pull_in = await self._pull(model, desk)
             if not desk.wants:
                 return pull_in
-        wait = await self._ask_or_offer(model, desk, busy)
-        return pull_in if wait is None else wait if pull_in is None else min(wait, pull_in)
+        waits = [w for w in (pull_in, await self._ask_or_offer(model, desk, busy))
+                 if w is not None]
+        return min(waits, default=None)
 
     async def _ask_or_offer(self, model: str, desk: _Desk, busy: bool) -> float | None:
         """Ask for a slot, or offer what boarded, if it is time to; how long to wait for the

@@ -48,14 +48,6 @@ def count(text: str) -> int:
     return value
 
 
-def redis_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
-    """The Redis to read: the flag's, the variable's, else ``ferry up``'s (None: the
-    default)."""
-    if args.redis_url:
-        return str(args.redis_url)
-    return redis_environ(args, environ).get("FERRY_REDIS_URL")
-
-
 def redis_environ(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables the Redis settings are read from: ``environ``, and where it names no
     Redis (no ``FERRY_REDIS_URL`` nor ``FERRY_REDIS_SENTINELS``), ``ferry up``'s kept ones

@@ -137,7 +137,7 @@ def take_riders(taker: Batcher, fleet: Sequence[Batcher], budget: Budget, batch:
     the offers, the offers (``budget_ride.lua``): beyond its room, those older than its own.
     An owner left with nothing leaves the line."""
     owners = [b for b in fleet if b is not taker and b.queue and b.offering]
-    own = sorted(taker.queue) if pulled else []
+    own = taker.queue if pulled else deque()  # in arrival order
     room = batch if pulled else batch - len(taker.queue)
     riders: list[tuple[float, int]] = []
     before = 0  # its own tasks older than the offer at hand

@@ -3,6 +3,7 @@ lane holds more than a batch of several flows (clients), in turns between them."
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -46,13 +47,10 @@ class BoardingBuffer(Generic[T]):
         front of those that came after it)."""
         queue = self._queues.setdefault(lane, deque())
         boarded = Boarded(item, arrived, due)
-        if not queue or queue[-1].arrived <= arrived:
-            queue.append(boarded)
+        if queue and arrived < queue[-1].arrived:
+            bisect.insort(queue, boarded, key=_arrived)  # every lane is in arrival order
         else:
-            at = len(queue) - 1
-            while at > 0 and queue[at - 1].arrived > arrived:
-                at -= 1
-            queue.insert(at, boarded)
+            queue.append(boarded)
         if due is not None and due < self._due.get(lane, math.inf):
             self._due[lane] = due
         if self._flow is not None:
@@ -156,3 +154,7 @@ class BoardingBuffer(Generic[T]):
 
     def lanes(self) -> list[Lane]:
         return list(self._queues)
+
+
+def _arrived(boarded: Boarded[T]) -> float:
+    return boarded.arrived
